@@ -1,0 +1,5 @@
+import sys
+
+from kvtasks.cli import main
+
+sys.exit(main())

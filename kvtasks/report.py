@@ -1,0 +1,259 @@
+"""The report: composed from stage results, judged, and written. The only writer of a report.
+
+Verdict rules: any blocker -> BLOCK; else any should-fix -> NEEDS_WORK; else a required stage
+short of pass (or no runtime identity) -> INCONCLUSIVE; else PASS, and only if the PASS gate
+holds too. Exit codes: PASS 0, BLOCK and NEEDS_WORK 1, INCONCLUSIVE 2.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvtasks.stages import Finding, Stage, StageResult
+from kvtasks.target.environment import TargetEnvironment
+
+Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
+EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
+PRODUCER = "validate-kernel-pr.validation_probe"
+
+# Stages this version of kvtasks does not run yet: present in every report, skip, with why.
+UNBUILT_STAGES = {
+    "gpu_claim": "no GPU claim in this kvtasks version: no device was verified idle or locked",
+    "runtime_compat": "no runtime compatibility probe in this kvtasks version: the runtime was not checked",
+    "test_policy": "no test-diff policy check in this kvtasks version: tolerances and disabled rows were not compared",
+    "correctness_grid": "no independent shape grid in this kvtasks version; coverage is repo-default-only",
+    "execution_receipt": "no route probe in this kvtasks version: no execution receipt was written",
+    "perf": "no timing stage in this kvtasks version: perf was not measured (not 'no regression')",
+}
+
+
+class Stages(BaseModel):
+    """Every stage of the pipeline; the required ones are exactly the fields without a default."""
+
+    model_config = ConfigDict(extra="allow")
+
+    merge_sim: Stage
+    gpu_claim: Stage
+    runtime_compat: Stage
+    test_policy: Stage
+    baseline_control: Stage
+    correctness_repo_tests: Stage
+    execution_receipt: Stage
+    correctness_grid: Stage | None = None
+    perf: Stage | None = None
+
+
+REQUIRED_STAGES = [name for name, field in Stages.model_fields.items() if field.is_required()]
+PIPELINE_STAGES = list(Stages.model_fields)
+
+
+class Repo(BaseModel):
+    worktree: str
+    base: str = Field(pattern=r"^[0-9a-f]{40}$")
+    head: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    kind: Literal["aiter", "flydsl", "unknown"]
+    patch_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
+class Isolation(BaseModel):
+    level: str
+    container: bool
+    reason: str = ""
+    target_environment: TargetEnvironment | None = None
+
+
+class TestSelection(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    target: str
+    shape_env: str = ""
+    shape_arg: str = ""
+    shape_argnames: str = ""
+    grid: str = ""
+    expected_route: str = ""
+    shape_vars: str = ""
+    runner: Literal["pytest", "script", "none", "unresolved"] = "unresolved"
+    runner_reason: str = Field(default="runner selection did not run", min_length=1)
+    runner_basis: str = ""
+    test_provenance: Literal["pre-existing", "pr-added", "pr-modified", "unknown", "none"] = "unknown"
+    test_provenance_reason: str = "provenance was not established"
+
+
+class Report(BaseModel):
+    label: str
+    started_utc: str
+    finished_utc: str
+    isolation: Isolation
+    arch_coverage: dict[str, Literal["runtime", "compile-only", "not-covered"]] = {}
+    arch_coverage_basis: dict[str, str] = {}
+    degraded_mode: Literal["NO_GPU"] | None = None
+    repo: Repo
+    runtime_identity: dict[str, Any] | None = None
+    test_selection: TestSelection
+    stages: Stages
+    findings: list[Finding]
+    verdict: Verdict
+    process_exit_code: Literal[0, 1, 2]
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def json_schema() -> dict:
+    schema = Report.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "validation_report"
+    return schema
+
+
+def compose(label: str, results: list[StageResult], finished_utc: str | None = None) -> Report:
+    """Build and judge the report from stored stage results; runs nothing, reads nothing else."""
+    stages: dict[str, Stage] = {}
+    findings: list[Finding] = []
+    selection: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
+    for stage_result in results:
+        if stage_result.stage is not None:
+            stages[stage_result.name] = stage_result.stage
+        findings.extend(stage_result.findings)
+        selection.update(stage_result.selection)
+        facts.update(stage_result.facts)
+
+    halt = facts.get("halt")
+    for name in PIPELINE_STAGES:
+        if name in stages:
+            continue
+        if name in UNBUILT_STAGES:
+            stages[name] = Stage(status="skip", note=UNBUILT_STAGES[name])
+        elif halt:
+            stages[name] = Stage(status="skip", note=f"not run: {halt}")
+        else:
+            stages[name] = Stage(status="skip", note="validator internal error: stage did not record a result")
+            findings.append(Finding(severity="note", stage=name,
+                                    detail="stage result was missing; validation is inconclusive"))
+
+    verdict = judge(stages, findings, facts.get("runtime_identity"))
+    report = Report(
+        label=label,
+        started_utc=facts.get("started_utc", utc_now()),
+        finished_utc=finished_utc or utc_now(),
+        isolation=facts.get("isolation", {"level": "git-worktree + private caches", "container": False}),
+        arch_coverage=facts.get("arch_coverage", {}),
+        arch_coverage_basis=facts.get("arch_coverage_basis", {}),
+        degraded_mode=facts.get("degraded_mode"),
+        repo=facts["repo"],
+        runtime_identity=facts.get("runtime_identity"),
+        test_selection=TestSelection(target=selection.pop("target", ""), **selection),
+        stages=Stages(**stages),
+        findings=findings,
+        verdict=verdict,
+        process_exit_code=EXIT_CODES[verdict],
+    )
+    if verdict == "PASS":
+        violations = pass_gate(report)
+        if violations:
+            report.findings.append(Finding(severity="note", stage="report",
+                                           detail="PASS withheld: " + "; ".join(violations)))
+            report.verdict, report.process_exit_code = "INCONCLUSIVE", 2
+    return report
+
+
+def judge(stages: dict[str, Stage], findings: list[Finding], runtime_identity: dict | None) -> Verdict:
+    severities = {finding.severity for finding in findings}
+    if "blocker" in severities:
+        return "BLOCK"
+    if "should-fix" in severities:
+        return "NEEDS_WORK"
+    complete = bool(runtime_identity and runtime_identity.get("module_path")) and all(
+        stages[name].status == "pass" for name in REQUIRED_STAGES)
+    return "PASS" if complete else "INCONCLUSIVE"
+
+
+def pass_gate(report: Report) -> list[str]:
+    """What a PASS must additionally carry; each missing piece is named."""
+    missing = []
+    stages, selection = report.stages, report.test_selection
+    if not report.arch_coverage:
+        missing.append("no architecture was credited with runtime coverage")
+    identity = report.runtime_identity or {}
+    for key in ("module", "module_path", "python_executable", "python_version", "native_artifacts"):
+        if key not in identity:
+            missing.append(f"runtime_identity.{key} missing")
+    if not selection.expected_route or not selection.shape_vars:
+        missing.append("--expected-route and --shape-vars are required for PASS")
+    if selection.runner not in ("pytest", "script"):
+        missing.append("no runner")
+    claim = stages.gpu_claim.model_dump()
+    if not all(claim.get(key) is not None for key in ("hip_index", "arch", "bdf")):
+        missing.append("gpu_claim lacks hip_index, arch or bdf")
+    repo_tests = stages.correctness_repo_tests.model_dump()
+    stats = repo_tests.get("stats") or {}
+    if repo_tests.get("exit") != 0 or stats.get("failures") or stats.get("errors") or not stats.get("executed"):
+        missing.append("correctness_repo_tests is not a passing run with executed tests")
+    receipt = stages.execution_receipt.model_dump()
+    if receipt.get("producer") != PRODUCER or not receipt.get("route") or not receipt.get("kernel_symbols") \
+            or not receipt.get("executed_shapes") or not receipt.get("receipt_sha256"):
+        missing.append("execution_receipt lacks producer, route, kernel_symbols, executed_shapes or receipt_sha256")
+    return missing
+
+
+def summary_markdown(report: Report) -> str:
+    lines = [
+        f"## kvtasks validation: **{report.verdict}** (exit {report.process_exit_code})",
+        "",
+        f"- label: `{report.label}`",
+        f"- base: `{report.repo.base}`",
+        f"- head: `{report.repo.head or 'null (not matched to a remote PR head)'}`",
+        f"- patch sha256: `{report.repo.patch_sha256 or 'none'}`",
+        f"- target: `{report.test_selection.target}` (runner: {report.test_selection.runner})",
+        f"- degraded mode: {report.degraded_mode or 'none'}",
+        "",
+        "| stage | status | reason |",
+        "| --- | --- | --- |",
+    ]
+    for name, stage in report.stages:
+        if stage is not None:
+            lines.append(f"| {name} | {stage.status} | {_cell(stage.note)} |")
+    lines += ["", "### Findings", ""]
+    if report.findings:
+        lines += [f"- **{f.severity}** ({f.stage}): {_cell(f.detail)}" for f in report.findings]
+    else:
+        lines.append("- none")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def publish(report: Report, destinations: list[Path]) -> None:
+    """Write validation_report.json (+ summary.md beside it) to each destination path."""
+    body = json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    summary = summary_markdown(report)
+    for path in destinations:
+        _write_atomic(path, body)
+        _write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
+                      else path.with_name(f"{path.stem}.summary.md"), summary)
+
+
+def load(path: Path) -> Report:
+    return Report.model_validate_json(path.read_text())

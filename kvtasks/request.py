@@ -1,0 +1,245 @@
+"""The Request: every flag that describes the PR and every env var that describes the host.
+
+All usage errors are raised here, before anything touches the worktree, so a bad invocation
+exits 2 with one line and writes no report.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RUNNERS = ("pytest", "script")
+HEX40 = re.compile(r"[0-9a-f]{40}")
+PATCH_HEADER = re.compile(rb"^(diff --git |\+\+\+ )", re.MULTILINE)
+
+
+class UsageError(Exception):
+    """A caller mistake: reported as one line, exit 2, no report, worktree untouched."""
+
+
+class HostSettings(BaseModel):
+    """Environment variables: they describe the host and are set once for many PRs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pylib: str | None = None
+    python_bin: str
+    picker: str | None = None
+    timeout: int = 1800
+    perf_timeout: int = 1800
+    perf_repeat: int = 3
+    perf_threshold: float = 0.95
+    perf_min_rows: int = 3
+    perf_control_tol: float = 0.10
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> "HostSettings":
+        def positive_int(name: str, default: int) -> int:
+            raw = environ.get(name, "").strip()
+            if not raw:
+                return default
+            if not raw.isdigit() or int(raw) <= 0:
+                raise UsageError(f"{name} must be a positive integer, got {raw!r}")
+            return int(raw)
+
+        def fraction(name: str, default: float, low: float, high: float) -> float:
+            raw = environ.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise UsageError(f"{name} must be a number, got {raw!r}") from None
+            if not low < value <= high:
+                raise UsageError(f"{name} must be in ({low:g}, {high:g}], got {raw}")
+            return value
+
+        python_bin = environ.get("PYTHON_BIN", "").strip() or _default_python()
+        resolved = shutil.which(python_bin)
+        if resolved is None:
+            raise UsageError(f"PYTHON_BIN {python_bin!r} is not an executable interpreter")
+        pylib = environ.get("PYLIB", "").strip() or None
+        if pylib is not None and not Path(pylib).is_dir():
+            raise UsageError(f"PYLIB {pylib!r} is not a directory")
+        timeout = positive_int("TIMEOUT", 1800)
+        return cls(
+            pylib=str(Path(pylib).resolve()) if pylib else None,
+            python_bin=str(Path(resolved).absolute()),
+            picker=environ.get("PICKER", "").strip() or None,
+            timeout=timeout,
+            perf_timeout=positive_int("PERF_TIMEOUT", timeout),
+            perf_repeat=positive_int("PERF_REPEAT", 3),
+            perf_threshold=fraction("PERF_THRESHOLD", 0.95, 0.0, 2.0),
+            perf_min_rows=positive_int("PERF_MIN_ROWS", 3),
+            perf_control_tol=fraction("PERF_CONTROL_TOL", 0.10, 0.0, 1.0),
+        )
+
+
+def _default_python() -> str:
+    import sys
+
+    return sys.executable
+
+
+class Request(BaseModel):
+    """One validation: the PR (flags) plus the host (env), checked and normalised."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo: str
+    target: str
+    patch: str | None = None
+    head_sha: str | None = None
+    expected_route: str = ""
+    shape_vars: str = ""
+    shape_env: str = ""
+    shape_arg: str = ""
+    shape_argnames: str = ""
+    grid: str = ""
+    axis: tuple[str, ...] = ()
+    runner: Literal["pytest", "script"] | None = None
+    tol_table: str = ""
+    perf_args: str = ""
+    perf_control_column: str = ""
+    no_perf: bool = False
+    label: str = "run"
+    out: str | None = None
+    host: HostSettings = Field(default_factory=lambda: HostSettings.from_environ(os.environ))
+
+    @property
+    def target_path(self) -> str:
+        """The file part of the target (a pytest node id keeps its file before '::')."""
+        return self.target.split("::", 1)[0]
+
+    @property
+    def has_patch(self) -> bool:
+        return self.patch is not None
+
+    def patch_bytes(self) -> bytes:
+        return Path(self.patch).read_bytes() if self.patch else b""
+
+
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def build_request(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Request:
+    """Check every option and return a Request, or raise UsageError naming the first problem.
+
+    `options` uses the flag names with underscores; empty strings mean "not given".
+    """
+    environ = os.environ if environ is None else environ
+
+    def text(name: str) -> str:
+        value = options.get(name)
+        return "" if value is None else str(value).strip()
+
+    repo_arg = text("repo")
+    if not repo_arg:
+        raise UsageError("--repo is required")
+    target = text("target") or text("tests")
+    if not target:
+        raise UsageError("--target is required: a forgotten target must never read as 'there is no test'")
+    repo = Path(repo_arg).expanduser().resolve()
+    if not repo.is_dir():
+        raise UsageError(f"--repo {repo_arg!r} is not a directory")
+    toplevel = _git_toplevel(repo)
+    if toplevel is None:
+        raise UsageError(f"--repo {repo_arg!r} is not a git worktree")
+    if toplevel != repo:
+        raise UsageError(f"--repo {repo_arg!r} is inside the worktree {toplevel}; pass its top level")
+
+    target_file = (repo / target.split("::", 1)[0]).resolve()
+    if not target_file.is_relative_to(repo):
+        raise UsageError(f"--target {target!r} escapes the worktree")
+
+    patch = text("patch") or None
+    if patch is not None:
+        patch_path = Path(patch).expanduser().resolve()
+        try:
+            patch_text = patch_path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--patch {patch!r} is unreadable: {exc.strerror or exc}") from None
+        if not patch_text.strip():
+            raise UsageError(f"--patch {patch!r} is empty")
+        if not PATCH_HEADER.search(patch_text):
+            raise UsageError(f"--patch {patch!r} is not a patch: no 'diff --git' or '+++' header")
+        if patch_path.is_relative_to(repo):
+            raise UsageError(f"--patch {patch!r} lies inside the worktree; the tree would not be clean")
+        patch = str(patch_path)
+
+    head_sha = text("head_sha").lower() or None
+    if head_sha is not None and not HEX40.fullmatch(head_sha):
+        raise UsageError(f"--head-sha must be a full 40-hex commit OID, got {text('head_sha')!r}")
+
+    runner = text("runner") or None
+    if runner is not None and runner not in RUNNERS:
+        raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
+
+    label = text("label") or "run"
+    if not LABEL.fullmatch(label):
+        raise UsageError(f"--label {label!r} must be letters, digits, '.', '_' or '-' (at most 100)")
+
+    out = text("out") or None
+    if out is not None:
+        out_path = Path(out).expanduser().resolve()
+        if out_path.is_relative_to(repo):
+            raise UsageError(f"--out {out!r} lies inside the worktree; the next run would find it dirty")
+        out = str(out_path)
+
+    axis = options.get("axis") or ()
+    if isinstance(axis, str):
+        axis = tuple(part for part in axis.split("|") if part.strip())
+
+    shape_argnames = text("shape_argnames")
+    grid = text("grid")
+    if shape_argnames and grid:
+        arity = len([name for name in shape_argnames.split(",") if name.strip()])
+        for row in grid.split(";"):
+            if row.strip() and len(row.split(",")) != arity:
+                raise UsageError(
+                    f"--grid row {row.strip()!r} has {len(row.split(','))} cells; "
+                    f"--shape-argnames names {arity}"
+                )
+
+    return Request(
+        repo=str(repo),
+        target=target,
+        patch=patch,
+        head_sha=head_sha,
+        expected_route=text("expected_route"),
+        shape_vars=text("shape_vars"),
+        shape_env=text("shape_env"),
+        shape_arg=text("shape_arg"),
+        shape_argnames=shape_argnames,
+        grid=grid,
+        axis=tuple(str(a) for a in axis),
+        runner=runner,
+        tol_table=text("tol_table"),
+        perf_args=text("perf_args"),
+        perf_control_column=text("perf_control_column"),
+        no_perf=_truthy(options.get("no_perf")),
+        label=label,
+        out=out,
+        host=HostSettings.from_environ(environ),
+    )
+
+
+def _truthy(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _git_toplevel(path: Path) -> Path | None:
+    import git
+
+    try:
+        top = git.Repo(path, search_parent_directories=True).working_tree_dir
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    return Path(top).resolve() if top else None

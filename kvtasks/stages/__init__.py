@@ -1,0 +1,100 @@
+"""Stages: each module's `run(ctx)` returns a StageResult; none writes the report.
+
+A result carries the stage object the report will show, the findings the stage established, the
+test_selection and top-level facts it learned, and the target runs it made. Results are stored as
+evidence by the graph and composed and judged by report.py alone.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from kvtasks.request import Request
+from kvtasks.target.launch import TargetRun
+from kvtasks.worktree import HeadView, Worktree
+
+Status = Literal["pass", "fail", "skip", "info"]
+Severity = Literal["blocker", "should-fix", "note"]
+
+
+class Stage(BaseModel):
+    """One stage object in the report: a status, a reason, and the stage's own fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Status
+    note: str = ""
+
+
+class Finding(BaseModel):
+    severity: Severity
+    stage: str
+    detail: str
+
+
+class StageResult(BaseModel):
+    name: str
+    stage: Stage | None = None  # None for selection-only steps that publish no stage object
+    findings: list[Finding] = []
+    selection: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
+    runs: list[TargetRun] = []
+
+    def finding(self, severity: Severity, detail: str) -> "StageResult":
+        self.findings.append(Finding(severity=severity, stage=self.name, detail=detail))
+        return self
+
+
+def result(name: str, status: Status, note: str = "", **fields: Any) -> StageResult:
+    return StageResult(name=name, stage=Stage(status=status, note=note, **fields))
+
+
+@dataclass
+class Context:
+    """What a stage may see: the request, the worktree, its private run folder, earlier results."""
+
+    request: Request
+    worktree: Worktree
+    run_dir: Path
+    earlier: dict[str, StageResult] = field(default_factory=dict)
+    quiet: bool = False
+
+    @cached_property
+    def head_view(self) -> HeadView | None:
+        if not self.request.has_patch:
+            return None
+        return self.worktree.head_view(self.request.patch, [self.request.target_path])
+
+    def fact(self, name: str, default: Any = None) -> Any:
+        for stage_result in self.earlier.values():
+            if name in stage_result.facts:
+                return stage_result.facts[name]
+        return default
+
+    def selected(self, name: str, default: Any = None) -> Any:
+        for stage_result in self.earlier.values():
+            if name in stage_result.selection:
+                return stage_result.selection[name]
+        return default
+
+    def say(self, line: str) -> None:
+        if not self.quiet:
+            print(f"[kvtasks] {line}", file=sys.stderr, flush=True)
+
+
+def timed(ctx: Context, name: str, run) -> StageResult:
+    """Run one stage with a progress line as it starts and ends, so a long run never looks hung."""
+    ctx.say(f"{name}: started")
+    started = time.monotonic()
+    stage_result = run(ctx)
+    status = stage_result.stage.status if stage_result.stage else "done"
+    reason = stage_result.stage.note if stage_result.stage else ""
+    ctx.say(f"{name}: {status} ({time.monotonic() - started:.1f}s){' - ' + reason if reason else ''}")
+    ctx.earlier[name] = stage_result
+    return stage_result

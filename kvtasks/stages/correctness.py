@@ -1,0 +1,130 @@
+"""The repository's own target on base and on head, and who is to blame when it is red.
+
+baseline_control runs the target on the clean base tree (the patch is simply not applied: the
+same tree `git apply -R` would give, and a base-side result that no patch can alter). The tree
+must still be clean afterwards. correctness_repo_tests applies the patch and runs the target on
+head. Both borrow the tree through `Worktree.handback`, which returns it clean on every path.
+"""
+from __future__ import annotations
+
+from kvtasks import target
+from kvtasks.stages import Context, StageResult, result
+from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
+from kvtasks.worktree import GitFailed
+
+BASELINE = "baseline_control"
+REPO_TESTS = "correctness_repo_tests"
+
+
+def gate(ctx: Context) -> str | None:
+    """Why correctness cannot run at all, or None when it can."""
+    runner = ctx.selected("runner", "none")
+    if runner == "none":
+        return f"no runner: {ctx.selected('runner_reason', 'runner selection did not run')}"
+    if runner == "pytest" and not target.pytest_available(ctx.request, ctx.run_dir):
+        return f"python -m pytest is not runnable with {ctx.request.host.python_bin}"
+    return None
+
+
+def _state(run: TargetRun) -> str:
+    return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
+
+
+def _run_fields(run: TargetRun) -> dict:
+    return {"exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), "timed_out": run.timed_out}
+
+
+def baseline_control(ctx: Context) -> StageResult:
+    request, worktree = ctx.request, ctx.worktree
+    if not request.has_patch:
+        return result(BASELINE, "skip", "no patch: failures cannot be attributed against a base control")
+    blocked = gate(ctx)
+    if blocked:
+        return result(BASELINE, "skip", blocked)
+
+    runs: list[TargetRun] = []
+    with worktree.handback():
+        before = worktree.status()
+        if before:
+            return result(BASELINE, "skip", f"base tree is not clean ({len(before)} entries); nothing was run")
+        if worktree.exists_on_base(request.target_path):
+            ctx.say("baseline_control: running base-repo")
+            runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo"))
+            repo_tests = {"state": _state(runs[0]), **_run_fields(runs[0])}
+        else:
+            repo_tests = {"state": "target-not-present", "stats": None}
+        artifacts = [entry.path for entry in worktree.status()]
+
+    if artifacts:
+        stage = result(BASELINE, "skip", f"base run left {len(artifacts)} artifacts in the worktree "
+                                         f"({', '.join(artifacts[:5])}); they were removed and head tests were not run",
+                       repo_tests=repo_tests, artifacts=artifacts)
+        stage.finding("note", "the base run did not leave a clean worktree, so head failures cannot be attributed")
+    else:
+        stage = result(BASELINE, "pass", f"base control ran cleanly (repo tests: {repo_tests['state']})",
+                       repo_tests=repo_tests)
+    stage.runs = runs
+    return stage
+
+
+def repo_tests(ctx: Context) -> StageResult:
+    request, worktree = ctx.request, ctx.worktree
+    blocked = gate(ctx)
+    if blocked:
+        return result(REPO_TESTS, "skip", blocked)
+    baseline = ctx.earlier.get(BASELINE)
+    if request.has_patch and (baseline is None or baseline.stage.status != "pass"):
+        reason = baseline.stage.note if baseline else "it did not run"
+        return result(REPO_TESTS, "skip", f"baseline control did not pass ({reason}); head tests were not run")
+
+    with worktree.handback():
+        if request.has_patch:
+            try:
+                worktree.apply(request.patch)
+            except GitFailed as exc:
+                stage = result(REPO_TESTS, "skip", f"the patch could not be applied for the head run: {exc}")
+                return stage.finding("note", "head was not tested: the patch did not apply after the base run")
+        expected = set(worktree.status())
+        ctx.say("correctness_repo_tests: running head-repo")
+        run = target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo")
+        artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
+
+    stage = _judge_head(ctx, run, baseline.stage.repo_tests if baseline else None)
+    if artifacts:
+        stage.stage.artifacts = artifacts
+        stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "
+                              f"({', '.join(artifacts[:5])}); they were removed")
+    stage.runs = [run]
+    return stage
+
+
+def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
+    fields = _run_fields(run)
+    executed = run.stats.executed
+    if run.timed_out:
+        stage = result(REPO_TESTS, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
+    elif run.exit == 0 and executed > 0:
+        return result(REPO_TESTS, "pass", f"{executed} executed, all passed", **fields)
+    elif run.exit == 0 or (run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED):
+        stage = result(REPO_TESTS, "skip", "target completed with no executed tests", **fields)
+        return stage.finding("note", "the head target executed no test; no correctness claim is made")
+    else:
+        failed = run.stats.failures + run.stats.errors
+        stage = result(REPO_TESTS, "fail", f"exit {run.exit}: {failed} failed or errored of {run.stats.tests}", **fields)
+
+    what = "times out" if run.timed_out else "fails"
+    tail = run.log_tail()
+    if not ctx.request.has_patch:
+        stage.finding("blocker", f"the supplied head checkout's target {what}: {tail}")
+    elif base is not None and base["state"] == "target-not-present":
+        stage.finding("blocker", f"the PR adds this target and it {what} on head: {tail}")
+    elif base is not None and base["state"] == "ran" and base.get("exit") == 0:
+        stage.finding("blocker", f"the target passes on base and {what} on head: {tail}")
+    else:
+        base_said = "all skipped" if base and base["state"] == "all-skipped" else \
+            f"exit {base.get('exit') if base else 'unknown'}"
+        stage.finding("note", f"red on both sides (base: {base_said}), so the failure is not attributed to the PR: {tail}")
+    if executed == 0:
+        stage.finding("note", f"the {run.runner} run executed nothing; the runner choice "
+                              f"({ctx.selected('runner_reason', '')}) is a candidate cause, not the code")
+    return stage

@@ -1,0 +1,57 @@
+"""merge_sim: does the PR apply to this base, and what exactly are base, patch and head?
+
+The tree is not touched here: the patch is applied to a private index (the head view) and
+checked against the tree with `git apply --check`. A dirty tree or a conflict halts the run.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from kvtasks.stages import Context, StageResult, result
+from kvtasks.worktree import GitFailed
+
+NAME = "merge_sim"
+
+
+def run(ctx: Context) -> StageResult:
+    request, worktree = ctx.request, ctx.worktree
+    base = worktree.head_oid()
+    repo = {
+        "worktree": str(worktree.path),
+        "base": base,
+        "head": request.head_sha,
+        "kind": worktree.kind(),
+        "patch_sha256": hashlib.sha256(request.patch_bytes()).hexdigest() if request.has_patch else None,
+    }
+
+    if not request.has_patch:
+        stage = result(NAME, "skip", "no patch: the checkout was validated directly; "
+                                     "mergeability and base attribution were not tested")
+        stage.facts["repo"] = {**repo, "head": request.head_sha or base}
+        return stage
+
+    dirty = worktree.status()
+    if dirty:
+        shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
+        stage = result(NAME, "skip", f"worktree is not isolated-clean ({len(dirty)} entries: {shown}); "
+                                     "the patch was not applied", dirty_entries=len(dirty))
+        stage.finding("note", "the supplied worktree has tracked, untracked or ignored files; "
+                              "nothing was applied and nothing was run")
+        stage.facts.update(repo={**repo, "head": None}, halt="the supplied worktree was not clean")
+        return stage
+
+    try:
+        changes = ctx.head_view.changes
+        worktree.check_apply(request.patch)
+    except GitFailed as exc:
+        stage = result(NAME, "fail", f"patch does not apply to the base: {exc}")
+        stage.finding("blocker", f"the patch does not apply to the current base {base[:12]}: {exc}")
+        stage.facts.update(repo={**repo, "head": None}, halt="the patch does not apply")
+        return stage
+
+    fields = {"changed_paths": changes}
+    if request.head_sha is None:
+        fields["identity_note"] = "no --head-sha: the report cannot be matched to a remote PR head"
+    stage = result(NAME, "pass", f"patch applies cleanly ({len(changes)} paths)", **fields)
+    stage.facts["repo"] = repo
+    return stage

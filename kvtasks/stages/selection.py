@@ -1,0 +1,127 @@
+"""Runner selection and test provenance: structural, read from the merged head's target file.
+
+pytest when the target is an explicit `path::node` or the file defines a collectable test*/Test*;
+otherwise script when it has an `if __name__ == "__main__"` guard; otherwise none (a skip, never
+a failure). `--runner` overrides, and the report keeps what the structure said next to it.
+"""
+from __future__ import annotations
+
+import ast
+
+from kvtasks.stages import Context, StageResult
+
+NAME = "selection"
+_ARGV_PARSERS = {"parse_args", "parse_known_args", "parse_intermixed_args"}
+_COLLECTING_DECORATORS = ("parametrize", "fixture", "usefixtures")
+
+
+def _head_text(ctx: Context) -> str | None:
+    if ctx.head_view is not None:
+        return ctx.head_view.read(ctx.request.target_path)
+    path = ctx.worktree.path / ctx.request.target_path
+    return path.read_text(errors="replace") if path.is_file() else None
+
+
+def classify(source: str, explicit_node: bool) -> tuple[str, str]:
+    """Return (runner, reason) from the structure of the target's source."""
+    if explicit_node:
+        return "pytest", "explicit path::node selector"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return "none", f"target does not parse (line {exc.lineno}): neither runner can use it"
+    tests, workers = _test_definitions(tree)
+    if tests:
+        return "pytest", f"defines collectable tests: {', '.join(tests[:5])}"
+    if _has_main_guard(tree):
+        extra = f"; test* functions with required arguments are workers, not tests: {', '.join(workers[:5])}" \
+            if workers else ""
+        return "script", f'has an if __name__ == "__main__" guard and no collectable tests{extra}'
+    return "none", "defines no collectable test*/Test* and has no __main__ guard: nothing to run"
+
+
+def runner_risk(source: str) -> str:
+    """argv parsed at import time: pytest imports the module with its own argv and argparse exits."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(node):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
+                    and inner.func.attr in _ARGV_PARSERS:
+                return (f"argv parsed in module body (line {inner.lineno}, {inner.func.attr}): pytest imports the "
+                        "module with its own argv and argparse exits during collection")
+    return ""
+
+
+def _test_definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
+    tests, workers = [], []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            tests.append(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            decorated = any(word in ast.unparse(dec) for dec in node.decorator_list for word in _COLLECTING_DECORATORS)
+            required = len(node.args.posonlyargs) + len(node.args.args) - len(node.args.defaults)
+            # a test(m, n, dtype) worker without parametrize is collected by pytest and then errors
+            (tests if decorated or required == 0 else workers).append(node.name)
+    return tests, workers
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
+
+
+def _has_main_guard(tree: ast.Module) -> bool:
+    return any(_is_main_guard(node) for node in tree.body)
+
+
+def _provenance(ctx: Context) -> tuple[str, str]:
+    request = ctx.request
+    if ctx.head_view is None:
+        return "unknown", "no patch: whether the PR touched the target cannot be told"
+    change = ctx.head_view.changes.get(request.target_path)
+    if change == "A":
+        return "pr-added", "the patch adds the target; its evidence is not independent of the change"
+    if change is not None:
+        return "pr-modified", "the patch modifies the target; its evidence is not independent of the change"
+    return "pre-existing", "the patch does not touch the target"
+
+
+def run(ctx: Context) -> StageResult:
+    request = ctx.request
+    stage_result = StageResult(name=NAME)
+    selection = {
+        "target": request.target,
+        "shape_env": request.shape_env,
+        "shape_arg": request.shape_arg,
+        "shape_argnames": request.shape_argnames,
+        "grid": request.grid,
+        "expected_route": request.expected_route,
+        "shape_vars": request.shape_vars,
+        "axes_requested": list(request.axis),
+    }
+    provenance, provenance_reason = _provenance(ctx)
+    selection.update(test_provenance=provenance, test_provenance_reason=provenance_reason)
+    if provenance in ("pr-added", "pr-modified"):
+        stage_result.finding("note", f"target is {provenance}: {provenance_reason}")
+
+    source = _head_text(ctx)
+    explicit_node = "::" in request.target
+    if source is None:
+        runner, reason, basis = "none", f"target {request.target_path} does not exist on head", "target-missing"
+    else:
+        runner, reason = classify(source, explicit_node)
+        basis = "explicit-node-selector" if explicit_node else "structural"
+        if request.runner is not None:
+            selection.update(runner_selected_by_structure=runner, runner_structure_reason=reason)
+            reason = f"forced by --runner {request.runner}; structure said {runner}: {reason}"
+            runner, basis = request.runner, "declared-by-caller"
+        risk = runner_risk(source) if runner == "pytest" else ""
+        if risk:
+            selection["runner_risk"] = risk
+    selection.update(runner=runner, runner_reason=reason, runner_basis=basis)
+    stage_result.selection = selection
+    return stage_result

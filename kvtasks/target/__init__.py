@@ -1,0 +1,59 @@
+"""One target run: the constructed environment, the launch, and what the run left behind."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from kvtasks.request import Request
+from kvtasks.target import environment
+from kvtasks.target.launch import TargetRun, launch, pytest_runnable
+
+# Until a device is claimed the target sees none: an empty list hides every GPU.
+NO_DEVICE = {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def python_path(request: Request) -> list[str]:
+    worktree = Path(request.repo)
+    paths = [str(worktree / "python")] if (worktree / "python").is_dir() else []
+    paths.append(str(worktree))
+    if request.host.pylib:
+        paths.append(request.host.pylib)
+    return paths
+
+
+def target_env(request: Request, run_dir: Path, phase: str, label: str,
+               visible_devices: Mapping[str, str] = NO_DEVICE) -> dict[str, str]:
+    return environment.construct(
+        os.environ, phase_dir=run_dir / phase, label=label,
+        python_path=python_path(request), visible_devices=visible_devices,
+    )
+
+
+def run(request: Request, *, runner: str, run_dir: Path, label: str,
+        visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None) -> TargetRun:
+    """Run the target once under the label's phase (the part before the first '-')."""
+    phase = label.split("-", 1)[0]
+    env = target_env(request, run_dir, phase, label, visible_devices)
+    return launch(
+        label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
+        python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout, argv=argv,
+    )
+
+
+def pytest_available(request: Request, run_dir: Path) -> bool:
+    return pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
+                           cwd=run_dir)
+
+
+def isolation_facts() -> dict:
+    return {
+        "level": "git-worktree + private caches",
+        "container": False,
+        "reason": "targets run in the supplied worktree under a constructed environment with private per-phase caches",
+        "target_environment": environment.TargetEnvironment(
+            passed_through=environment.passed_through(os.environ)).model_dump(),
+    }
+
+
+__all__ = ["TargetRun", "run", "pytest_available", "isolation_facts", "NO_DEVICE"]

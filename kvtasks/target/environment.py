@@ -1,0 +1,70 @@
+"""The environment a target sees: an allowlist of the caller's variables, never a credential,
+and a private HOME and cache set per phase so JIT output cannot cross from base to head."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Mapping
+
+from pydantic import BaseModel
+
+POLICY = "allowlist by name prefix, then a credential denylist; private HOME and caches per phase"
+
+_ALLOWED_PREFIXES = (
+    "PATH", "LANG", "LC_", "TZ", "TERM", "USER", "LOGNAME", "TMPDIR", "LD_LIBRARY_PATH",
+    "ROCM", "HIP", "HSA", "AMD", "GPU", "RCCL", "NCCL", "NVIDIA_",
+    "OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_", "KMP_",
+    "CUDA", "TORCH", "PYTORCH", "TRITON", "FLYDSL", "AITER", "VIRTUAL_ENV",
+    "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CMAKE_", "MAX_JOBS",
+)
+_CREDENTIAL = re.compile(
+    r"TOKEN|SECRET|PASSW|CREDENTIAL|_KEY|KEY_|APIKEY|COOKIE|SESSION|AUTH|PRIVATE|NETRC"
+    r"|^GH_|GITHUB|^SSH_|^GPG_|^AWS_|^AZURE_|^GOOGLE_APPLICATION|^KRB5"
+)
+# Each phase (base, head, gpufree) gets its own copy of every cache a kernel stack writes.
+_PHASE_CACHES = {
+    "HOME": "home",
+    "XDG_CACHE_HOME": "xdg-cache",
+    "XDG_CONFIG_HOME": "xdg-config",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCH_EXTENSIONS_DIR": "torch-extensions",
+    "AITER_JIT_DIR": "aiter-jit",
+    "FLYDSL_CACHE_DIR": "flydsl",
+    "FLYDSL_RUNTIME_CACHE_DIR": "flydsl-runtime",
+}
+# Variables kvtasks itself sets; the caller's values never reach the target.
+_OWNED = set(_PHASE_CACHES) | {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "VALIDATION_PHASE",
+                               "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+
+
+class TargetEnvironment(BaseModel):
+    policy: str = POLICY
+    passed_through: list[str]
+    note: str = "credential-like names are never passed, even when a prefix allows them"
+
+
+def passed_through(environ: Mapping[str, str]) -> list[str]:
+    return sorted(
+        name for name in environ
+        if name.startswith(_ALLOWED_PREFIXES) and not _CREDENTIAL.search(name) and name not in _OWNED
+    )
+
+
+def construct(
+    environ: Mapping[str, str],
+    *,
+    phase_dir: Path,
+    label: str,
+    python_path: list[str],
+    visible_devices: Mapping[str, str],
+) -> dict[str, str]:
+    env = {name: environ[name] for name in passed_through(environ)}
+    for name, folder in _PHASE_CACHES.items():
+        path = phase_dir / folder
+        path.mkdir(parents=True, exist_ok=True)
+        env[name] = str(path)
+    env["PYTHONPATH"] = ":".join(python_path)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["VALIDATION_PHASE"] = label
+    env.update(visible_devices)
+    return env

@@ -1,0 +1,158 @@
+"""Launch one target run and read back what it did: exit status, JUnit counts, its log.
+
+Every launch gets its own process group; a timeout, an interrupt of the validator or the end of
+the run kills the whole group, grandchildren included.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Literal, Mapping
+
+from junitparser import JUnitXml, TestSuite
+from pydantic import BaseModel
+
+PYTEST_NOTHING_COLLECTED = 5
+_KILL_GRACE_S = 5.0
+
+
+class ExecutionStats(BaseModel):
+    tests: int = 0
+    failures: int = 0
+    errors: int = 0
+    skipped: int = 0
+    executed: int = 0
+    observed_work: int | None = None
+    junit_xml: str | None = None
+    basis: str = ""
+    note: str = ""
+
+
+class TargetRun(BaseModel):
+    label: str
+    runner: Literal["pytest", "script"]
+    command: list[str]
+    exit: int | None
+    timed_out: bool = False
+    duration_s: float
+    log: str
+    stats: ExecutionStats
+
+    @property
+    def passed(self) -> bool:
+        return self.exit == 0 and not self.timed_out
+
+    def log_tail(self, lines: int = 4, width: int = 220) -> str:
+        try:
+            text = Path(self.log).read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(text.strip().splitlines()[-lines:])[-width:]
+
+
+def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str]) -> list[str]:
+    if runner == "pytest":
+        return [python_bin, "-m", "pytest", target, "-q", "-p", "no:cacheprovider",
+                f"--junitxml={junit}", *argv]
+    return [python_bin, target.split("::", 1)[0], *argv]
+
+
+def launch(
+    *,
+    label: str,
+    runner: Literal["pytest", "script"],
+    target: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    python_bin: str,
+    run_dir: Path,
+    timeout_s: int,
+    argv: list[str] | None = None,
+) -> TargetRun:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    junit = run_dir / f"junit-{label}.xml"
+    log = run_dir / f"{label}.log"
+    junit.unlink(missing_ok=True)
+    command = command_for(runner, python_bin, target, junit, list(argv or []))
+    started = time.monotonic()
+    timed_out = False
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(process)
+    duration = time.monotonic() - started
+    exit_code = None if timed_out else process.returncode
+    if runner == "pytest":
+        stats = pytest_stats(junit, exit_code)
+    else:
+        stats = script_stats(exit_code)
+    if timed_out:
+        stats.note = f"timed out after {timeout_s}s; the process group was killed"
+    return TargetRun(label=label, runner=runner, command=command, exit=exit_code, timed_out=timed_out,
+                     duration_s=round(duration, 3), log=str(log), stats=stats)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Terminate the run's whole process group: nothing it started may outlive it."""
+    try:
+        pgid = os.getpgid(process.pid)
+    except ProcessLookupError:
+        pgid = process.pid
+    if process.poll() is None:
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            process.wait(timeout=_KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(pgid, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
+    if not junit.is_file():
+        return ExecutionStats(errors=1, note="JUnit XML missing: pytest died before writing results")
+    try:
+        xml = JUnitXml.fromfile(str(junit))
+    except Exception as exc:  # junitparser raises lxml/ElementTree errors of several kinds
+        return ExecutionStats(errors=1, note=f"JUnit XML unreadable: {exc}")
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    tests = sum(suite.tests or 0 for suite in suites)
+    failures = sum(suite.failures or 0 for suite in suites)
+    errors = sum(suite.errors or 0 for suite in suites)
+    skipped = sum(suite.skipped or 0 for suite in suites)
+    note = "pytest collected no tests" if exit_code == PYTEST_NOTHING_COLLECTED else ""
+    return ExecutionStats(
+        tests=tests, failures=failures, errors=errors, skipped=skipped,
+        # a collection or fixture error never counts as an executed test
+        executed=max(0, tests - skipped - errors), junit_xml=str(junit), basis="pytest-junit", note=note,
+    )
+
+
+def script_stats(exit_code: int | None) -> ExecutionStats:
+    return ExecutionStats(
+        tests=1, failures=int(exit_code != 0), executed=1,
+        basis="script exit status: executed is a liveness signal, not a case count",
+    )
+
+
+def pytest_runnable(python_bin: str, env: Mapping[str, str], cwd: Path) -> bool:
+    result = subprocess.run([python_bin, "-m", "pytest", "--version"], cwd=cwd, env=dict(env),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    return result.returncode == 0

@@ -1,0 +1,221 @@
+"""Git state of the supplied worktree: the only module that runs git.
+
+The tree is supplied clean (no tracked, untracked or ignored entries) and is handed back that way
+on every exit path. Reading the head side never touches it: the patch is applied to a private
+index and object directory, so file contents and provenance of the merged head come from git
+objects. The tree itself changes only inside `handback()`, which restores it whatever happens,
+SIGINT, SIGTERM and SIGHUP included.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import git
+
+_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class GitFailed(Exception):
+    """A git command failed; the message carries git's own last line."""
+
+
+class Interrupted(SystemExit):
+    """A signal arrived while the tree was ours; raised so every `finally` restores state."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    code: str  # the two porcelain letters: ' M', '??', '!!', 'D ' ...
+    path: str
+
+    @property
+    def untracked(self) -> bool:
+        return self.code in ("??", "!!")
+
+
+@dataclass
+class HeadView:
+    """The merged head as git objects: what the patch changes and the head text of any file."""
+
+    changes: dict[str, str] = field(default_factory=dict)  # path -> A / M / D / R...
+    _blobs: dict[str, bytes | None] = field(default_factory=dict)
+
+    def read(self, path: str) -> str | None:
+        blob = self._blobs.get(path)
+        return None if blob is None else blob.decode("utf-8", errors="replace")
+
+
+class Worktree:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._repo = git.Repo(self.path)
+        self._applied_patch: str | None = None
+
+    # -- reading -------------------------------------------------------------------------
+    def _run(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[int, str, str]:
+        status, out, err = self._repo.git.execute(
+            ["git", *args],
+            with_extended_output=True,
+            with_exceptions=False,
+            env={**_GIT_ENV, **(env or {})},
+            strip_newline_in_stdout=False,
+        )
+        if check and status != 0:
+            last = (err.strip().splitlines() or [f"exit {status}"])[-1]
+            raise GitFailed(f"git {args[0]}: {last}")
+        return status, out, err
+
+    def head_oid(self) -> str:
+        return self._run("rev-parse", "HEAD")[1].strip()
+
+    def kind(self) -> str:
+        if (self.path / "aiter" / "__init__.py").is_file():
+            return "aiter"
+        if (self.path / "python" / "flydsl" / "__init__.py").is_file():
+            return "flydsl"
+        return "unknown"
+
+    def status(self) -> list[StatusEntry]:
+        """Every tracked change, untracked file and ignored path, one entry each."""
+        out = self._run("status", "--porcelain=v1", "-z", "--ignored", "--untracked-files=all")[1]
+        entries: list[StatusEntry] = []
+        fields = out.split("\0")
+        index = 0
+        while index < len(fields):
+            item = fields[index]
+            index += 1
+            if not item:
+                continue
+            code, path = item[:2], item[3:]
+            entries.append(StatusEntry(code, path))
+            if code[0] in "RC":
+                index += 1  # the rename source follows as its own field
+        return entries
+
+    def read_base(self, path: str) -> str | None:
+        status, out, _ = self._run("show", f"HEAD:{path}", check=False)
+        return out if status == 0 else None
+
+    def exists_on_base(self, path: str) -> bool:
+        return self._run("cat-file", "-e", f"HEAD:{path}", check=False)[0] == 0
+
+    def head_view(self, patch: str, wanted: list[str]) -> HeadView:
+        """Apply `patch` to a private index and object store; raise GitFailed on conflict."""
+        objects = self._run("rev-parse", "--path-format=absolute", "--git-common-dir")[1].strip()
+        with tempfile.TemporaryDirectory(prefix="kvtasks-head-") as scratch:
+            (Path(scratch) / "objects" / "info").mkdir(parents=True)
+            env = {
+                "GIT_INDEX_FILE": str(Path(scratch) / "index"),
+                "GIT_OBJECT_DIRECTORY": str(Path(scratch) / "objects"),
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(objects) / "objects"),
+            }
+            self._run("read-tree", "HEAD", env=env)
+            self._run("apply", "--cached", "--whitespace=nowarn", patch, env=env)
+            out = self._run("diff", "--cached", "--name-status", "-z", "--no-renames", "HEAD", env=env)[1]
+            parts = [part for part in out.split("\0") if part]
+            changes = dict(zip(parts[1::2], (code[0] for code in parts[0::2])))
+            blobs: dict[str, bytes | None] = {}
+            for path in wanted:
+                status, content, _ = self._run("show", f":{path}", env=env, check=False)
+                blobs[path] = content.encode() if status == 0 else None
+        return HeadView(changes=changes, _blobs=blobs)
+
+    def check_apply(self, patch: str) -> None:
+        self._run("apply", "--check", "--whitespace=nowarn", patch)
+
+    # -- changing the tree (only inside handback) -----------------------------------------
+    def apply(self, patch: str) -> None:
+        self._run("apply", "--check", "--whitespace=nowarn", patch)
+        self._applied_patch = patch
+        self._run("apply", "--whitespace=nowarn", patch)
+
+    @contextmanager
+    def handback(self) -> Iterator["Worktree"]:
+        """Lend the tree to a run; on every exit path hand it back clean, as supplied."""
+        with _signals_raise():
+            try:
+                yield self
+            finally:
+                with _signals_deferred():
+                    self.restore()
+
+    def restore(self) -> list[str]:
+        """Reverse the applied patch, then remove whatever else is there; return what was removed."""
+        if self._applied_patch is not None:
+            patch, self._applied_patch = self._applied_patch, None
+            self._run("apply", "-R", "--whitespace=nowarn", patch, check=False)
+        leftovers = self.status()
+        tracked = [entry.path for entry in leftovers if not entry.untracked]
+        if tracked:
+            self._run("checkout", "HEAD", "--", *tracked)
+        for entry in leftovers:
+            if entry.untracked:
+                _remove(self.path / entry.path, root=self.path)
+        remaining = self.status()
+        if remaining:
+            raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")
+        return [entry.path for entry in leftovers]
+
+
+def _remove(path: Path, root: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    parent = path.parent
+    # git drops directories it no longer tracks anything in; so must we, or status stays clean
+    # while the tree is not byte-identical to what was supplied.
+    while parent != root and parent.is_relative_to(root) and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    if not _in_main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum, _frame):
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in _HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold signals back while restoring; one arriving now is delivered once the tree is back."""
+    if not _in_main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED_SIGNALS)
