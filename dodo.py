@@ -3,6 +3,7 @@
     doit validate                          the embedded demo (demo=NAME picks another demo PR)
     doit validate repo=W patch=P head_sha=H target=T [label=L out=F ...]
 """
+import os
 from pathlib import Path
 
 from doit import create_after, get_var
@@ -10,7 +11,8 @@ from doit import create_after, get_var
 from kvtasks import demo, graph
 from kvtasks.request import UsageError, build_request
 
-WORKSPACE = graph.Workspace(Path(__file__).resolve().parent)
+# cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
+WORKSPACE = graph.Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__).resolve().parent))
 DOIT_CONFIG = WORKSPACE.doit_config()
 
 OPTIONS = ("repo", "target", "tests", "patch", "head_sha", "expected_route", "shape_vars", "shape_env",

@@ -126,7 +126,7 @@ def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
         yield from validate_tasks(request, workspace, quiet)
 
     loader = ModuleTaskLoader({"task_validate": task_validate, "DOIT_CONFIG": workspace.doit_config()})
-    args = ["run", *(["--verbosity", "0"] if quiet else []), BASENAME]
+    args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), BASENAME]
     code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
     # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
     return code if code in (0, 1, 2) else 2

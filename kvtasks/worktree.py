@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -152,7 +153,17 @@ class Worktree:
         with _signals_raise():
             try:
                 yield self
-            finally:
+            except Interrupted as interrupted:
+                with _signals_deferred():
+                    self.restore()
+                print(f"kvtasks: interrupted by {interrupted.name}; the worktree was restored "
+                      "and no report is written", file=sys.__stderr__)
+                raise
+            except BaseException:
+                with _signals_deferred():
+                    self.restore()
+                raise
+            else:
                 with _signals_deferred():
                     self.restore()
 

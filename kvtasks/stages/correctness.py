@@ -89,7 +89,7 @@ def repo_tests(ctx: Context) -> StageResult:
         run = target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo")
         artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
 
-    stage = _judge_head(ctx, run, baseline.stage.repo_tests if baseline else None)
+    stage = _judge_head(ctx, run, baseline.stage.model_extra.get("repo_tests") if baseline else None)
     if artifacts:
         stage.stage.artifacts = artifacts
         stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "

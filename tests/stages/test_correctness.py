@@ -1,0 +1,113 @@
+from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
+
+FAILING_TEST = '''import numpy as np
+
+from kernels.scale import scale_rows
+
+
+def test_tail_columns_scaled():
+    x = np.ones((2, 13), dtype=np.float32)
+    np.testing.assert_allclose(scale_rows(x, 3.0), x * 3.0)
+'''
+
+
+def test_head_fails_where_base_passes_is_a_blocker(repo, validate, tmp_path):
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
+    base = result.stage("baseline_control")["repo_tests"]
+    assert base["state"] == "ran" and base["exit"] == 0 and base["stats"]["executed"] == 2
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "fail" and head["stats"]["failures"] == 1 and head["stats"]["executed"] == 2
+    assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK" and result.code == 1
+
+
+def test_pr_added_failing_test_is_target_not_present_on_base(repo, validate, tmp_path):
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "tests/test_tail.py": FAILING_TEST},
+                       tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_tail.py")
+    assert result.stage("baseline_control")["repo_tests"]["state"] == "target-not-present"
+    assert result.report["test_selection"]["test_provenance"] == "pr-added"
+    assert any("the PR adds this target" in f["detail"] for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK"
+    assert not (repo / "tests/test_tail.py").exists()
+
+
+def test_red_on_both_sides_is_not_blamed_on_the_pr(repo, validate, tmp_path):
+    (repo / "tests/test_tail.py").write_text(FAILING_TEST)
+    (repo / "kernels/scale.py").write_text(KERNEL_TAIL_BUG)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a base with a known failure")
+    patch = make_patch(repo, {"README.md": "unrelated docs\n"}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_tail.py")
+    assert result.stage("correctness_repo_tests")["status"] == "fail"
+    assert result.findings("blocker") == []
+    assert any("red on both sides" in f["detail"] for f in result.findings("note"))
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def test_zero_executed_is_skip_never_pass(repo, validate, tmp_path):
+    skipped = TESTS.replace("@pytest.mark.parametrize", '@pytest.mark.skip(reason="no device")\n@pytest.mark.parametrize')
+    (repo / "tests/test_scale.py").write_text(skipped)
+    git(repo, "commit", "-qam", "all skipped")
+    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "skip" and head["stats"]["executed"] == 0 and head["stats"]["skipped"] == 2
+    assert result.stage("baseline_control")["repo_tests"]["state"] == "all-skipped"
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def test_nothing_collected_is_skip(repo, validate, tmp_path):
+    (repo / "tests/test_empty.py").write_text("import numpy\n\n\ndef helper():\n    pass\n\n\nclass TestNothing:\n    pass\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "empty test file")
+    result = validate(repo, "--target", "tests/test_empty.py")
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "skip" and head["exit"] == 5 and head["stats"]["executed"] == 0
+
+
+def test_crash_without_junit_is_recorded_as_such(repo, validate, tmp_path):
+    crashing = "import os\nos._exit(3)\n\n\ndef test_never():\n    pass\n"
+    patch = make_patch(repo, {"tests/test_crash.py": crashing}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_crash.py")
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "fail" and head["exit"] == 3
+    assert head["stats"]["errors"] == 1 and "JUnit XML missing" in head["stats"]["note"]
+    assert any("executed nothing" in f["detail"] for f in result.findings("note"))
+
+
+def test_base_run_leaving_artifacts_aborts_head_and_is_cleaned(repo, validate, tmp_path):
+    dirtying = TESTS + '''
+
+def test_writes_into_the_tree():
+    import os
+
+    os.makedirs("build", exist_ok=True)
+    with open("build/out.log", "w") as log:
+        log.write("x")
+'''
+    (repo / "tests/test_scale.py").write_text(dirtying)
+    git(repo, "commit", "-qam", "a suite that writes into the tree")
+    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
+    base = result.stage("baseline_control")
+    assert base["status"] == "skip" and base["artifacts"] == ["build/out.log"]
+    assert "head tests were not run" in result.stage("correctness_repo_tests")["note"]
+    assert result.verdict == "INCONCLUSIVE"
+    assert not (repo / "build").exists()
+
+
+def test_script_target_runs_as_a_script(repo, validate, tmp_path):
+    script = ("import numpy as np\nfrom kernels.scale import scale_rows\n\n"
+              "if __name__ == '__main__':\n    x = np.ones((2, 13), dtype=np.float32)\n"
+              "    assert (scale_rows(x, 2.0) == 2.0).all(), 'tail not scaled'\n    print('ok')\n")
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "bench/check_scale.py": script},
+                       tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "bench/check_scale.py")
+    selection = result.report["test_selection"]
+    assert selection["runner"] == "script" and selection["runner_basis"] == "structural"
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "fail" and head["stats"]["executed"] == 1
+    assert "liveness" in head["stats"]["basis"]
+    assert result.verdict == "BLOCK"

@@ -1,0 +1,51 @@
+import os
+import time
+
+from kvtasks.target.launch import launch, pytest_stats
+from tests.processes import alive
+
+HANGING_SCRIPT = '''import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+with open(sys.argv[1], "w") as pids:
+    pids.write(str(child.pid))
+time.sleep(120)
+'''
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_SCRIPT)
+    pid_file = tmp_path / "grandchild.pid"
+    started = time.monotonic()
+    run = launch(label="head-repo", runner="script", target=str(script), cwd=tmp_path,
+                 env={"PATH": os.environ["PATH"]}, python_bin=os.sys.executable, run_dir=tmp_path / "runs",
+                 timeout_s=2, argv=[str(pid_file)])
+    assert run.timed_out and run.exit is None
+    assert "timed out after 2s" in run.stats.note
+    assert time.monotonic() - started < 30
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_exit_status_and_log_are_kept(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text("print('about to fail')\nraise SystemExit(4)\n")
+    run = launch(label="base-repo", runner="script", target=str(script), cwd=tmp_path,
+                 env={"PATH": os.environ["PATH"]}, python_bin=os.sys.executable, run_dir=tmp_path / "runs",
+                 timeout_s=30)
+    assert run.exit == 4 and run.stats.failures == 1 and run.stats.executed == 1
+    assert "about to fail" in run.log_tail()
+
+
+def test_junit_counts_exclude_errors_and_skips_from_executed(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite name="pytest" tests="5" failures="1" errors="1" skipped="2">'
+                     '</testsuite></testsuites>')
+    stats = pytest_stats(junit, 1)
+    assert (stats.tests, stats.failures, stats.errors, stats.skipped, stats.executed) == (5, 1, 1, 2, 2)
+
+
+def test_unreadable_junit_is_an_error_not_a_pass(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text("<testsuites")
+    stats = pytest_stats(junit, 0)
+    assert stats.errors == 1 and stats.executed == 0 and "unreadable" in stats.note

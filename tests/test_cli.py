@@ -1,0 +1,162 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvtasks import cli
+from tests.kernel_repos import git, make_patch, snapshot
+from tests.processes import alive
+
+
+@pytest.fixture
+def patch(repo, tmp_path):
+    return make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
+
+
+def usage(capsys, argv):
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+@pytest.mark.parametrize("case,argv_of,message", [
+    ("missing repo", lambda r, p, o: ["--target", "t.py", "--out", o], "--repo is required"),
+    ("missing target", lambda r, p, o: ["--repo", r, "--out", o], "--target is required"),
+    ("not a worktree", lambda r, p, o: ["--repo", str(Path(r).parent), "--target", "t.py", "--out", o],
+     "is not a git worktree"),
+    ("unreadable patch", lambda r, p, o: ["--repo", r, "--target", "t.py", "--patch", p + ".missing", "--out", o],
+     "is unreadable"),
+    ("head sha not 40 hex", lambda r, p, o: ["--repo", r, "--target", "t.py", "--head-sha", "abc123", "--out", o],
+     "40-hex"),
+    ("bad runner", lambda r, p, o: ["--repo", r, "--target", "t.py", "--runner", "bash", "--out", o],
+     "--runner must be one of"),
+    ("target escapes", lambda r, p, o: ["--repo", r, "--target", "../outside.py", "--out", o], "escapes the worktree"),
+    ("out inside tree", lambda r, p, o: ["--repo", r, "--target", "t.py", "--out", r + "/report.json"],
+     "lies inside the worktree"),
+    ("grid arity", lambda r, p, o: ["--repo", r, "--target", "t.py", "--shape-argnames", "M,N", "--grid", "1,2,3",
+                                    "--out", o], "--shape-argnames names 2"),
+])
+def test_usage_errors_exit_2_with_one_line_and_no_report(case, argv_of, message, repo, patch, home, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    before = snapshot(repo)
+    code, err = usage(capsys, argv_of(str(repo), str(patch), str(out)))
+    assert code == 2, case
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
+    assert not (home / "reports").exists()
+    assert snapshot(repo) == before
+
+
+@pytest.mark.parametrize("variable,value,message", [
+    ("TIMEOUT", "0", "TIMEOUT must be a positive integer"),
+    ("PERF_REPEAT", "-3", "PERF_REPEAT must be a positive integer"),
+    ("PERF_MIN_ROWS", "two", "PERF_MIN_ROWS must be a positive integer"),
+    ("PERF_TIMEOUT", "1.5", "PERF_TIMEOUT must be a positive integer"),
+    ("PERF_THRESHOLD", "2.5", "PERF_THRESHOLD must be in (0, 2]"),
+    ("PERF_THRESHOLD", "0", "PERF_THRESHOLD must be in (0, 2]"),
+    ("PYTHON_BIN", "/nonexistent/python", "not an executable interpreter"),
+])
+def test_bad_host_settings_are_usage_errors(variable, value, message, repo, home, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(variable, value)
+    out = tmp_path / "report.json"
+    code, err = usage(capsys, ["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out)])
+    assert code == 2 and len(err) == 1 and message in err[0]
+    assert not out.exists()
+
+
+def test_empty_and_non_patch_files_are_usage_errors(repo, home, tmp_path, capsys):
+    for content, message in [(b"", "is empty"), (b"just some words\n", "is not a patch")]:
+        bogus = tmp_path / "bogus.patch"
+        bogus.write_bytes(content)
+        code, err = usage(capsys, ["--repo", str(repo), "--target", "t.py", "--patch", str(bogus)])
+        assert code == 2 and message in err[0]
+
+
+def test_dash_led_values_are_accepted_both_ways(repo, home, tmp_path):
+    for flags in (["--shape-arg", "--shapes"], ["--shape-arg=--shapes"]):
+        out = tmp_path / "r.json"
+        cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--quiet", *flags])
+        assert json.loads(out.read_text())["test_selection"]["shape_arg"] == "--shapes"
+
+
+def test_schema_subcommand_prints_the_report_schema(capsys):
+    assert cli.main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    stages = schema["$defs"]["Stages"]
+    assert set(stages["required"]) == {"merge_sim", "gpu_claim", "runtime_compat", "test_policy",
+                                       "baseline_control", "correctness_repo_tests", "execution_receipt"}
+    assert {"verdict", "process_exit_code", "repo", "stages", "findings"} <= set(schema["required"])
+
+
+def test_report_validates_against_the_exported_schema(repo, validate, tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    result = validate(repo, "--target", "tests/test_scale.py")
+    cli.main(["schema"])
+    jsonschema.validate(result.report, json.loads(capsys.readouterr().out))
+
+
+def test_summary_is_written_beside_the_report_and_printed(repo, home, tmp_path, capsys):
+    out = tmp_path / "out" / "validation_report.json"
+    code = cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--label", "pr-7"])
+    printed = capsys.readouterr().out
+    summary = (out.parent / "summary.md").read_text()
+    assert "**INCONCLUSIVE**" in summary and "| correctness_repo_tests | pass |" in summary
+    assert "**INCONCLUSIVE**" in printed
+    assert (home / "reports" / "pr-7" / "validation_report.json").is_file()
+    assert code == 2
+
+
+def test_a_stale_report_never_survives_a_new_run(repo, home, tmp_path, capsys):
+    out = tmp_path / "validation_report.json"
+    out.write_text('{"verdict": "PASS"}')
+    cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--quiet"])
+    assert json.loads(out.read_text())["verdict"] != "PASS"
+
+
+SLOW_TEST = '''import os
+import time
+
+
+def test_slow():
+    with open("{marker}." + os.environ["VALIDATION_PHASE"], "w") as marker:
+        marker.write(str(os.getpid()))
+    time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("phase", ["base-repo", "head-repo"])
+def test_signal_mid_run_hands_the_tree_back_byte_identical(sig, phase, repo, home, tmp_path):
+    marker = tmp_path / "started"
+    slow_test = SLOW_TEST.format(marker=marker)
+    patch = make_patch(repo, {"tests/test_slow.py": slow_test, "kernels/scale.py": None}, tmp_path / "pr.patch")
+    if phase == "base-repo":
+        (repo / "tests/test_slow.py").write_text(slow_test)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "slow test on base")
+        patch = make_patch(repo, {"kernels/scale.py": None}, tmp_path / "pr.patch")
+    before = snapshot(repo)
+    out = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
+                             "--target", "tests/test_slow.py", "--out", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reached = Path(f"{marker}.{phase}")
+    deadline = time.monotonic() + 60
+    while not reached.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the target never started"
+        time.sleep(0.05)
+    if phase == "head-repo":
+        assert not (repo / "kernels/scale.py").exists()  # the patch really was applied
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert "the worktree was restored" in err
+    assert not alive(int(reached.read_text()))  # the target did not outlive the validator
+    assert snapshot(repo) == before
+    assert not out.exists()

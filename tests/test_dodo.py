@@ -1,0 +1,57 @@
+"""The doit front door: `doit validate` on the embedded demo and with explicit variables."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def doit(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KVTASKS_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), *args],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_doit_validate_with_no_variables_validates_the_demo(tmp_path):
+    done = doit(tmp_path, "validate")
+    published = tmp_path / "reports" / "demo" / "validation_report.json"
+    report = json.loads(published.read_text())
+    assert (tmp_path / "reports" / "demo" / "summary.md").is_file()
+    assert f"**{report['verdict']}**" in done.stdout
+    assert done.returncode == report["process_exit_code"]
+    assert report["repo"]["head"] is not None and report["stages"]["merge_sim"]["status"] == "pass"
+    assert report["stages"]["baseline_control"]["status"] == "pass"
+    demo_repo = Path(report["repo"]["worktree"])
+    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=demo_repo,
+                          capture_output=True, text=True).stdout == ""
+
+
+@pytest.mark.parametrize("name", ["loosen-tolerance", "clean-fix"])
+def test_doit_validate_picks_another_demo_pr(tmp_path, name):
+    doit(tmp_path, "validate", f"demo={name}")
+    report = json.loads((tmp_path / "reports" / f"demo-{name}" / "validation_report.json").read_text())
+    assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
+
+
+def test_doit_validate_with_variables(repo, tmp_path):
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
+    before = snapshot(repo)
+    done = doit(tmp_path / "home", "validate", f"repo={repo}", f"patch={patch}", "head_sha=" + "f" * 40,
+                "target=tests/test_scale.py", "label=pr-9")
+    report = json.loads((tmp_path / "home" / "reports" / "pr-9" / "validation_report.json").read_text())
+    assert report["verdict"] == "BLOCK" and done.returncode == 1
+    assert report["repo"]["head"] == "f" * 40
+    assert snapshot(repo) == before
+
+
+def test_doit_usage_error_is_one_line_exit_2(repo, tmp_path):
+    done = doit(tmp_path, "validate", f"repo={repo}", "target=tests/test_scale.py", "head_sha=nothex")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("validate-kernel-pr: error: --head-sha")
+    assert not (tmp_path / "reports").exists()

@@ -1,0 +1,86 @@
+import pytest
+
+from kvtasks import report
+from kvtasks.stages import Finding, Stage, StageResult, result
+
+REPO = {"worktree": "/w", "base": "b" * 40, "head": "c" * 40, "kind": "unknown", "patch_sha256": "d" * 64}
+
+
+def results(*extra: StageResult, **facts) -> list[StageResult]:
+    base = StageResult(name="run", facts={"repo": REPO, **facts})
+    selection = StageResult(name="selection", selection={"target": "t.py", "runner": "pytest",
+                                                         "runner_reason": "structure"})
+    return [base, selection, *extra]
+
+
+def passing(name: str, **fields) -> StageResult:
+    return result(name, "pass", "ok", **fields)
+
+
+def test_unbuilt_and_missing_stages_are_backfilled_as_skip():
+    composed = report.compose("x", results(passing("merge_sim")))
+    assert composed.stages.gpu_claim.status == "skip"
+    assert "internal error" in composed.stages.baseline_control.note
+    assert any(f.stage == "baseline_control" for f in composed.findings)
+    assert composed.verdict == "INCONCLUSIVE" and composed.process_exit_code == 2
+
+
+def test_halted_runs_say_why_the_rest_did_not_run():
+    composed = report.compose("x", results(result("merge_sim", "fail", "conflict"), halt="the patch does not apply"))
+    assert composed.stages.correctness_repo_tests.note == "not run: the patch does not apply"
+    assert not any("internal error" in f.detail for f in composed.findings)
+
+
+@pytest.mark.parametrize("severities,verdict,code", [
+    (["blocker", "should-fix", "note"], "BLOCK", 1),
+    (["should-fix", "note"], "NEEDS_WORK", 1),
+    (["note"], "INCONCLUSIVE", 2),
+])
+def test_findings_decide_before_completeness(severities, verdict, code):
+    stage = passing("merge_sim")
+    stage.findings = [Finding(severity=s, stage="merge_sim", detail=s) for s in severities]
+    composed = report.compose("x", results(stage))
+    assert (composed.verdict, composed.process_exit_code) == (verdict, code)
+
+
+def complete_run(**receipt) -> list[StageResult]:
+    stages = [passing(name) for name in report.REQUIRED_STAGES
+              if name not in ("gpu_claim", "correctness_repo_tests", "execution_receipt")]
+    stages.append(passing("gpu_claim", hip_index=0, arch="gfx942", bdf="0000:01:00.0"))
+    stages.append(passing("correctness_repo_tests", exit=0, stats={"executed": 3, "failures": 0, "errors": 0}))
+    stages.append(passing("execution_receipt", **receipt))
+    identity = {"module": "m", "module_path": "/w/m", "python_executable": "py", "python_version": "3",
+                "native_artifacts": []}
+    return results(*stages, runtime_identity=identity, arch_coverage={"gfx942": "runtime"},
+                   arch_coverage_basis={"gfx942": "pytest-junit-executed:3"})
+
+
+def test_pass_needs_every_required_stage_and_the_pass_gate():
+    full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+            "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
+    run = complete_run(**full)
+    run[1].selection.update(expected_route="k:f", shape_vars="M")
+    assert report.compose("x", run).verdict == "PASS"
+
+
+def test_pass_gate_withholds_pass_and_names_what_is_missing():
+    run = complete_run(producer="someone else")
+    composed = report.compose("x", run)
+    assert composed.verdict == "INCONCLUSIVE"
+    withheld = [f.detail for f in composed.findings if f.stage == "report"][0]
+    assert "--expected-route and --shape-vars" in withheld and "execution_receipt lacks" in withheld
+
+
+def test_summary_lists_every_stage_and_finding():
+    stage = result("merge_sim", "fail", "patch | conflict")
+    stage.finding("blocker", "does not apply")
+    text = report.summary_markdown(report.compose("x", results(stage, halt="the patch does not apply")))
+    assert "**BLOCK**" in text and "patch \\| conflict" in text and "- **blocker** (merge_sim): does not apply" in text
+    for name in report.PIPELINE_STAGES:
+        assert f"| {name} |" in text
+
+
+def test_stage_objects_keep_their_own_fields():
+    composed = report.compose("x", results(passing("merge_sim", changed_paths={"a.py": "M"})))
+    assert composed.model_dump()["stages"]["merge_sim"]["changed_paths"] == {"a.py": "M"}
+    assert isinstance(composed.stages.merge_sim, Stage)
