@@ -19,7 +19,8 @@ from doit.exceptions import TaskError, TaskFailed
 
 from kvtasks import report, target
 from kvtasks.request import Request
-from kvtasks.stages import Context, StageResult, correctness, merge_sim, selection, timed
+from kvtasks.gpu import picker
+from kvtasks.stages import Context, StageResult, correctness, gpu_claim, merge_sim, selection, timed
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
 
@@ -56,15 +57,24 @@ def _prepare(ctx: Context) -> list[StageResult]:
     return [facts, merged, timed(ctx, selection.NAME, selection.run)]
 
 
+def _gpu(ctx: Context) -> list[StageResult]:
+    claimed = timed(ctx, gpu_claim.NAME, gpu_claim.run)
+    probed = gpu_claim.requirement(ctx)
+    return [claimed] if probed is None else [claimed, probed]
+
+
 def _base(ctx: Context) -> list[StageResult]:
     return [timed(ctx, correctness.BASELINE, correctness.baseline_control)]
 
 
 def _head(ctx: Context) -> list[StageResult]:
-    return [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests)]
+    results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests)]
+    after = gpu_claim.after_run(ctx)
+    return results if after is None else [*results, after]
 
 
-GROUPS: dict[str, Callable[[Context], list[StageResult]]] = {"prepare": _prepare, "base": _base, "head": _head}
+GROUPS: dict[str, Callable[[Context], list[StageResult]]] = {
+    "prepare": _prepare, "gpu": _gpu, "base": _base, "head": _head}
 
 
 def run_group(request: Request, workspace: Workspace, group: str, quiet: bool = False) -> None:
@@ -88,6 +98,7 @@ def publish(request: Request, workspace: Workspace, quiet: bool = False):
     composed = report.compose(request.label, results)
     paths = workspace.report_paths(request)
     report.publish(composed, paths)
+    picker.release_all()  # the claim is held until the report is written, and no longer
     if not quiet:
         print(report.summary_markdown(composed))
         print(f"report: {paths[-1]}")

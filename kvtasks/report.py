@@ -24,7 +24,6 @@ PRODUCER = "validate-kernel-pr.validation_probe"
 
 # Stages this version of kvtasks does not run yet: present in every report, skip, with why.
 UNBUILT_STAGES = {
-    "gpu_claim": "no GPU claim in this kvtasks version: no device was verified idle or locked",
     "runtime_compat": "no runtime compatibility probe in this kvtasks version: the runtime was not checked",
     "test_policy": "no test-diff policy check in this kvtasks version: tolerances and disabled rows were not compared",
     "correctness_grid": "no independent shape grid in this kvtasks version; coverage is repo-default-only",
@@ -119,7 +118,8 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
     findings: list[Finding] = []
     selection: dict[str, Any] = {}
     facts: dict[str, Any] = {}
-    for stage_result in results:
+    latest = {stage_result.name: stage_result for stage_result in results}  # a later result replaces
+    for stage_result in latest.values():
         if stage_result.stage is not None:
             stages[stage_result.name] = stage_result.stage
         findings.extend(stage_result.findings)
@@ -140,13 +140,14 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
                                     detail="stage result was missing; validation is inconclusive"))
 
     verdict = judge(stages, findings, facts.get("runtime_identity"))
+    coverage, coverage_basis = arch_coverage(stages)
     report = Report(
         label=label,
         started_utc=facts.get("started_utc", utc_now()),
         finished_utc=finished_utc or utc_now(),
         isolation=facts.get("isolation", {"level": "git-worktree + private caches", "container": False}),
-        arch_coverage=facts.get("arch_coverage", {}),
-        arch_coverage_basis=facts.get("arch_coverage_basis", {}),
+        arch_coverage=coverage,
+        arch_coverage_basis=coverage_basis,
         degraded_mode=facts.get("degraded_mode"),
         repo=facts["repo"],
         runtime_identity=facts.get("runtime_identity"),
@@ -163,6 +164,33 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
                                            detail="PASS withheld: " + "; ".join(violations)))
             report.verdict, report.process_exit_code = "INCONCLUSIVE", 2
     return report
+
+
+def arch_coverage(stages: dict[str, Stage]) -> tuple[dict[str, str], dict[str, str]]:
+    """Credit the claimed architecture with runtime coverage from a run that really executed work.
+
+    Only a passing gpu_claim credits anything. A run credits only when it executed at least one
+    test; a script also needs output, and observed_work 0 (a route watched for and never reached)
+    credits nothing. Coverage is about exercise, not success: a failing run that executed counts.
+    """
+    claim = stages.get("gpu_claim")
+    arch = claim.model_extra.get("arch") if claim is not None and claim.status == "pass" else None
+    if not arch or arch == "unknown":
+        return {}, {}
+    for name in ("correctness_grid", "correctness_repo_tests"):
+        stage = stages.get(name)
+        fields = stage.model_extra if stage is not None else {}
+        stats = fields.get("stats") or {}
+        if not stats.get("executed"):
+            continue
+        if stats.get("basis", "").startswith("script"):
+            observed = stats.get("observed_work")
+            if observed == 0 or not fields.get("log_bytes", 1):
+                continue
+            outcome = "script-observed-work" if fields.get("exit") == 0 else "script-nonzero-with-output"
+            return {arch: "runtime"}, {arch: f"{outcome}:{observed} ({name}; {stats.get('basis')})"}
+        return {arch: "runtime"}, {arch: f"pytest-junit-executed:{stats['executed']} ({name})"}
+    return {}, {}
 
 
 def judge(stages: dict[str, Stage], findings: list[Finding], runtime_identity: dict | None) -> Verdict:
@@ -191,8 +219,9 @@ def pass_gate(report: Report) -> list[str]:
     if selection.runner not in ("pytest", "script"):
         missing.append("no runner")
     claim = stages.gpu_claim.model_dump()
-    if not all(claim.get(key) is not None for key in ("hip_index", "arch", "bdf")):
-        missing.append("gpu_claim lacks hip_index, arch or bdf")
+    index = claim.get("hip_index", claim.get("cuda_index"))
+    if index is None or not claim.get("arch") or not claim.get("bdf"):
+        missing.append("gpu_claim lacks a device index, arch or bdf")
     repo_tests = stages.correctness_repo_tests.model_dump()
     stats = repo_tests.get("stats") or {}
     if repo_tests.get("exit") != 0 or stats.get("failures") or stats.get("errors") or not stats.get("executed"):

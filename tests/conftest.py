@@ -1,10 +1,54 @@
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from kvtasks import cli
 from tests.kernel_repos import kernel_repo, snapshot
+
+FAKES = Path(__file__).parent / "fakes"
+IDLE_AMD = {"hip_id": 57, "bdf": "0000:c1:00.0", "market_name": "Fake Instinct MI-T",
+            "target_graphics_version": "gfx-test", "gfx_activity": [0, 1], "vram_total": 196608, "vram_used": 300}
+
+
+@pytest.fixture(autouse=True)
+def private_gpu_locks(tmp_path, monkeypatch):
+    """Every test gets its own lock folder and a fast sampling window; none touches real locks."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    monkeypatch.setenv("KVTASKS_LOCK_DIR", str(locks))
+    monkeypatch.setenv("KVTASKS_IDLE_SAMPLES", "2")
+    monkeypatch.setenv("KVTASKS_IDLE_INTERVAL_S", "0")
+    for name in ("PICKER", "KVTASKS_FAKE_AMDSMI", "KVTASKS_FAKE_NVML"):
+        monkeypatch.delenv(name, raising=False)
+    return locks
+
+
+@pytest.fixture
+def gpu_host(tmp_path, monkeypatch):
+    """Put fake amdsmi/pynvml first on the path (here and for child validators) with given devices."""
+    monkeypatch.syspath_prepend(str(FAKES))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKES), os.environ.get("PYTHONPATH")])))
+
+    def configure(amd: list | None = None, nvidia: list | None = None, **amd_options) -> None:
+        for variable, devices, extra in (("KVTASKS_FAKE_AMDSMI", amd, amd_options), ("KVTASKS_FAKE_NVML", nvidia, {})):
+            if devices is None:
+                monkeypatch.delenv(variable, raising=False)
+                continue
+            config = tmp_path / f"{variable.lower()}.json"
+            config.write_text(json.dumps({"devices": devices, **extra}))
+            monkeypatch.setenv(variable, str(config))
+
+    yield configure
+    for module in ("amdsmi", "pynvml"):
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def idle_gpu(gpu_host):
+    gpu_host(amd=[IDLE_AMD])
 
 
 @pytest.fixture
@@ -38,7 +82,7 @@ class Validation:
 
 
 @pytest.fixture
-def validate(home, tmp_path):
+def validate(home, tmp_path, idle_gpu):
     """Run the flag CLI in-process and check the worktree is handed back byte-identical."""
     def run(repo: Path, *flags: str, check_handback: bool = True) -> Validation:
         out = tmp_path / "out" / "validation_report.json"

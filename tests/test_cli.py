@@ -131,7 +131,7 @@ def test_slow():
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("phase", ["base-repo", "head-repo"])
-def test_signal_mid_run_hands_the_tree_back_byte_identical(sig, phase, repo, home, tmp_path):
+def test_signal_mid_run_hands_the_tree_back_byte_identical(sig, phase, repo, home, tmp_path, idle_gpu):
     marker = tmp_path / "started"
     slow_test = SLOW_TEST.format(marker=marker)
     patch = make_patch(repo, {"tests/test_slow.py": slow_test, "kernels/scale.py": None}, tmp_path / "pr.patch")

@@ -39,7 +39,7 @@ def test_doit_validate_picks_another_demo_pr(tmp_path, name):
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
 
 
-def test_doit_validate_with_variables(repo, tmp_path):
+def test_doit_validate_with_variables(repo, tmp_path, idle_gpu):
     patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
     before = snapshot(repo)
     done = doit(tmp_path / "home", "validate", f"repo={repo}", f"patch={patch}", "head_sha=" + "f" * 40,

@@ -8,7 +8,7 @@ head. Both borrow the tree through `Worktree.handback`, which returns it clean o
 from __future__ import annotations
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, result
+from kvtasks.stages import Context, StageResult, gpu_claim, result
 from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -17,7 +17,11 @@ REPO_TESTS = "correctness_repo_tests"
 
 
 def gate(ctx: Context) -> str | None:
-    """Why correctness cannot run at all, or None when it can."""
+    """Why correctness cannot run at all, or None when it can (the first reason that applies)."""
+    claim = ctx.earlier.get(gpu_claim.NAME)
+    claimed = claim is not None and claim.stage.status == "pass"
+    if not claimed and ctx.selected("gpu_requirement") != "not-required":
+        return "no verified-idle GPU was claimed and the target was not shown to run without one"
     runner = ctx.selected("runner", "none")
     if runner == "none":
         return f"no runner: {ctx.selected('runner_reason', 'runner selection did not run')}"
@@ -31,7 +35,8 @@ def _state(run: TargetRun) -> str:
 
 
 def _run_fields(run: TargetRun) -> dict:
-    return {"exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), "timed_out": run.timed_out}
+    return {"exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
+            "timed_out": run.timed_out}
 
 
 def baseline_control(ctx: Context) -> StageResult:
@@ -49,7 +54,8 @@ def baseline_control(ctx: Context) -> StageResult:
             return result(BASELINE, "skip", f"base tree is not clean ({len(before)} entries); nothing was run")
         if worktree.exists_on_base(request.target_path):
             ctx.say("baseline_control: running base-repo")
-            runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo"))
+            runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo",
+                                   visible_devices=gpu_claim.visible_devices(ctx)))
             repo_tests = {"state": _state(runs[0]), **_run_fields(runs[0])}
         else:
             repo_tests = {"state": "target-not-present", "stats": None}
@@ -86,7 +92,8 @@ def repo_tests(ctx: Context) -> StageResult:
                 return stage.finding("note", "head was not tested: the patch did not apply after the base run")
         expected = set(worktree.status())
         ctx.say("correctness_repo_tests: running head-repo")
-        run = target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo")
+        run = target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
+                         visible_devices=gpu_claim.visible_devices(ctx))
         artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
 
     stage = _judge_head(ctx, run, baseline.stage.model_extra.get("repo_tests") if baseline else None)

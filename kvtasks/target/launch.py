@@ -45,6 +45,13 @@ class TargetRun(BaseModel):
     def passed(self) -> bool:
         return self.exit == 0 and not self.timed_out
 
+    @property
+    def log_bytes(self) -> int:
+        try:
+            return Path(self.log).stat().st_size
+        except OSError:
+            return 0
+
     def log_tail(self, lines: int = 4, width: int = 220) -> str:
         try:
             text = Path(self.log).read_text(errors="replace")

@@ -1,0 +1,242 @@
+"""Pick idle GPUs over a sampling window, and hold the claim as a lock for the whole run.
+
+A device is idle when its peak GFX activity over the window stays at or below max_busy_pct (or
+activity cannot be read at all: then VRAM alone decides and the basis says `vram-only`), its
+used VRAM is at most max_used_gib and its free VRAM at least min_free_gib.
+
+Exit codes, as a command (`python -m kvtasks.gpu.picker --samples N --interval S --quiet --all`)
+and as a library: 0 chosen, 1 GPUs present but none idle, 2 no management library could query
+the GPUs, 3 no GPUs. stdout carries only device indices, best first; stderr always carries one
+`idleness-basis: activity+vram|vram-only` line when something was chosen.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
+
+CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS = 0, 1, 2, 3
+
+
+class IdleSettings(BaseModel):
+    samples: int = 10
+    interval_s: float = 1.0
+    max_busy_pct: float = 2.0
+    max_used_gib: float = 2.0
+    min_free_gib: float = 16.0
+
+    @classmethod
+    def from_environ(cls, environ=os.environ) -> "IdleSettings":
+        """KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3."""
+        values = {name: environ[f"KVTASKS_IDLE_{name.upper()}"] for name in cls.model_fields
+                  if environ.get(f"KVTASKS_IDLE_{name.upper()}")}
+        return cls(**values)
+
+
+@dataclass
+class Window:
+    """One device seen across the sampling window, and whether it counts as idle."""
+
+    device: Device
+    readings: list[float | None] = field(default_factory=list)
+    used_gib: float = 0.0
+    free_gib: float = 0.0
+    verdict: str = ""
+
+    @property
+    def known(self) -> list[float]:
+        return [value for value in self.readings if value is not None]
+
+    @property
+    def peak(self) -> float | None:
+        return max(self.known) if self.known else None
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.known) if self.known else None
+
+    @property
+    def basis(self) -> str:
+        return "activity+vram" if self.known else "vram-only"
+
+    def judge(self, settings: IdleSettings) -> bool:
+        if self.device.index is None:
+            self.verdict = "SKIP no device index"
+        elif self.peak is not None and self.peak > settings.max_busy_pct:
+            self.verdict = f"BUSY peaked {self.peak:g}%"
+        elif self.used_gib > settings.max_used_gib:
+            self.verdict = f"HELD {self.used_gib:.1f} GiB used"
+        elif self.free_gib < settings.min_free_gib:
+            self.verdict = f"FULL {self.free_gib:.1f} GiB free"
+        else:
+            self.verdict = "idle" if self.peak is not None else "idle by VRAM only (activity unavailable)"
+            return True
+        return False
+
+    def rank_key(self) -> tuple:
+        # measured devices before unknown ones; then quietest, then emptiest
+        return (self.peak is None, self.peak or 0.0, self.mean or 0.0, self.used_gib, -self.free_gib)
+
+
+@dataclass
+class Pick:
+    code: int
+    message: str
+    ranked: list[Window] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    vendor: str | None = None
+
+    @property
+    def basis(self) -> str:
+        return self.ranked[0].basis if self.ranked else "unknown"
+
+
+def _sample(backend: Backend, devices: list[Device], settings: IdleSettings) -> list[Window]:
+    windows = [Window(device) for device in devices]
+    for sample in range(settings.samples):
+        if sample:
+            time.sleep(settings.interval_s)
+        for window in windows:
+            window.readings.append(backend.activity(window.device))
+    for window in windows:  # resident VRAM moves slowly: one reading after the window
+        used, total = backend.vram_mib(window.device)
+        window.used_gib, window.free_gib = used / 1024, (total - used) / 1024
+    return windows
+
+
+def pick(settings: IdleSettings | None = None) -> Pick:
+    settings = settings or IdleSettings.from_environ()
+    backends, open_failures = open_backends()
+    query_failures = []
+    try:
+        for backend in backends:
+            try:
+                devices = backend.devices()
+                if not devices:
+                    continue
+                windows = _sample(backend, devices, settings)
+            except BackendUnavailable as exc:
+                query_failures.append(str(exc))
+                continue
+            idle = sorted((w for w in windows if w.judge(settings)), key=Window.rank_key)
+            if idle:
+                return Pick(CHOSEN, f"{len(idle)} of {len(windows)} {backend.vendor} GPUs idle", idle, windows,
+                            backend.vendor)
+            unknown = all(w.peak is None for w in windows)
+            return Pick(NONE_IDLE, f"{len(windows)} {backend.vendor} GPUs present but none stayed below the "
+                                   "idleness thresholds across the window"
+                                   + (" (activity was unavailable on every GPU)" if unknown else ""),
+                        [], windows, backend.vendor)
+    finally:
+        for backend in backends:
+            backend.close()
+    said = "; ".join(query_failures + open_failures) or "the management libraries report no devices"
+    if query_failures:
+        return Pick(UNQUERYABLE, f"GPU management could not be queried ({said}); this says nothing about the GPUs")
+    if device_nodes_present():
+        return Pick(UNQUERYABLE, f"GPU device nodes exist but no management library reported a device ({said})")
+    return Pick(NO_GPUS, f"this host reports no GPUs: no GPU device node (/dev/kfd, /dev/nvidiactl) and {said}")
+
+
+def find_device(index: int) -> tuple[Device, Backend] | None:
+    """The device a picker named by its visible index, with an open backend (caller closes it)."""
+    backends, _ = open_backends()
+    found = None
+    for backend in backends:
+        if found is None:
+            try:
+                match = [d for d in backend.devices() if d.index == index]
+            except BackendUnavailable:
+                match = []
+            if match:
+                found = (match[0], backend)
+                continue
+        backend.close()
+    return found
+
+
+# -- the claim: a non-blocking flock held by the validating process ----------------------------
+
+@dataclass
+class Lease:
+    index: int
+    path: Path
+    fd: int
+
+
+_HELD: list[Lease] = []
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("KVTASKS_LOCK_DIR") or "/tmp")
+
+
+def try_lock(index: int) -> Lease | None:
+    path = lock_dir() / f"gpu-{index}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    lease = Lease(index, path, fd)
+    _HELD.append(lease)
+    return lease
+
+
+def release(lease: Lease) -> None:
+    if lease in _HELD:
+        _HELD.remove(lease)
+        os.close(lease.fd)
+
+
+def release_all() -> None:
+    for lease in list(_HELD):
+        release(lease)
+
+
+def held() -> list[Lease]:
+    return list(_HELD)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvtasks.gpu.picker", description=__doc__.splitlines()[0])
+    defaults = IdleSettings.from_environ()
+    parser.add_argument("--samples", type=int, default=defaults.samples)
+    parser.add_argument("--interval", type=float, default=defaults.interval_s)
+    parser.add_argument("--max-busy", type=float, default=defaults.max_busy_pct)
+    parser.add_argument("--max-used-gib", type=float, default=defaults.max_used_gib)
+    parser.add_argument("--min-free-gib", type=float, default=defaults.min_free_gib)
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--all", action="store_true", help="print every idle index, best first")
+    args = parser.parse_args(argv)
+    if args.samples < 1 or args.interval < 0:
+        parser.error("--samples must be at least 1 and --interval at least 0")
+    result = pick(IdleSettings(samples=args.samples, interval_s=args.interval, max_busy_pct=args.max_busy,
+                               max_used_gib=args.max_used_gib, min_free_gib=args.min_free_gib))
+    if not args.quiet:
+        for window in result.windows:
+            peak = "n/a" if window.peak is None else f"{window.peak:g}%"
+            print(f"smi {window.device.smi_index} index {window.device.index} {window.device.bdf} peak {peak} "
+                  f"used {window.used_gib:.1f} GiB free {window.free_gib:.1f} GiB: {window.verdict}",
+                  file=sys.stderr)
+    if result.code == CHOSEN:
+        for window in result.ranked if args.all else result.ranked[:1]:
+            print(window.device.index)
+        print(f"idleness-basis: {result.basis}", file=sys.stderr)
+    else:
+        print(result.message, file=sys.stderr)
+    return result.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

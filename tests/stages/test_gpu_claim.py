@@ -1,0 +1,178 @@
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import IDLE_AMD
+from tests.kernel_repos import git, make_patch
+
+GPU_ONLY_TEST = '''import os
+
+
+def test_needs_a_device():
+    assert os.environ.get("HIP_VISIBLE_DEVICES"), "no GPU visible"
+'''
+SKIPIF_GUARDED = '''import os
+
+import pytest
+
+
+@pytest.mark.skipif(not os.environ.get("HIP_VISIBLE_DEVICES"), reason="needs a GPU")
+def test_on_device():
+    pass
+'''
+
+
+def readme_patch(repo, tmp_path):
+    return make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
+
+
+def test_claim_records_every_field_and_credits_the_arch(repo, validate, tmp_path):
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    claim = result.stage("gpu_claim")
+    assert claim["status"] == "pass"
+    assert (claim["hip_index"], claim["amd_smi_index"], claim["bdf"]) == (57, 0, "0000:c1:00.0")
+    assert (claim["model"], claim["arch"], claim["vendor"]) == ("Fake Instinct MI-T", "gfx-test", "amd")
+    assert claim["idleness_basis"] == "activity+vram"
+    assert isinstance(claim["gfx_activity_before_pct"], int) and isinstance(claim["gfx_activity_after_pct"], int)
+    assert claim["host"] and claim["lock"].endswith("gpu-57.lock")
+    assert result.report["degraded_mode"] is None
+    assert result.report["arch_coverage"] == {"gfx-test": "runtime"}
+    assert result.report["arch_coverage_basis"]["gfx-test"].startswith("pytest-junit-executed:2")
+
+
+def test_the_target_sees_only_the_claimed_device(repo, validate, tmp_path):
+    patch = make_patch(repo, {"tests/test_gpu.py": GPU_ONLY_TEST.replace(
+        'assert os.environ.get("HIP_VISIBLE_DEVICES")', 'assert os.environ.get("HIP_VISIBLE_DEVICES") == "57"')},
+        tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_gpu.py")
+    assert result.stage("correctness_repo_tests")["status"] == "pass"
+
+
+def test_vram_only_basis_keeps_activity_null(repo, validate, gpu_host, tmp_path):
+    gpu_host(amd=[{**IDLE_AMD, "gfx_activity": "raise"}])
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    claim = result.stage("gpu_claim")
+    assert claim["status"] == "pass" and claim["idleness_basis"] == "vram-only"
+    assert claim["gfx_activity_before_pct"] is None
+    assert "activity API does not report" in claim["post_run_note"]
+    assert any("VRAM only" in f["detail"] for f in result.findings("note"))
+
+
+def test_lock_falls_through_to_the_next_idle_gpu(repo, validate, gpu_host, private_gpu_locks, tmp_path):
+    second = {**IDLE_AMD, "hip_id": 12, "bdf": "0000:c2:00.0", "gfx_activity": [1, 2]}
+    gpu_host(amd=[IDLE_AMD, second])
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, time\n"
+        f"fd = os.open({str(private_gpu_locks / 'gpu-57.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.stage("gpu_claim")["hip_index"] == 12
+
+
+def test_all_idle_gpus_locked_is_a_skip(repo, validate, private_gpu_locks, tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, time\n"
+        f"fd = os.open({str(private_gpu_locks / 'gpu-57.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    finally:
+        holder.kill()
+        holder.wait()
+    claim = result.stage("gpu_claim")
+    assert claim["status"] == "skip" and "already locked by another validator" in claim["note"]
+    assert result.report["degraded_mode"] == "NO_GPU"
+
+
+@pytest.mark.parametrize("amd,options,reason", [
+    ([], {}, "this host reports no GPUs"),
+    ([{**IDLE_AMD, "gfx_activity": [50]}], {}, "none stayed below the idleness thresholds"),
+    ([IDLE_AMD], {"handles": "raise"}, "could not be queried; this says nothing about the GPUs"),
+])
+def test_each_no_gpu_reason_is_distinct(repo, validate, gpu_host, tmp_path, amd, options, reason):
+    gpu_host(amd=amd, **options)
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    claim = result.stage("gpu_claim")
+    assert claim["status"] == "skip" and reason in claim["note"]
+    assert result.report["degraded_mode"] == "NO_GPU"
+    assert result.report["arch_coverage"] == {}
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def write_picker(tmp_path, stdout: str, code: int, basis: str = "activity+vram"):
+    script = tmp_path / "my-picker"
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write({stdout!r})\n"
+                      f"print('idleness-basis: {basis}', file=sys.stderr)\nsys.exit({code})\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_picker_override_is_used_and_its_index_is_mapped_back(repo, validate, monkeypatch, tmp_path):
+    monkeypatch.setenv("PICKER", str(write_picker(tmp_path, "57\n", 0, basis="vram-only")))
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    claim = result.stage("gpu_claim")
+    assert claim["status"] == "pass" and claim["hip_index"] == 57 and claim["idleness_basis"] == "vram-only"
+    assert claim["picker"].startswith("PICKER")
+
+
+@pytest.mark.parametrize("code,reason", [
+    (1, "none stayed below"), (2, "could not be queried"), (3, "reports no GPUs"), (7, "picker failed with exit 7")])
+def test_picker_override_exit_codes(repo, validate, monkeypatch, tmp_path, code, reason):
+    monkeypatch.setenv("PICKER", str(write_picker(tmp_path, "", code)))
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    assert result.stage("gpu_claim")["status"] == "skip" and reason in result.stage("gpu_claim")["note"]
+
+
+def test_picker_naming_an_unknown_index_is_not_claimed(repo, validate, monkeypatch, tmp_path):
+    monkeypatch.setenv("PICKER", str(write_picker(tmp_path, "3\n", 0)))
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    assert "could not be mapped back" in result.stage("gpu_claim")["note"]
+
+
+def test_missing_picker_is_its_own_reason(repo, validate, monkeypatch, tmp_path):
+    monkeypatch.setenv("PICKER", str(tmp_path / "no-such-picker"))
+    result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
+    assert "picker unavailable" in result.stage("gpu_claim")["note"]
+
+
+def test_on_this_host_a_cpu_suite_is_not_required_and_still_inconclusive(repo, home, tmp_path):
+    from tests.conftest import Validation
+    from kvtasks import cli
+
+    out = tmp_path / "r.json"
+    code = cli.main(["--repo", str(repo), "--patch", str(readme_patch(repo, tmp_path)),
+                     "--target", "tests/test_scale.py", "--out", str(out), "--quiet"])
+    result = Validation(code, out)
+    assert result.stage("gpu_claim")["status"] == "skip"
+    assert "reports no GPUs" in result.stage("gpu_claim")["note"]
+    selection = result.report["test_selection"]
+    assert selection["gpu_requirement"] == "not-required" and "2 executed" in selection["gpu_requirement_basis"]
+    assert result.stage("correctness_repo_tests")["status"] == "pass"
+    assert result.report["arch_coverage"] == {} and result.verdict == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize("suite", [GPU_ONLY_TEST, SKIPIF_GUARDED])
+def test_on_this_host_a_gpu_suite_is_required_and_correctness_is_skipped(repo, home, tmp_path, suite):
+    from tests.conftest import Validation
+    from kvtasks import cli
+
+    (repo / "tests/test_gpu.py").write_text(suite)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "gpu suite")
+    out = tmp_path / "r.json"
+    code = cli.main(["--repo", str(repo), "--patch", str(readme_patch(repo, tmp_path)),
+                     "--target", "tests/test_gpu.py", "--out", str(out), "--quiet"])
+    result = Validation(code, out)
+    assert result.report["test_selection"]["gpu_requirement"] == "required"
+    assert result.stage("correctness_repo_tests")["status"] == "skip"
+    assert "no verified-idle GPU" in result.stage("correctness_repo_tests")["note"]
+    assert result.verdict == "INCONCLUSIVE"
