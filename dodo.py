@@ -16,7 +16,7 @@ WORKSPACE = graph.Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__
 DOIT_CONFIG = WORKSPACE.doit_config()
 
 OPTIONS = ("repo", "target", "tests", "patch", "head_sha", "expected_route", "shape_vars", "shape_env",
-           "shape_arg", "shape_argnames", "grid", "axis", "runner", "tol_table", "perf_args",
+           "shape_arg", "shape_argnames", "grid", "axis", "runner", "tol_table", "runtime_module", "perf_args",
            "perf_control_column", "no_perf", "label", "out")
 
 

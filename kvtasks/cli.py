@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     add("--axis", action="append", default=[], help="repeatable NAME=--flag:v1;v2")
     add("--runner", help="force pytest or script")
     add("--tol-table", default="", help='reference tolerances "f32=1e-5,f16=2e-3"')
+    add("--runtime-module", default="", help="module the runtime probe imports (default: by repository layout)")
     add("--perf-args", default="", help="benchmark entry point for the timing stage")
     add("--perf-control-column", default="", help="a timing column the patch does not touch")
     add("--no-perf", action="store_true", help="skip the timing stage")

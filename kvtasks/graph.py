@@ -20,7 +20,8 @@ from doit.exceptions import TaskError, TaskFailed
 from kvtasks import report, target
 from kvtasks.request import Request
 from kvtasks.gpu import picker
-from kvtasks.stages import Context, StageResult, correctness, gpu_claim, merge_sim, selection, timed
+from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, merge_sim, runtime_compat, selection,
+                            test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
 
@@ -54,13 +55,13 @@ def _prepare(ctx: Context) -> list[StageResult]:
     merged = timed(ctx, merge_sim.NAME, merge_sim.run)
     if "halt" in merged.facts:
         return [facts, merged]
-    return [facts, merged, timed(ctx, selection.NAME, selection.run)]
+    return [facts, merged, timed(ctx, selection.NAME, selection.run), timed(ctx, test_policy.NAME, test_policy.run)]
 
 
 def _gpu(ctx: Context) -> list[StageResult]:
-    claimed = timed(ctx, gpu_claim.NAME, gpu_claim.run)
-    probed = gpu_claim.requirement(ctx)
-    return [claimed] if probed is None else [claimed, probed]
+    results = [timed(ctx, gpu_claim.NAME, gpu_claim.run), timed(ctx, runtime_compat.NAME, runtime_compat.run)]
+    probed = gpu_claim.requirement(ctx) if runtime_compat.established(ctx) else None
+    return results if probed is None else [*results, probed]
 
 
 def _base(ctx: Context) -> list[StageResult]:

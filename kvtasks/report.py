@@ -24,8 +24,6 @@ PRODUCER = "validate-kernel-pr.validation_probe"
 
 # Stages this version of kvtasks does not run yet: present in every report, skip, with why.
 UNBUILT_STAGES = {
-    "runtime_compat": "no runtime compatibility probe in this kvtasks version: the runtime was not checked",
-    "test_policy": "no test-diff policy check in this kvtasks version: tolerances and disabled rows were not compared",
     "correctness_grid": "no independent shape grid in this kvtasks version; coverage is repo-default-only",
     "execution_receipt": "no route probe in this kvtasks version: no execution receipt was written",
     "perf": "no timing stage in this kvtasks version: perf was not measured (not 'no regression')",

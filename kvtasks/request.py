@@ -104,6 +104,7 @@ class Request(BaseModel):
     axis: tuple[str, ...] = ()
     runner: Literal["pytest", "script"] | None = None
     tol_table: str = ""
+    runtime_module: str = ""
     perf_args: str = ""
     perf_control_column: str = ""
     no_perf: bool = False
@@ -220,6 +221,7 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         axis=tuple(str(a) for a in axis),
         runner=runner,
         tol_table=text("tol_table"),
+        runtime_module=text("runtime_module"),
         perf_args=text("perf_args"),
         perf_control_column=text("perf_control_column"),
         no_perf=_truthy(options.get("no_perf")),

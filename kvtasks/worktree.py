@@ -117,8 +117,10 @@ class Worktree:
     def exists_on_base(self, path: str) -> bool:
         return self._run("cat-file", "-e", f"HEAD:{path}", check=False)[0] == 0
 
-    def head_view(self, patch: str, wanted: list[str]) -> HeadView:
-        """Apply `patch` to a private index and object store; raise GitFailed on conflict."""
+    def head_view(self, patch: str) -> HeadView:
+        """Apply `patch` to a private index and object store; raise GitFailed on conflict.
+
+        The head text of every changed path is read while the private index exists."""
         objects = self._run("rev-parse", "--path-format=absolute", "--git-common-dir")[1].strip()
         with tempfile.TemporaryDirectory(prefix="kvtasks-head-") as scratch:
             (Path(scratch) / "objects" / "info").mkdir(parents=True)
@@ -133,9 +135,9 @@ class Worktree:
             parts = [part for part in out.split("\0") if part]
             changes = dict(zip(parts[1::2], (code[0] for code in parts[0::2])))
             blobs: dict[str, bytes | None] = {}
-            for path in wanted:
+            for path in changes:
                 status, content, _ = self._run("show", f":{path}", env=env, check=False)
-                blobs[path] = content.encode() if status == 0 else None
+                blobs[path] = content.encode("utf-8", "surrogateescape") if status == 0 else None
         return HeadView(changes=changes, _blobs=blobs)
 
     def check_apply(self, patch: str) -> None:

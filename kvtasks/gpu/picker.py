@@ -25,6 +25,11 @@ from pydantic import BaseModel
 from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
 
 CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS = 0, 1, 2, 3
+HEADLINES = {
+    NONE_IDLE: "GPUs present but none stayed below the idleness thresholds across the window",
+    UNQUERYABLE: "GPU management (AMD SMI / NVML) could not be queried; this says nothing about the GPUs",
+    NO_GPUS: "this host reports no GPUs",
+}
 
 
 class IdleSettings(BaseModel):
@@ -132,19 +137,19 @@ def pick(settings: IdleSettings | None = None) -> Pick:
                 return Pick(CHOSEN, f"{len(idle)} of {len(windows)} {backend.vendor} GPUs idle", idle, windows,
                             backend.vendor)
             unknown = all(w.peak is None for w in windows)
-            return Pick(NONE_IDLE, f"{len(windows)} {backend.vendor} GPUs present but none stayed below the "
-                                   "idleness thresholds across the window"
-                                   + (" (activity was unavailable on every GPU)" if unknown else ""),
+            verdicts = "; ".join(f"{w.device.index}: {w.verdict}" for w in windows)
+            return Pick(NONE_IDLE, f"{len(windows)} {backend.vendor} GPUs ({verdicts})"
+                                   + (", activity unavailable on every GPU" if unknown else ""),
                         [], windows, backend.vendor)
     finally:
         for backend in backends:
             backend.close()
     said = "; ".join(query_failures + open_failures) or "the management libraries report no devices"
     if query_failures:
-        return Pick(UNQUERYABLE, f"GPU management could not be queried ({said}); this says nothing about the GPUs")
+        return Pick(UNQUERYABLE, said)
     if device_nodes_present():
-        return Pick(UNQUERYABLE, f"GPU device nodes exist but no management library reported a device ({said})")
-    return Pick(NO_GPUS, f"this host reports no GPUs: no GPU device node (/dev/kfd, /dev/nvidiactl) and {said}")
+        return Pick(UNQUERYABLE, f"GPU device nodes exist but no management library reported a device: {said}")
+    return Pick(NO_GPUS, f"no GPU device node (/dev/kfd, /dev/nvidiactl), and {said}")
 
 
 def find_device(index: int) -> tuple[Device, Backend] | None:
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             print(window.device.index)
         print(f"idleness-basis: {result.basis}", file=sys.stderr)
     else:
-        print(result.message, file=sys.stderr)
+        print(f"{HEADLINES[result.code]}: {result.message}", file=sys.stderr)
     return result.code
 
 

@@ -69,7 +69,14 @@ class Context:
     def head_view(self) -> HeadView | None:
         if not self.request.has_patch:
             return None
-        return self.worktree.head_view(self.request.patch, [self.request.target_path])
+        return self.worktree.head_view(self.request.patch)
+
+    def head_text(self, path: str) -> str | None:
+        """A file as the merged head has it, without touching the tree (unchanged files: as supplied)."""
+        if self.head_view is not None and path in self.head_view.changes:
+            return self.head_view.read(path)
+        file = self.worktree.path / path
+        return file.read_text(errors="replace") if file.is_file() else None
 
     def fact(self, name: str, default: Any = None) -> Any:
         for stage_result in self.earlier.values():

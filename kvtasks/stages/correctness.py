@@ -8,7 +8,7 @@ head. Both borrow the tree through `Worktree.handback`, which returns it clean o
 from __future__ import annotations
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.stages import Context, StageResult, gpu_claim, result, runtime_compat
 from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -22,6 +22,8 @@ def gate(ctx: Context) -> str | None:
     claimed = claim is not None and claim.stage.status == "pass"
     if not claimed and ctx.selected("gpu_requirement") != "not-required":
         return "no verified-idle GPU was claimed and the target was not shown to run without one"
+    if not runtime_compat.established(ctx):
+        return "runtime compatibility was not established"
     runner = ctx.selected("runner", "none")
     if runner == "none":
         return f"no runner: {ctx.selected('runner_reason', 'runner selection did not run')}"

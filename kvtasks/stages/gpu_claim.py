@@ -17,17 +17,12 @@ from kvtasks.stages import Context, StageResult, result
 from kvtasks.worktree import GitFailed
 
 NAME = "gpu_claim"
-_PICKER_SKIPS = {
-    picker.NONE_IDLE: "GPUs present but none stayed below the idleness thresholds across the window",
-    picker.UNQUERYABLE: "GPU management (AMD SMI / NVML) could not be queried; this says nothing about the GPUs",
-    picker.NO_GPUS: "this host reports no GPUs",
-}
 
 
 def _no_gpu(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, **fields)
     stage.facts["degraded_mode"] = "NO_GPU"
-    stage.finding("note", f"no GPU was claimed ({note}); no runtime correctness claim is made")
+    stage.finding("note", "no GPU was claimed (see gpu_claim); no runtime correctness claim is made")
     return stage
 
 
@@ -68,9 +63,8 @@ def run(ctx: Context) -> StageResult:
         windows = {window.device.index: window for window in chosen.ranked}
         picker_name = "built-in picker"
     if code != picker.CHOSEN:
-        note = _PICKER_SKIPS.get(code, f"picker failed with exit {code}")
-        return _no_gpu(f"{note} ({picker_name}, exit {code}: {said})" if said else f"{note} ({picker_name})",
-                       picker_exit=code)
+        headline = picker.HEADLINES.get(code, f"picker failed with exit {code}")
+        return _no_gpu(f"{headline} ({picker_name}, exit {code}){': ' + said if said else ''}", picker_exit=code)
     if not ranked:
         return _no_gpu(f"picker exited 0 but named no device ({picker_name})", picker_exit=code)
 

@@ -15,13 +15,6 @@ _ARGV_PARSERS = {"parse_args", "parse_known_args", "parse_intermixed_args"}
 _COLLECTING_DECORATORS = ("parametrize", "fixture", "usefixtures")
 
 
-def _head_text(ctx: Context) -> str | None:
-    if ctx.head_view is not None:
-        return ctx.head_view.read(ctx.request.target_path)
-    path = ctx.worktree.path / ctx.request.target_path
-    return path.read_text(errors="replace") if path.is_file() else None
-
-
 def classify(source: str, explicit_node: bool) -> tuple[str, str]:
     """Return (runner, reason) from the structure of the target's source."""
     if explicit_node:
@@ -108,7 +101,7 @@ def run(ctx: Context) -> StageResult:
     if provenance in ("pr-added", "pr-modified"):
         stage_result.finding("note", f"target is {provenance}: {provenance_reason}")
 
-    source = _head_text(ctx)
+    source = ctx.head_text(request.target_path)
     explicit_node = "::" in request.target
     if source is None:
         runner, reason, basis = "none", f"target {request.target_path} does not exist on head", "target-missing"

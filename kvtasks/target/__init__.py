@@ -1,12 +1,14 @@
 """One target run: the constructed environment, the launch, and what the run left behind."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Mapping
 
 from kvtasks.request import Request
-from kvtasks.target import environment
+from kvtasks.target import environment, runtime_probe
 from kvtasks.target.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
@@ -41,6 +43,26 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     )
 
 
+def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],
+                  visible_devices: Mapping[str, str] = NO_DEVICE) -> tuple[dict | None, str]:
+    """Import `module` the way the target would; return what the probe saw (None if it died) and its log."""
+    probe_dir = run_dir / "runtime"
+    probe_dir.mkdir(parents=True, exist_ok=True)
+    out = probe_dir / "runtime.json"
+    out.unlink(missing_ok=True)
+    env = target_env(request, run_dir, "head", "runtime-probe", visible_devices)
+    done = subprocess.run(
+        # run as -c, not by path: the probe's own folder must not shadow the checkout's modules
+        [request.host.python_bin, "-c", Path(runtime_probe.__file__).read_text(), str(out), module, *roots],
+        cwd=request.repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=min(300, request.host.timeout),
+    )
+    log = (done.stdout + done.stderr)[-2000:]
+    if not out.is_file():
+        return None, f"probe exited {done.returncode} without a result: {log}"
+    return json.loads(out.read_text()), log
+
+
 def pytest_available(request: Request, run_dir: Path) -> bool:
     return pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
                            cwd=run_dir)
@@ -56,4 +78,4 @@ def isolation_facts() -> dict:
     }
 
 
-__all__ = ["TargetRun", "run", "pytest_available", "isolation_facts", "NO_DEVICE"]
+__all__ = ["TargetRun", "run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]

@@ -64,7 +64,7 @@ def test_exit_codes_no_gpus_and_unqueryable(gpu_host):
     assert picker.pick().code == picker.NO_GPUS
     gpu_host(amd=[IDLE_AMD], handles="raise")
     unqueryable = picker.pick()
-    assert unqueryable.code == picker.UNQUERYABLE and "says nothing about the GPUs" in unqueryable.message
+    assert unqueryable.code == picker.UNQUERYABLE and "amdsmi_get_processor_handles failed" in unqueryable.message
 
 
 def test_this_host_without_libraries_reports_no_gpus():

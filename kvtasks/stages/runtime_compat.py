@@ -1,0 +1,157 @@
+"""runtime_compat: does the repository's own package import from this checkout, against the
+runtime that is actually installed?
+
+Profiles: aiter (imports from the checkout), FlyDSL (the pinned package from PYLIB when given,
+its version compared with the checkout's python/flydsl), and a generic one for any other kernel
+repository (`--runtime-module`, else inferred from what the target imports). A mismatch is an
+environment fact: skip with reason runtime_mismatch, nothing blamed on the author.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from kvtasks import target
+from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.worktree import GitFailed
+
+NAME = "runtime_compat"
+MISMATCH = "runtime_mismatch"
+_RUNTIME_PREFIXES = ("python/flydsl/", "python/mlir_flydsl/", "lib/", "include/", "cmake/", "thirdparty/",
+                     "tools/", "csrc/")
+_PACKAGING = {"CMakeLists.txt", "MANIFEST.in", "setup.py", "setup.cfg", "pyproject.toml", "requirements.txt"}
+_NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hip", ".cmake", ".pyx", ".pxd",
+                    ".td", ".inc")
+_VERSION = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+@dataclass
+class Profile:
+    name: str
+    module: str
+    roots: list[str]
+    expected_root: str
+    expected_version: str | None = None
+
+
+def _infer_module(ctx: Context) -> str | None:
+    """The first checkout package the target imports; else the checkout's only top-level package."""
+    worktree = ctx.worktree.path
+    bases = [worktree / "python", worktree] if (worktree / "python").is_dir() else [worktree]
+
+    def in_checkout(name: str) -> bool:
+        return any((base / name / "__init__.py").is_file() or (base / f"{name}.py").is_file() for base in bases)
+
+    source = ctx.head_text(ctx.request.target_path) or ""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = ast.Module(body=[], type_ignores=[])
+    for node in ast.walk(tree):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        for name in names:
+            top = name.split(".")[0]
+            if in_checkout(top) and top not in ("tests", "test", "conftest"):
+                return top
+    packages = [p.parent.name for base in bases for p in base.glob("*/__init__.py")
+                if p.parent.name not in ("tests", "test", "docs", "benchmarks", "bench", "examples")]
+    return packages[0] if len(packages) == 1 else None
+
+
+def profile(ctx: Context) -> Profile | str:
+    """The import check this repository calls for, or why none can be made."""
+    request, worktree = ctx.request, str(ctx.worktree.path)
+    pylib = request.host.pylib
+    if request.runtime_module:
+        roots = [worktree] + ([pylib] if pylib else [])
+        return Profile("generic (--runtime-module)", request.runtime_module, roots, worktree)
+    kind = ctx.worktree.kind()
+    if kind == "aiter":
+        return Profile("aiter", "aiter", [worktree], worktree)
+    if kind == "flydsl":
+        text = ctx.head_text("python/flydsl/__init__.py") or ""
+        version = _VERSION.search(text)
+        root = pylib or f"{worktree}/python"
+        return Profile("flydsl", "flydsl", [root], root, version.group(1) if version else None)
+    module = _infer_module(ctx)
+    if module is None:
+        return ("no runtime module could be inferred from the target's imports or the layout; "
+                "name it with --runtime-module")
+    roots = [worktree] + ([pylib] if pylib else [])
+    return Profile("generic (inferred from the target's imports)", module, roots, worktree)
+
+
+def runtime_sources_changed(ctx: Context, module: str) -> list[str]:
+    if ctx.head_view is None:
+        return []
+    changed = []
+    for path in ctx.head_view.changes:
+        pure = PurePosixPath(path)
+        if path.startswith(_RUNTIME_PREFIXES) or pure.name in _PACKAGING or pure.suffix in _NATIVE_SUFFIXES \
+                or pure.parts[0] == module or pure.parts[:2] == ("python", module):
+            changed.append(path)
+    return changed
+
+
+def _mismatch(note: str, **fields) -> StageResult:
+    stage = result(NAME, "skip", note, reason=MISMATCH, **fields)
+    stage.finding("note", f"runtime compatibility was not established ({note}); the correctness stages are "
+                          "skipped rather than blamed on the PR")
+    return stage
+
+
+def run(ctx: Context) -> StageResult:
+    chosen = profile(ctx)
+    if isinstance(chosen, str):
+        return _mismatch(chosen)
+    pylib = ctx.request.host.pylib
+    changed = runtime_sources_changed(ctx, chosen.module)
+    if pylib and changed:
+        return _mismatch(f"PYLIB holds a prebuilt runtime but the patch changes runtime sources "
+                         f"({', '.join(changed[:5])}); a binary's provenance cannot be proved, so it is refused",
+                         profile=chosen.name, runtime_sources_changed=changed)
+    with ctx.worktree.handback():
+        if ctx.request.has_patch:
+            try:
+                ctx.worktree.apply(ctx.request.patch)
+            except GitFailed as exc:
+                return _mismatch(f"the patch did not apply for the runtime probe: {exc}")
+        seen, log = target.probe_runtime(ctx.request, run_dir=ctx.run_dir, module=chosen.module, roots=chosen.roots,
+                                         visible_devices=gpu_claim.visible_devices(ctx))
+    fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root}
+    if seen is None:
+        return _mismatch(f"the runtime probe died: {log[-300:]}", **fields)
+    if seen["error"]:
+        return _mismatch(f"import {chosen.module} failed: {seen['error']}", **fields)
+    if not seen["inside_roots"]:
+        return _mismatch(f"{chosen.module} resolved to {seen['module_path']}, outside {', '.join(chosen.roots)}",
+                         **fields)
+    if chosen.expected_version and seen["module_version"] != chosen.expected_version:
+        return _mismatch(f"{chosen.module} {seen['module_version']} is installed but the checkout is "
+                         f"{chosen.expected_version}", **fields)
+    identity = {
+        "module": chosen.module,
+        "module_path": seen["module_path"],
+        "module_version": seen["module_version"],
+        "expected_root": chosen.expected_root,
+        "python_executable": seen["python_executable"],
+        "python_version": seen["python_version"],
+        "source_sha": ctx.worktree.head_oid() + ("-dirty" if ctx.request.has_patch else ""),
+        "native_artifacts": seen["native_artifacts"],
+        "native_artifacts_basis": "shared libraries mapped by this import, restricted to the roots; an empty list "
+                                  "only means this import loaded none, not evidence about the target",
+        "roots": chosen.roots,
+    }
+    stage = result(NAME, "pass", f"{chosen.module} imports from {seen['module_path']} "
+                                 f"(python {seen['python_version']}, {len(seen['native_artifacts'])} native artifacts)",
+                   **fields)
+    stage.facts["runtime_identity"] = identity
+    return stage
+
+
+def established(ctx: Context) -> bool:
+    compat = ctx.earlier.get(NAME)
+    return compat is not None and compat.stage.status == "pass"

@@ -1,0 +1,54 @@
+"""Runs inside the target's interpreter and environment: import one module, say where it came from.
+
+Usage: python runtime_probe.py OUT.json MODULE ROOT [ROOT ...]
+Writes {module, module_path, module_version, python_executable, python_version, inside_roots,
+native_artifacts[{path, size, sha256}], error}. Standard library only: it must run in any target
+environment, and it never imports kvtasks.
+"""
+import hashlib
+import importlib
+import json
+import os
+import sys
+
+
+def _loaded_libraries():
+    try:
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[-1] for line in maps
+                           if ".so" in line.rsplit("/", 1)[-1] and line.split()[-1].startswith("/")})
+    except OSError:
+        return []
+
+
+def _digest(path):
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def main(out, module_name, *roots):
+    roots = [os.path.realpath(root) + os.sep for root in roots]
+    found = {"module": module_name, "python_executable": sys.executable,
+             "python_version": sys.version.split()[0], "error": None}
+    try:
+        module = importlib.import_module(module_name)
+        path = os.path.realpath(getattr(module, "__file__", None) or next(iter(module.__path__)))
+        found.update(module_path=path, module_version=getattr(module, "__version__", None),
+                     inside_roots=any(path.startswith(root) for root in roots))
+    except BaseException as exc:  # the probe reports, it never crashes: SystemExit from a module body too
+        found["error"] = f"{type(exc).__name__}: {exc}"
+    artifacts = []
+    for library in _loaded_libraries():
+        real = os.path.realpath(library)
+        if any(real.startswith(root) for root in roots) and os.path.isfile(real):
+            artifacts.append({"path": real, "size": os.path.getsize(real), "sha256": _digest(real)})
+    found["native_artifacts"] = artifacts
+    with open(out, "w") as handle:
+        json.dump(found, handle)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
