@@ -32,10 +32,22 @@ def test_doit_validate_with_no_variables_validates_the_demo(tmp_path):
                           capture_output=True, text=True).stdout == ""
 
 
-@pytest.mark.parametrize("name", ["loosen-tolerance", "clean-fix"])
-def test_doit_validate_picks_another_demo_pr(tmp_path, name):
-    doit(tmp_path, "validate", f"demo={name}")
-    report = json.loads((tmp_path / "reports" / f"demo-{name}" / "validation_report.json").read_text())
+def demo_report(home: Path, name: str) -> dict:
+    doit(home, "validate", f"demo={name}")
+    return json.loads((home / "reports" / f"demo-{name}" / "validation_report.json").read_text())
+
+
+def test_demo_tolerance_loosening_blocks_through_test_policy(tmp_path):
+    report = demo_report(tmp_path, "loosen-tolerance")
+    assert report["verdict"] == "BLOCK"
+    blockers = [f for f in report["findings"] if f["severity"] == "blocker"]
+    assert [f["stage"] for f in blockers] == ["test_policy"]
+    assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # the suite itself stays green
+
+
+def test_demo_clean_fix_has_nothing_to_fix(tmp_path):
+    report = demo_report(tmp_path, "clean-fix")
+    assert not [f for f in report["findings"] if f["severity"] in ("blocker", "should-fix")]
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
 
 

@@ -16,12 +16,13 @@ NO_DEVICE = {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def python_path(request: Request) -> list[str]:
-    worktree = Path(request.repo)
-    paths = [str(worktree / "python")] if (worktree / "python").is_dir() else []
-    paths.append(str(worktree))
-    if request.host.pylib:
-        paths.append(request.host.pylib)
-    return paths
+    """The checkout first, then PYLIB; except FlyDSL with PYLIB, whose pinned build must win over
+    the checkout's uncompiled python/flydsl."""
+    worktree, pylib = Path(request.repo), request.host.pylib
+    checkout = ([str(worktree / "python")] if (worktree / "python").is_dir() else []) + [str(worktree)]
+    if pylib and (worktree / "python" / "flydsl" / "__init__.py").is_file():
+        return [pylib, *reversed(checkout)]
+    return checkout + ([pylib] if pylib else [])
 
 
 def target_env(request: Request, run_dir: Path, phase: str, label: str,

@@ -1,0 +1,114 @@
+import shutil
+import subprocess
+
+import pytest
+
+from tests.kernel_repos import make_patch, make_repo
+
+CHECK = "from {module} import VALUE\n\n\ndef test_value():\n    assert VALUE == 1\n"
+
+
+def flydsl_repo(tmp_path, version="0.3.2"):
+    return make_repo(tmp_path / "flydsl", {
+        "python/flydsl/__init__.py": f'__version__ = "{version}"\nVALUE = 1\n',
+        "lib/bindings.cpp": "int answer() { return 42; }\n",
+        "tests/test_flydsl.py": CHECK.format(module="flydsl"),
+    })
+
+
+def pylib(tmp_path, version):
+    root = tmp_path / "pylib"
+    (root / "flydsl").mkdir(parents=True)
+    (root / "flydsl" / "__init__.py").write_text(f'__version__ = "{version}"\nVALUE = 1\n')
+    return root
+
+
+def readme(repo, tmp_path):
+    return make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
+
+
+def test_aiter_imports_from_the_checkout(tmp_path, validate):
+    repo = make_repo(tmp_path / "aiter", {"aiter/__init__.py": "VALUE = 1\n",
+                                          "op_tests/test_op.py": CHECK.format(module="aiter")})
+    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "op_tests/test_op.py")
+    assert result.report["repo"]["kind"] == "aiter"
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "pass" and compat["profile"] == "aiter"
+    identity = result.report["runtime_identity"]
+    assert identity["module_path"] == str(repo / "aiter" / "__init__.py")
+    assert identity["python_executable"] and identity["python_version"]
+    assert identity["native_artifacts"] == [] and "only means this import loaded none" in identity["native_artifacts_basis"]
+
+
+def test_aiter_failing_to_import_is_an_environment_fact(tmp_path, validate):
+    repo = make_repo(tmp_path / "aiter", {"aiter/__init__.py": "from aiter import _compiled_ops\n",
+                                          "op_tests/test_op.py": CHECK.format(module="aiter")})
+    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "op_tests/test_op.py")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "skip" and compat["reason"] == "runtime_mismatch" and "ImportError" in compat["note"]
+    assert result.stage("correctness_repo_tests")["note"] == "runtime compatibility was not established"
+    assert result.findings("blocker") == [] and result.verdict == "INCONCLUSIVE"
+
+
+def test_flydsl_from_pylib_with_the_same_version_passes(tmp_path, validate, monkeypatch):
+    repo = flydsl_repo(tmp_path)
+    monkeypatch.setenv("PYLIB", str(pylib(tmp_path, "0.3.2")))
+    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "tests/test_flydsl.py")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "pass" and compat["profile"] == "flydsl"
+    assert result.report["runtime_identity"]["module_path"] == str(tmp_path / "pylib" / "flydsl" / "__init__.py")
+    assert result.report["runtime_identity"]["module_version"] == "0.3.2"
+
+
+def test_flydsl_pylib_version_drift_is_inconclusive_and_skips_correctness(tmp_path, validate, monkeypatch):
+    repo = flydsl_repo(tmp_path)
+    monkeypatch.setenv("PYLIB", str(pylib(tmp_path, "0.3.1")))
+    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "tests/test_flydsl.py")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "skip" and compat["reason"] == "runtime_mismatch"
+    assert "0.3.1 is installed but the checkout is 0.3.2" in compat["note"]
+    for stage in ("baseline_control", "correctness_repo_tests"):
+        assert result.stage(stage)["note"] == "runtime compatibility was not established"
+    assert result.verdict == "INCONCLUSIVE" and result.report["runtime_identity"] is None
+
+
+def test_pylib_with_a_patch_touching_cpp_bindings_is_refused(tmp_path, validate, monkeypatch):
+    repo = flydsl_repo(tmp_path)
+    monkeypatch.setenv("PYLIB", str(pylib(tmp_path, "0.3.2")))
+    patch = make_patch(repo, {"lib/bindings.cpp": "int answer() { return 43; }\n"}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_flydsl.py")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "skip" and "provenance cannot be proved" in compat["note"]
+    assert compat["runtime_sources_changed"] == ["lib/bindings.cpp"]
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def test_generic_module_is_inferred_from_the_target(repo, validate):
+    result = validate(repo, "--target", "tests/test_scale.py")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "pass" and compat["module"] == "kernels" and compat["profile"].startswith("generic")
+
+
+def test_generic_module_named_by_the_caller(repo, validate):
+    result = validate(repo, "--target", "tests/test_scale.py", "--runtime-module", "not_a_module_here")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "skip" and "ModuleNotFoundError" in compat["note"]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a native library")
+def test_native_libraries_loaded_by_the_import_are_hashed(tmp_path, validate):
+    repo = make_repo(tmp_path / "native", {
+        "kernels/__init__.py": ("import ctypes, os\n"
+                                "_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libanswer.so'))\n"
+                                "VALUE = _lib.answer() - 41\n"),
+        "kernels/answer.c": "int answer(void) { return 42; }\n",
+        "tests/test_native.py": CHECK.format(module="kernels"),
+    })
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(repo / "kernels" / "libanswer.so"),
+                    str(repo / "kernels" / "answer.c")], check=True)
+    subprocess.run(["git", "add", "-f", "kernels/libanswer.so"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built"], cwd=repo, check=True)
+    result = validate(repo, "--target", "tests/test_native.py")
+    artifacts = result.report["runtime_identity"]["native_artifacts"]
+    assert [a["path"] for a in artifacts] == [str(repo / "kernels" / "libanswer.so")]
+    assert len(artifacts[0]["sha256"]) == 64 and artifacts[0]["size"] > 0

@@ -1,0 +1,151 @@
+import pytest
+
+from kvtasks.stages.test_policy import read_policy
+from tests.kernel_repos import KERNEL, git, make_patch, make_repo
+
+POLICY_TEST = '''import numpy as np
+import pytest
+import torch
+
+from kernels.scale import scale_rows
+
+ATOL = 1e-5
+tol = {"f16": 2e-3, "bf16": 1e-2}
+
+SHAPES = [
+    (4, 64, "f32"),
+    # (3, 100, "bf16"),
+    (8, 128, "f16"),
+]
+
+
+@pytest.mark.parametrize("M,N,dtype", SHAPES)
+def test_scale(M, N, dtype):
+    x = np.ones((M, N), dtype=np.float32)
+    np.testing.assert_allclose(scale_rows(x, 2.0), x * 2.0, atol=ATOL, rtol=1e-6)
+
+
+def test_torch_path():
+    a = torch.ones(3)
+    torch.testing.assert_close(a, a, atol=1e-5, rtol=1.3e-6)
+'''
+
+
+def test_every_common_tolerance_form_is_found():
+    policy = read_policy(POLICY_TEST)
+    assert policy.tolerances == {
+        "ATOL": 1e-5, "tol[f16]": 2e-3, "tol[bf16]": 1e-2,
+        "test_scale:assert_allclose.rtol#1": 1e-6,
+        "test_torch_path:assert_close.atol#1": 1e-5, "test_torch_path:assert_close.rtol#1": 1.3e-6,
+    }
+    assert policy.by_name == ["test_scale:assert_allclose.atol=ATOL"]
+    assert list(policy.commented_rows) == ["3, 100, 'bf16'"]
+
+
+@pytest.mark.parametrize("line", ['    # (64, 2000, "f32"),', "#[64, 2000, torch.float32]", "# (1, 7, 'fp8_e4m3', True),",
+                                  '    # pytest.param(64, 2000, "bf16"),'])
+def test_commented_rows_in_any_dtype_spelling(line):
+    assert sum(read_policy(line + "\n").commented_rows.values()) == 1
+
+
+@pytest.mark.parametrize("line", ["# see (issue 12)", "# (a, b)", "# TODO: (64 rows)", "# ('f32', 'f16')"])
+def test_prose_comments_are_not_rows(line):
+    assert not read_policy(line + "\n").commented_rows
+
+
+def test_unparseable_files_fall_back_to_text():
+    policy = read_policy("def broken(:\n    atol = 1e-3\n")
+    assert not policy.parsed and list(policy.tolerances.values()) == [1e-3]
+
+
+@pytest.fixture
+def policy_repo(tmp_path):
+    return make_repo(tmp_path / "policy-repo", {
+        "kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_policy.py": POLICY_TEST,
+    })
+
+
+def validate_change(validate, repo, tmp_path, changes, *flags):
+    patch = make_patch(repo, changes, tmp_path / "pr.patch")
+    return validate(repo, "--patch", str(patch), "--target", "tests/test_policy.py", *flags)
+
+
+def test_test_only_widening_blocks(policy_repo, validate, tmp_path):
+    result = validate_change(validate, policy_repo, tmp_path,
+                             {"tests/test_policy.py": POLICY_TEST.replace("ATOL = 1e-5", "ATOL = 1e-2")})
+    stage = result.stage("test_policy")
+    assert stage["status"] == "fail" and not stage["kernel_files_changed"]
+    assert stage["loosened"] == [{"where": "tests/test_policy.py::ATOL", "base": 1e-5, "head": 1e-2}]
+    assert any("test-only change widens" in f["detail"] for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK"
+
+
+def test_widening_with_a_kernel_change_needs_work(policy_repo, validate, tmp_path):
+    result = validate_change(validate, policy_repo, tmp_path, {
+        "tests/test_policy.py": POLICY_TEST.replace('"f16": 2e-3', '"f16": 5e-3'),
+        "kernels/scale.py": KERNEL.replace("out = np.zeros_like(x)", "out = np.zeros_like(x)  # reuse"),
+    })
+    assert result.stage("test_policy")["kernel_files_changed"]
+    assert result.findings("blocker") == []
+    assert any("numerical justification" in f["detail"] for f in result.findings("should-fix"))
+    assert result.verdict == "NEEDS_WORK"
+
+
+def test_tolerance_above_the_reference_table_needs_work(policy_repo, validate, tmp_path):
+    result = validate_change(validate, policy_repo, tmp_path, {"README.md": "docs\n"},
+                             "--tol-table", "f32=1e-5,f16=1e-3")
+    stage = result.stage("test_policy")
+    assert stage["status"] == "pass" and stage["exceeds_reference"] == [2e-3, 1e-2]
+    assert result.verdict == "NEEDS_WORK"
+
+
+def test_unchanged_tolerances_pass(policy_repo, validate, tmp_path):
+    result = validate_change(validate, policy_repo, tmp_path, {"README.md": "docs\n"},
+                             "--tol-table", "f32=1e-5,f16=2e-3,bf16=1e-2")
+    stage = result.stage("test_policy")
+    assert stage["status"] == "pass" and stage["loosened"] == [] and stage["weakened"] == []
+    assert stage["commented_out_shape_rows_base"] == 1 and stage["commented_out_shape_rows_added"] == 0
+    assert result.findings("should-fix") == [] and result.findings("blocker") == []
+
+
+def test_newly_commented_row_needs_work_and_the_old_one_is_context(policy_repo, validate, tmp_path):
+    result = validate_change(validate, policy_repo, tmp_path, {"tests/test_policy.py": POLICY_TEST.replace(
+        '    (8, 128, "f16"),\n', '    (8, 128, "f16"),\n    # (64, 2000, "f32"),\n')})
+    stage = result.stage("test_policy")
+    assert stage["commented_out_shape_rows_base"] == 1 and stage["commented_out_shape_rows"] == 2
+    assert stage["newly_commented_rows"] == ["tests/test_policy.py: (64, 2000, 'f32')"]
+    assert result.verdict == "NEEDS_WORK"
+
+
+def test_assert_close_replaced_by_a_weaker_check_is_a_finding(policy_repo, validate, tmp_path):
+    weaker = POLICY_TEST.replace("torch.testing.assert_close(a, a, atol=1e-5, rtol=1.3e-6)",
+                                 "assert torch.allclose(a, a, atol=1e-5, rtol=1.3e-6)")
+    result = validate_change(validate, policy_repo, tmp_path, {"tests/test_policy.py": weaker})
+    details = [f["detail"] for f in result.findings("should-fix")]
+    assert any("test_torch_path: 1 strict comparisons on base, 0 on head" in d for d in details)
+    assert result.verdict == "NEEDS_WORK"
+
+
+def test_a_dropped_rtol_is_a_finding(policy_repo, validate, tmp_path):
+    dropped = POLICY_TEST.replace("atol=ATOL, rtol=1e-6)", "atol=ATOL)")
+    result = validate_change(validate, policy_repo, tmp_path, {"tests/test_policy.py": dropped})
+    assert any("assert_allclose.rtol#1: tolerance no longer given" in f["detail"]
+               for f in result.findings("should-fix"))
+
+
+def test_touched_test_files_beyond_the_target_are_analysed(policy_repo, validate, tmp_path):
+    other = "import numpy as np\n\n\ndef test_other():\n    np.testing.assert_allclose(1.0, 1.0, atol=1e-6)\n"
+    git(policy_repo, "checkout", "-q", "-b", "tmp")
+    (policy_repo / "tests/test_other.py").write_text(other)
+    git(policy_repo, "add", "-A")
+    git(policy_repo, "commit", "-qm", "other test")
+    git(policy_repo, "checkout", "-q", "main")
+    git(policy_repo, "merge", "-q", "tmp")
+    result = validate_change(validate, policy_repo, tmp_path,
+                             {"tests/test_other.py": other.replace("atol=1e-6", "atol=1e-1")})
+    assert result.stage("test_policy")["files"] == ["tests/test_policy.py", "tests/test_other.py"]
+    assert result.verdict == "BLOCK"
+
+
+def test_without_a_patch_policy_is_skipped(policy_repo, validate):
+    assert validate(policy_repo, "--target", "tests/test_policy.py").stage("test_policy")["status"] == "skip"
