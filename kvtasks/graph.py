@@ -20,8 +20,8 @@ from doit.exceptions import TaskError, TaskFailed
 from kvtasks import report, target
 from kvtasks.request import Request
 from kvtasks.gpu import picker
-from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, merge_sim, runtime_compat, selection,
-                            test_policy, timed)
+from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, merge_sim, receipt, runtime_compat,
+                            selection, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
 
@@ -69,7 +69,7 @@ def _base(ctx: Context) -> list[StageResult]:
 
 
 def _head(ctx: Context) -> list[StageResult]:
-    results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests)]
+    results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests), timed(ctx, receipt.NAME, receipt.run)]
     after = gpu_claim.after_run(ctx)
     return results if after is None else [*results, after]
 

@@ -17,15 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvtasks.stages import Finding, Stage, StageResult
 from kvtasks.target.environment import TargetEnvironment
+from kvtasks.target.probe import PRODUCER
 
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
-PRODUCER = "validate-kernel-pr.validation_probe"
 
 # Stages this version of kvtasks does not run yet: present in every report, skip, with why.
 UNBUILT_STAGES = {
     "correctness_grid": "no independent shape grid in this kvtasks version; coverage is repo-default-only",
-    "execution_receipt": "no route probe in this kvtasks version: no execution receipt was written",
     "perf": "no timing stage in this kvtasks version: perf was not measured (not 'no regression')",
 }
 
@@ -179,15 +178,15 @@ def arch_coverage(stages: dict[str, Stage]) -> tuple[dict[str, str], dict[str, s
         stage = stages.get(name)
         fields = stage.model_extra if stage is not None else {}
         stats = fields.get("stats") or {}
-        if not stats.get("executed"):
+        observed = stats.get("observed_work")
+        if not stats.get("executed") or observed == 0:  # 0: a route was watched for and never reached
             continue
         if stats.get("basis", "").startswith("script"):
-            observed = stats.get("observed_work")
-            if observed == 0 or not fields.get("log_bytes", 1):
+            if not fields.get("log_bytes"):
                 continue
             outcome = "script-observed-work" if fields.get("exit") == 0 else "script-nonzero-with-output"
-            return {arch: "runtime"}, {arch: f"{outcome}:{observed} ({name}; {stats.get('basis')})"}
-        return {arch: "runtime"}, {arch: f"pytest-junit-executed:{stats['executed']} ({name})"}
+            return {arch: "runtime"}, {arch: f"{outcome}:{observed} ({name}; observed_work from the run's receipt)"}
+        return {arch: "runtime"}, {arch: f"pytest-junit-executed:{stats['executed']} observed_work:{observed} ({name})"}
     return {}, {}
 
 

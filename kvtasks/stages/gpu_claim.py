@@ -148,8 +148,8 @@ def requirement(ctx: Context) -> StageResult | None:
                 return updated
         ctx.say("gpu_claim: running gpufree-probe with no visible device")
         run = target.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
-    executed = run.stats.executed
-    if run.passed and executed >= 1:
+    executed, observed = run.stats.executed, run.stats.observed_work
+    if run.passed and executed >= 1 and observed != 0:
         basis = f"passed with no visible device, {executed} executed ({run.runner})"
         updated.selection.update(gpu_requirement="not-required", gpu_requirement_basis=basis)
         updated.stage.requirement_note = f"target does not need a GPU: {basis}; correctness runs, no arch is credited"
@@ -157,6 +157,7 @@ def requirement(ctx: Context) -> StageResult | None:
                                 "and PASS stays unreachable without a claimed GPU")
     else:
         updated.selection.update(gpu_requirement="required",
-                                 gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed")
+                                 gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "
+                                                       f"observed_work {observed}")
     updated.runs.append(run)
     return updated

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from kvtasks.request import Request
-from kvtasks.target import environment, runtime_probe
+from kvtasks.target import environment, receipts, runtime_probe
 from kvtasks.target.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
@@ -26,22 +26,36 @@ def python_path(request: Request) -> list[str]:
 
 
 def target_env(request: Request, run_dir: Path, phase: str, label: str,
-               visible_devices: Mapping[str, str] = NO_DEVICE) -> dict[str, str]:
+               visible_devices: Mapping[str, str] = NO_DEVICE, first: list[str] = ()) -> dict[str, str]:
     return environment.construct(
         os.environ, phase_dir=run_dir / phase, label=label,
-        python_path=python_path(request), visible_devices=visible_devices,
+        python_path=[*first, *python_path(request)], visible_devices=visible_devices,
     )
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None) -> TargetRun:
-    """Run the target once under the label's phase (the part before the first '-')."""
+    """Run the target once under the label's phase (the part before the first '-'), with the route
+    probe installed; the run carries its own receipt and observed_work."""
     phase = label.split("-", 1)[0]
-    env = target_env(request, run_dir, phase, label, visible_devices)
-    return launch(
+    routes = _names(request.expected_route)
+    probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=_names(request.shape_vars),
+                             receipt=run_dir / "runs" / f"receipt-{label}.json")
+    env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
+    done = launch(
         label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
-        python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout, argv=argv,
+        python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
+        probe=probe.name, argv=argv,
     )
+    receipt, digest, note = receipts.read(probe)
+    done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(probe.receipt), digest, note
+    if routes:
+        done.stats.observed_work = sum((receipt or {}).get("route_calls", {}).values()) if receipt else 0
+    return done
 
 
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],

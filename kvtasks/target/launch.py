@@ -40,6 +40,10 @@ class TargetRun(BaseModel):
     duration_s: float
     log: str
     stats: ExecutionStats
+    receipt: dict | None = None
+    receipt_path: str | None = None
+    receipt_sha256: str | None = None
+    receipt_note: str = ""
 
     @property
     def passed(self) -> bool:
@@ -60,11 +64,12 @@ class TargetRun(BaseModel):
         return " | ".join(text.strip().splitlines()[-lines:])[-width:]
 
 
-def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str]) -> list[str]:
+def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str], probe: str) -> list[str]:
+    """pytest loads the probe as a plugin; a script runs under the probe's runpy shim."""
     if runner == "pytest":
-        return [python_bin, "-m", "pytest", target, "-q", "-p", "no:cacheprovider",
+        return [python_bin, "-m", "pytest", "-p", probe, target, "-q", "-p", "no:cacheprovider",
                 f"--junitxml={junit}", *argv]
-    return [python_bin, target.split("::", 1)[0], *argv]
+    return [python_bin, "-m", probe, target.split("::", 1)[0], *argv]
 
 
 def launch(
@@ -77,13 +82,14 @@ def launch(
     python_bin: str,
     run_dir: Path,
     timeout_s: int,
+    probe: str,
     argv: list[str] | None = None,
 ) -> TargetRun:
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = run_dir / f"junit-{label}.xml"
     log = run_dir / f"{label}.log"
     junit.unlink(missing_ok=True)
-    command = command_for(runner, python_bin, target, junit, list(argv or []))
+    command = command_for(runner, python_bin, target, junit, list(argv or []), probe)
     started = time.monotonic()
     timed_out = False
     with open(log, "wb") as log_file:

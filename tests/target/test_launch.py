@@ -1,8 +1,17 @@
 import os
 import time
 
+from kvtasks.target import receipts
 from kvtasks.target.launch import launch, pytest_stats
 from tests.processes import alive
+
+
+def launch_script(tmp_path, script, timeout_s, argv=()):
+    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+                             receipt=tmp_path / "receipt.json")
+    return launch(label="head-repo", runner="script", target=str(script), cwd=tmp_path,
+                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder)}, python_bin=os.sys.executable,
+                  run_dir=tmp_path / "runs", timeout_s=timeout_s, probe=probe.name, argv=list(argv))
 
 HANGING_SCRIPT = '''import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -17,9 +26,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     script.write_text(HANGING_SCRIPT)
     pid_file = tmp_path / "grandchild.pid"
     started = time.monotonic()
-    run = launch(label="head-repo", runner="script", target=str(script), cwd=tmp_path,
-                 env={"PATH": os.environ["PATH"]}, python_bin=os.sys.executable, run_dir=tmp_path / "runs",
-                 timeout_s=2, argv=[str(pid_file)])
+    run = launch_script(tmp_path, script, 2, [str(pid_file)])
     assert run.timed_out and run.exit is None
     assert "timed out after 2s" in run.stats.note
     assert time.monotonic() - started < 30
@@ -29,9 +36,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
 def test_exit_status_and_log_are_kept(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("print('about to fail')\nraise SystemExit(4)\n")
-    run = launch(label="base-repo", runner="script", target=str(script), cwd=tmp_path,
-                 env={"PATH": os.environ["PATH"]}, python_bin=os.sys.executable, run_dir=tmp_path / "runs",
-                 timeout_s=30)
+    run = launch_script(tmp_path, script, 30)
     assert run.exit == 4 and run.stats.failures == 1 and run.stats.executed == 1
     assert "about to fail" in run.log_tail()
 

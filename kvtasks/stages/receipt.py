@@ -1,0 +1,82 @@
+"""execution_receipt: proof, from inside the target process, that the named route really ran.
+
+Pass only when the receipt exists, came from this run's probe, names exactly the expected
+route(s) and holds at least one executed shape; otherwise skip with the first failing check.
+It never fails: a missing receipt is missing evidence, not a defect of the PR.
+"""
+from __future__ import annotations
+
+from kvtasks.stages import Context, StageResult, result
+from kvtasks.target.launch import TargetRun
+from kvtasks.target.probe import PRODUCER
+
+NAME = "execution_receipt"
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
+    """Runs whose receipt may stand for head, best first: the grid's own, then the repo run's."""
+    found = []
+    for stage_name, label, scope in (("correctness_grid", "head-grid", "the head-grid run only; the head-repo run "
+                                                                        "has its own receipt"),
+                                     ("correctness_repo_tests", "head-repo", "the head-repo run only; no grid run "
+                                                                             "took place")):
+        stage_result = ctx.earlier.get(stage_name)
+        for run in (stage_result.runs if stage_result else []):
+            if run.label == label:
+                found.append((scope, run))
+    return found
+
+
+def _skip(note: str, **fields) -> StageResult:
+    stage = result(NAME, "skip", note, **fields)
+    return stage.finding("note", f"execution receipt not established ({note}); PASS is not permitted")
+
+
+def run(ctx: Context, required_shapes: list[str] | None = None, check_required: bool = False) -> StageResult:
+    request = ctx.request
+    expected = sorted(set(_names(request.expected_route)))
+    if not expected:
+        return _skip("--expected-route was not supplied, so no route was watched")
+    runs = _head_runs(ctx)
+    with_route = [(scope, run) for scope, run in runs if run.receipt and run.receipt.get("route")]
+    if not runs:
+        return _skip("no head run took place, so there is no receipt to read")
+    scope, chosen = (with_route or runs)[0]
+    receipt = chosen.receipt
+    fields = {"receipt": chosen.receipt_path, "receipt_sha256": chosen.receipt_sha256, "receipt_scope": scope}
+    if receipt is None:
+        return _skip(f"{chosen.label}: {chosen.receipt_note}", **fields)
+    if receipt.get("schema_version") != 1:
+        return _skip(f"receipt schema_version {receipt.get('schema_version')!r} is not 1", **fields)
+    if receipt.get("producer") != PRODUCER:
+        return _skip("the receipt was not produced by validator instrumentation", **fields)
+    observed = sorted(set(receipt.get("kernel_symbols") or []))
+    if observed != expected:
+        unresolved = receipt.get("unresolved_routes") or []
+        why = f"; unresolvable in the target: {', '.join(unresolved)}" if unresolved else ""
+        return _skip(f"expected route {','.join(expected)}, observed {','.join(observed) or 'nothing'}{why}", **fields)
+    shapes = receipt.get("executed_shapes")
+    if not isinstance(shapes, list) or not all(isinstance(s, str) and s for s in shapes):
+        return _skip("the receipt holds no executed_shapes list", **fields)
+    requested = _names(request.shape_vars)
+    unique_shapes = list(dict.fromkeys(shapes))
+    fields.update(route=",".join(observed), producer=PRODUCER, kernel_symbols=observed,
+                  route_calls=receipt.get("route_calls", {}), mechanism=receipt.get("mechanism", ""),
+                  required_shapes=list(required_shapes or []), executed_shapes=unique_shapes,
+                  shape_capture={"requested": requested, "observed": len(shapes),
+                                 "note": "" if shapes else "no route call bound every shape var"})
+    if not shapes:
+        why = "no --shape-vars were named" if not requested else \
+            f"no route call bound all of {', '.join(requested)} (captured at call and at return)"
+        return _skip(f"the route ran but no executed shape was captured: {why}", **fields)
+    if check_required:
+        missing = [shape for shape in required_shapes or [] if shape not in unique_shapes]
+        if missing:
+            return _skip(f"missing required shapes: {missing}", **fields)
+    calls = sum(receipt.get("route_calls", {}).values())
+    return result(NAME, "pass", f"{','.join(observed)} ran {calls} times over {len(unique_shapes)} distinct shapes "
+                                f"({chosen.label})", **fields)

@@ -1,0 +1,253 @@
+"""The route probe: runs inside the target process and writes its execution receipt.
+
+kvtasks copies this file under a random module name into a private folder placed first on the
+target's PYTHONPATH, with the CONFIG line filled in (routes, shape vars, receipt path, nonce). It is
+loaded as a pytest plugin (`-p <name>`) or runs a script (`python -m <name> FILE ARGS...`, which
+executes FILE under runpy with run_name="__main__"), so both runners produce a receipt. The
+receipt is written on every exit path: session finish, the script's `finally`, and atexit.
+
+Cheap by design: only the route's own code object is watched. On Python >= 3.12 with
+sys.monitoring local events on that code object; on 3.10/3.11 the route is replaced, when its
+module is imported, by a wrapper that counts the call and profiles only for its duration to read
+the locals at return. Either way no other function pays anything. Standard library only.
+"""
+import atexit
+import functools
+import os
+import sys
+import threading
+
+PRODUCER = "validate-kernel-pr.validation_probe"
+CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": ""}  # kvtasks writes the real one
+
+_state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False}
+_lock = threading.Lock()
+_MONITORING = sys.version_info >= (3, 12)
+_TOOL_ID = 4  # sys.monitoring ids 0-2 and 5 are taken by debuggers, coverage and profilers
+
+
+def _normalise(value):
+    if isinstance(value, (str, int, float, bool)):
+        return str(value)
+    text = str(value)
+    for prefix in ("torch.", "flydsl."):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
+def _capture(frame_locals):
+    names = CONFIG["shape_vars"]
+    if not names or not all(name in frame_locals for name in names):
+        return False
+    with _lock:
+        _state["shapes"].append(",".join(_normalise(frame_locals[name]) for name in names))
+    return True
+
+
+def _count(route):
+    with _lock:
+        _state["calls"][route] = _state["calls"].get(route, 0) + 1
+
+
+def _resolve(module, qualname):
+    """Where the route lives (owner, attribute) and the code object that really runs: through
+    Class.method and functools.wraps chains."""
+    owner, obj = module, module
+    for part in qualname.split("."):
+        owner, obj = obj, getattr(obj, part)
+    inner = getattr(obj, "__func__", obj)  # staticmethod / classmethod / bound method
+    while hasattr(inner, "__wrapped__"):
+        inner = inner.__wrapped__
+    return owner, qualname.split(".")[-1], getattr(inner, "__code__", None)
+
+
+def _watch_with_monitoring(route, code):
+    monitoring = sys.monitoring
+    codes = _state.setdefault("codes", {})
+    codes[code] = route
+    pending = _state.setdefault("pending", {})
+
+    def on_start(started_code, _offset):
+        name = codes.get(started_code)
+        if name is None:
+            return
+        _count(name)
+        frame = sys._getframe(1)
+        if CONFIG["shape_vars"] and not _capture(frame.f_locals):
+            pending[frame] = True
+
+    def on_return(returned_code, _offset, _value):
+        if returned_code in codes and pending:
+            frame = sys._getframe(1)
+            if pending.pop(frame, None):
+                _capture(frame.f_locals)
+
+    if not _state.get("monitoring"):
+        monitoring.use_tool_id(_TOOL_ID, "kvtasks-route-probe")
+        monitoring.register_callback(_TOOL_ID, monitoring.events.PY_START, on_start)
+        monitoring.register_callback(_TOOL_ID, monitoring.events.PY_RETURN, on_return)
+        _state["monitoring"] = True
+    monitoring.set_local_events(_TOOL_ID, code, monitoring.events.PY_START | monitoring.events.PY_RETURN)
+
+
+def _watch_with_wrapper(route, owner, attribute, code):
+    raw = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute)
+    descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+    target = raw.__func__ if descriptor else raw
+
+    def read_return(frame, event, _arg):
+        if event == "return" and frame.f_code is code:
+            _capture(frame.f_locals)
+
+    @functools.wraps(target)
+    def route_call(*args, **kwargs):
+        _count(route)
+        if not CONFIG["shape_vars"]:
+            return target(*args, **kwargs)
+        previous = sys.getprofile()
+        sys.setprofile(read_return)
+        try:
+            return target(*args, **kwargs)
+        finally:
+            sys.setprofile(previous)
+
+    setattr(owner, attribute, descriptor(route_call) if descriptor else route_call)
+
+
+def _instrument(module):
+    for route in CONFIG["routes"]:
+        module_name, _, qualname = route.partition(":")
+        if module_name != module.__name__:
+            continue
+        try:
+            owner, attribute, code = _resolve(module, qualname)
+        except AttributeError:
+            _state["unresolved"].append(route)
+            continue
+        if code is None:
+            _state["unresolved"].append(route)
+        elif _MONITORING:
+            _watch_with_monitoring(route, code)
+        else:
+            _watch_with_wrapper(route, owner, attribute, code)
+
+
+class _InstrumentingLoader:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        _instrument(module)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _RouteModuleFinder:
+    """Instruments each route module right after it executes, before anyone takes an alias."""
+
+    def __init__(self, modules):
+        self.modules = set(modules)
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.modules:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _InstrumentingLoader(spec.loader)
+        return spec
+
+
+def install():
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    modules = {route.partition(":")[0] for route in CONFIG["routes"]}
+    for name in modules:
+        if name in sys.modules:
+            _instrument(sys.modules[name])
+    pending = modules - set(sys.modules)
+    if pending:
+        sys.meta_path.insert(0, _RouteModuleFinder(pending))
+    atexit.register(write_receipt)
+
+
+def write_receipt(exit_status=None):
+    with _lock:
+        if _state["written"] or not CONFIG["receipt"]:
+            return
+        _state["written"] = True
+        observed = sorted(route for route, count in _state["calls"].items() if count)
+        receipt = {
+            "schema_version": 1,
+            "producer": PRODUCER,
+            "nonce": CONFIG["nonce"],
+            "label": CONFIG["label"],
+            "route": ",".join(observed),
+            "kernel_symbols": observed,
+            "route_calls": dict(_state["calls"]),
+            "unresolved_routes": _state["unresolved"],
+            "executed_shapes": list(_state["shapes"]),
+            "shape_vars": CONFIG["shape_vars"],
+            "exit_status": exit_status if exit_status is not None else _state["exit"],
+            "mechanism": "sys.monitoring" if _MONITORING else "import-hook wrapper",
+        }
+    import json  # only now: every import before the target starts is paid by every run
+
+    temporary = CONFIG["receipt"] + ".tmp"
+    with open(temporary, "w") as handle:
+        json.dump(receipt, handle)
+    os.replace(temporary, CONFIG["receipt"])
+
+
+def pytest_configure(config):
+    install()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    write_receipt(int(exitstatus))
+
+
+def run_script(argv):
+    """Run argv[0] as `python FILE ARGS` would, with the probe installed; return its exit status."""
+    import runpy
+    path = os.path.abspath(argv[0])
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(path)
+    install()
+    status = 0
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    finally:
+        _state["exit"] = status
+        write_receipt(status)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(sys.argv[1:]))
