@@ -20,7 +20,7 @@ from doit.exceptions import TaskError, TaskFailed
 from kvtasks import report, target
 from kvtasks.request import Request
 from kvtasks.gpu import picker
-from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, merge_sim, receipt, runtime_compat,
+from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, grid, merge_sim, receipt, runtime_compat,
                             selection, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
@@ -55,7 +55,8 @@ def _prepare(ctx: Context) -> list[StageResult]:
     merged = timed(ctx, merge_sim.NAME, merge_sim.run)
     if "halt" in merged.facts:
         return [facts, merged]
-    return [facts, merged, timed(ctx, selection.NAME, selection.run), timed(ctx, test_policy.NAME, test_policy.run)]
+    return [facts, merged, timed(ctx, selection.NAME, selection.run), timed(ctx, grid.CHANNEL, grid.channel),
+            timed(ctx, test_policy.NAME, test_policy.run)]
 
 
 def _gpu(ctx: Context) -> list[StageResult]:
@@ -69,7 +70,8 @@ def _base(ctx: Context) -> list[StageResult]:
 
 
 def _head(ctx: Context) -> list[StageResult]:
-    results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests), timed(ctx, receipt.NAME, receipt.run)]
+    results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests), timed(ctx, grid.NAME, grid.head),
+               timed(ctx, receipt.NAME, receipt.run)]
     after = gpu_claim.after_run(ctx)
     return results if after is None else [*results, after]
 

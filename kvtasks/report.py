@@ -24,7 +24,6 @@ EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
 # Stages this version of kvtasks does not run yet: present in every report, skip, with why.
 UNBUILT_STAGES = {
-    "correctness_grid": "no independent shape grid in this kvtasks version; coverage is repo-default-only",
     "perf": "no timing stage in this kvtasks version: perf was not measured (not 'no regression')",
 }
 
@@ -40,8 +39,8 @@ class Stages(BaseModel):
     test_policy: Stage
     baseline_control: Stage
     correctness_repo_tests: Stage
+    correctness_grid: Stage
     execution_receipt: Stage
-    correctness_grid: Stage | None = None
     perf: Stage | None = None
 
 

@@ -8,7 +8,7 @@ head. Both borrow the tree through `Worktree.handback`, which returns it clean o
 from __future__ import annotations
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, gpu_claim, result, runtime_compat
+from kvtasks.stages import Context, StageResult, gpu_claim, grid, result, runtime_compat
 from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -61,16 +61,18 @@ def baseline_control(ctx: Context) -> StageResult:
             repo_tests = {"state": _state(runs[0]), **_run_fields(runs[0])}
         else:
             repo_tests = {"state": "target-not-present", "stats": None}
+        s1_grid, grid_runs = grid.base_runs(ctx, runs[0] if runs else None)
+        runs += grid_runs
         artifacts = [entry.path for entry in worktree.status()]
 
     if artifacts:
         stage = result(BASELINE, "skip", f"base run left {len(artifacts)} artifacts in the worktree "
                                          f"({', '.join(artifacts[:5])}); they were removed and head tests were not run",
-                       repo_tests=repo_tests, artifacts=artifacts)
+                       repo_tests=repo_tests, s1_grid=s1_grid, artifacts=artifacts)
         stage.finding("note", "the base run did not leave a clean worktree, so head failures cannot be attributed")
     else:
-        stage = result(BASELINE, "pass", f"base control ran cleanly (repo tests: {repo_tests['state']})",
-                       repo_tests=repo_tests)
+        stage = result(BASELINE, "pass", f"base control ran cleanly (repo tests: {repo_tests['state']}, "
+                                         f"grid: {s1_grid['state']})", repo_tests=repo_tests, s1_grid=s1_grid)
     stage.runs = runs
     return stage
 

@@ -36,7 +36,7 @@ def _skip(note: str, **fields) -> StageResult:
     return stage.finding("note", f"execution receipt not established ({note}); PASS is not permitted")
 
 
-def run(ctx: Context, required_shapes: list[str] | None = None, check_required: bool = False) -> StageResult:
+def run(ctx: Context) -> StageResult:
     request = ctx.request
     expected = sorted(set(_names(request.expected_route)))
     if not expected:
@@ -47,6 +47,9 @@ def run(ctx: Context, required_shapes: list[str] | None = None, check_required: 
         return _skip("no head run took place, so there is no receipt to read")
     scope, chosen = (with_route or runs)[0]
     receipt = chosen.receipt
+    # grid rows must show up among the route's shapes, unless pytest renamed them into its own cells
+    required_shapes = ctx.selected("grid_cells", []) if chosen.label == "head-grid" else []
+    check_required = chosen.label == "head-grid" and ctx.selected("grid_channel") != "pytest"
     fields = {"receipt": chosen.receipt_path, "receipt_sha256": chosen.receipt_sha256, "receipt_scope": scope}
     if receipt is None:
         return _skip(f"{chosen.label}: {chosen.receipt_note}", **fields)
@@ -66,15 +69,17 @@ def run(ctx: Context, required_shapes: list[str] | None = None, check_required: 
     unique_shapes = list(dict.fromkeys(shapes))
     fields.update(route=",".join(observed), producer=PRODUCER, kernel_symbols=observed,
                   route_calls=receipt.get("route_calls", {}), mechanism=receipt.get("mechanism", ""),
-                  required_shapes=list(required_shapes or []), executed_shapes=unique_shapes,
+                  required_shapes=list(required_shapes), executed_shapes=unique_shapes,
                   shape_capture={"requested": requested, "observed": len(shapes),
                                  "note": "" if shapes else "no route call bound every shape var"})
     if not shapes:
         why = "no --shape-vars were named" if not requested else \
             f"no route call bound all of {', '.join(requested)} (captured at call and at return)"
         return _skip(f"the route ran but no executed shape was captured: {why}", **fields)
+    if ctx.selected("grid_channel") == "pytest" and chosen.label == "head-grid":
+        fields["shape_namespace"] = "pytest parametrize cells; the grid's own evidence is correctness_grid"
     if check_required:
-        missing = [shape for shape in required_shapes or [] if shape not in unique_shapes]
+        missing = [shape for shape in required_shapes if shape not in unique_shapes]
         if missing:
             return _skip(f"missing required shapes: {missing}", **fields)
     calls = sum(receipt.get("route_calls", {}).values())

@@ -38,14 +38,19 @@ def _names(text: str) -> list[str]:
 
 
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
-        visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None) -> TargetRun:
+        visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
+        env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
+        grid_rows: list[list[str]] = ()) -> TargetRun:
     """Run the target once under the label's phase (the part before the first '-'), with the route
-    probe installed; the run carries its own receipt and observed_work."""
+    probe installed; the run carries its own receipt and observed_work. A grid reaches it through
+    argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows)."""
     phase = label.split("-", 1)[0]
     routes = _names(request.expected_route)
     probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=_names(request.shape_vars),
-                             receipt=run_dir / "runs" / f"receipt-{label}.json")
+                             receipt=run_dir / "runs" / f"receipt-{label}.json",
+                             grid_argnames=grid_argnames, grid_rows=grid_rows)
     env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
+    env.update(env_extra or {})
     done = launch(
         label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
         python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,

@@ -18,7 +18,8 @@ import sys
 import threading
 
 PRODUCER = "validate-kernel-pr.validation_probe"
-CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": ""}  # kvtasks writes the real one
+# kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
+CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": []}
 
 _state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False}
 _lock = threading.Lock()
@@ -214,6 +215,49 @@ def write_receipt(exit_status=None):
 
 def pytest_configure(config):
     install()
+
+
+def _coerce(cell):
+    """Grid cells arrive as text; "False" is truthy, so literals become what they spell."""
+    literals = {"True": True, "False": False, "None": None}
+    if cell in literals:
+        return literals[cell]
+    for kind in (int, float):
+        try:
+            return kind(cell)
+        except ValueError:
+            pass
+    return cell
+
+
+def _grid_marks(metafunc):
+    """The parametrize marks binding exactly the grid's argnames, as (node, mark, argnames)."""
+    wanted = set(CONFIG["grid_argnames"])
+    found = []
+    node = metafunc.definition
+    while node is not None:
+        for mark in getattr(node, "own_markers", []):
+            if mark.name != "parametrize" or not mark.args:
+                continue
+            names = mark.args[0]
+            names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+            if set(names) == wanted:
+                found.append((node, mark, names))
+        node = getattr(node, "parent", None)
+    return found
+
+
+if "pytest" in sys.modules and CONFIG["grid_argnames"]:
+    import pytest
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_generate_tests(metafunc):
+        """Replace the cells of the parametrize mark that binds the grid's argnames with the grid."""
+        for node, mark, names in _grid_marks(metafunc):
+            order = [CONFIG["grid_argnames"].index(name) for name in names]
+            rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
+            replacement = pytest.mark.parametrize(",".join(names), rows).mark
+            node.own_markers[node.own_markers.index(mark)] = replacement
 
 
 def pytest_sessionfinish(session, exitstatus):

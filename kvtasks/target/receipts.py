@@ -20,12 +20,16 @@ class ProbeModule:
     nonce: str
 
 
-def prepare(folder: Path, *, label: str, routes: list[str], shape_vars: list[str], receipt: Path) -> ProbeModule:
-    """A fresh, randomly named copy of the probe: a PR cannot pre-place a module with that name."""
+def prepare(folder: Path, *, label: str, routes: list[str], shape_vars: list[str], receipt: Path,
+            grid_argnames: list[str] = (), grid_rows: list[list[str]] = ()) -> ProbeModule:
+    """A fresh, randomly named copy of the probe: a PR cannot pre-place a module with that name.
+
+    With grid_argnames it also replaces the cells of the parametrize mark binding those names."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"kvtasks_probe_{secrets.token_hex(8)}"
     nonce = secrets.token_hex(16)
-    config = {"routes": routes, "shape_vars": shape_vars, "receipt": str(receipt), "nonce": nonce, "label": label}
+    config = {"routes": routes, "shape_vars": shape_vars, "receipt": str(receipt), "nonce": nonce, "label": label,
+              "grid_argnames": list(grid_argnames), "grid_rows": [list(row) for row in grid_rows]}
     source = Path(probe.__file__).read_text().replace(_CONFIG_LINE, f"CONFIG = {config!r}", 1)
     (folder / f"{name}.py").write_text(source)
     receipt.unlink(missing_ok=True)

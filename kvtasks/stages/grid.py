@@ -1,0 +1,456 @@
+"""correctness_grid: an independent shape grid, through a channel proven to reach the target.
+
+Three channels, alternatives not a sequence: --shape-env (the source reads that variable),
+--shape-arg (the source declares that flag with add_argument; script targets) and
+--shape-argnames (a @pytest.mark.parametrize binds exactly those names; pytest targets).
+A channel is first proven by the AST, then at runtime: a deliberately invalid grid must make the
+target fail, and only after the unpoisoned run passed. The grid runs on base too, so a head-only
+failure with routed work observed is a blocker. Cells already in the target's own defaults earn
+nothing; axes (--axis NAME=--flag:v1;v2) add script flags under the same burden of proof.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+from kvtasks import target
+from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.target.launch import TargetRun
+from kvtasks.worktree import GitFailed
+
+NAME = "correctness_grid"
+CHANNEL = "grid_channel"
+SENTINEL = "__VALIDATOR_INVALID_GRID__"
+AXIS_SENTINEL = "__VALIDATOR_INVALID_AXIS__"
+_TILE = 64
+_LARGE_ELEMENTS = 2**31  # past this, 32-bit element offsets wrap
+_M_NAMES = {"m", "batch", "b", "rows", "num_rows", "seq", "seq_len", "seqlen", "tokens", "num_tokens", "n_rows"}
+_N_NAMES = {"n", "k", "cols", "num_cols", "hidden", "hidden_size", "dim", "d", "head_dim", "width", "n_cols"}
+_DTYPE_NAMES = {"dtype", "dtype_str", "dt", "type", "precision"}
+
+
+@dataclass
+class Axis:
+    name: str
+    flag: str
+    values: list[str]
+    hook_proof: str = "not-evaluated"
+    target_default: list[str] | None = None
+    independence: str = "unknown"
+
+
+def parse_grid(text: str) -> list[list[str]]:
+    return [[cell.strip() for cell in row.split(",")] for row in text.split(";") if row.strip()]
+
+
+def row_text(row) -> str:
+    return ",".join(str(cell).strip() for cell in row)
+
+
+def parse_axis(spec: str) -> Axis | None:
+    name, _, rest = spec.partition("=")
+    flag, _, values = rest.partition(":")
+    cells = [value.strip() for value in values.split(";") if value.strip()]
+    if not name.strip() or not flag.strip().startswith("-") or not cells:
+        return None
+    return Axis(name.strip(), flag.strip(), cells)
+
+
+# -- what the source says ------------------------------------------------------------------------
+
+def _literal_rows(node: ast.AST | None) -> list[str] | None:
+    """A literal list of cells or rows, each as grid text; None when the default is computed."""
+    if node is None:
+        return None
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    if isinstance(value, (str, int, float)):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        return None
+    rows = []
+    for item in value:
+        if isinstance(item, (list, tuple)):
+            rows.append(row_text(item))
+        else:
+            rows.append(row_text(str(item).split(",")))
+    return rows
+
+
+def argparse_flags(tree: ast.AST) -> dict[str, list[str] | None]:
+    """Every flag passed to add_argument, with its literal default rows (None if not literal)."""
+    flags = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("-"):
+                    flags[arg.value] = _literal_rows(default)
+    return flags
+
+
+def reads_env(tree: ast.AST, variable: str) -> bool:
+    """os.getenv("V"), os.environ.get("V"), os.environ["V"], environ.get("V") or "V" in os.environ."""
+    def names_environ(node):
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
+            (isinstance(node, ast.Name) and node.id == "environ")
+
+    def is_variable(node):
+        return isinstance(node, ast.Constant) and node.value == variable
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and is_variable(node.args[0]):
+            func = node.func
+            if isinstance(func, ast.Attribute) and (func.attr == "getenv" or
+                                                    (func.attr in ("get", "pop") and names_environ(func.value))):
+                return True
+            if isinstance(func, ast.Name) and func.id == "getenv":
+                return True
+        if isinstance(node, ast.Subscript) and names_environ(node.value) and is_variable(node.slice):
+            return True
+        if isinstance(node, ast.Compare) and is_variable(node.left) and any(names_environ(c) for c in node.comparators):
+            return True
+    return False
+
+
+def parametrize_marks(tree: ast.AST) -> list[tuple[list[str], list[str] | None]]:
+    """(argnames, literal default rows) of every @pytest.mark.parametrize in the source."""
+    marks = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parametrize" \
+                and node.args:
+            try:
+                names = ast.literal_eval(node.args[0])
+            except (ValueError, SyntaxError):
+                continue
+            names = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n) for n in names]
+            values = node.args[1] if len(node.args) > 1 else next(
+                (kw.value for kw in node.keywords if kw.arg == "argvalues"), None)
+            rows = _literal_rows(values)
+            if rows is None and isinstance(values, ast.Name):
+                rows = _module_literal(tree, values.id)
+            marks.append((names, rows))
+    return marks
+
+
+def _module_literal(tree: ast.AST, name: str) -> list[str] | None:
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return _literal_rows(node.value)
+    return None
+
+
+def _parse(text: str | None) -> ast.AST | None:
+    try:
+        return ast.parse(text or "")
+    except SyntaxError:
+        return None
+
+
+def _env_sources(ctx: Context) -> list[str]:
+    """The target, the conftest.py files pytest would load for it, and checkout modules it imports."""
+    path = PurePosixPath(ctx.request.target_path)
+    paths = [str(path)] + [str(parent / "conftest.py") for parent in path.parents]
+    tree = _parse(ctx.head_text(str(path)))
+    for node in ast.walk(tree) if tree else []:
+        module = node.module if isinstance(node, ast.ImportFrom) and not node.level else None
+        for name in ([module] if module else [a.name for a in node.names] if isinstance(node, ast.Import) else []):
+            parts = name.split(".")
+            paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
+    return list(dict.fromkeys(paths))
+
+
+# -- the default grid ------------------------------------------------------------------------------
+
+def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[list[list[str]], str]:
+    """Cells for the seed's three classes when shape vars are named but no grid is: a non-toy
+    shape, an odd N that is not a multiple of the tile, and an M large enough that M*N passes 2^31."""
+    roles = []
+    default_cells = [row.split(",") for row in defaults or [] if len(row.split(",")) == len(shape_vars)]
+    for position, name in enumerate(shape_vars):
+        lowered = name.lower()
+        if lowered in _M_NAMES:
+            roles.append("M")
+        elif lowered in _N_NAMES:
+            roles.append("N")
+        elif lowered in _DTYPE_NAMES:
+            seen = [cells[position] for cells in default_cells]
+            roles.append(("dtype", seen[0] if seen else "f32"))
+        else:
+            return [], f"cannot generate a default grid: no role known for shape var {name!r}"
+    if "M" not in roles or "N" not in roles:
+        return [], "cannot generate a default grid: the shape vars name no M-like and N-like dimension"
+    classes = {"non-toy": (256, 4096), "odd N, not a multiple of the tile": (67, 4099),
+               "large M (32-bit offsets wrap)": (_LARGE_ELEMENTS // 4096 + 1, 4096)}
+    rows = []
+    for m, n in classes.values():
+        rows.append([str(m) if role == "M" else str(n) if role == "N" else role[1] for role in roles])
+    return rows, f"generated for {', '.join(classes)}"
+
+
+# -- channel selection (prepare group: reads sources only) -------------------------------------
+
+@dataclass
+class Plan:
+    channel: str = ""
+    reason: str = ""
+    rows: list[list[str]] = field(default_factory=list)
+    defaults: list[str] | None = None
+    axes: list[Axis] = field(default_factory=list)
+    axis_state: str = "none"
+
+
+def channel(ctx: Context) -> StageResult:
+    request = ctx.request
+    runner = ctx.selected("runner", "none")
+    source_tree = _parse(ctx.head_text(request.target_path))
+    tried, chosen, defaults, evidence = [], "", None, ""
+
+    if request.shape_arg:
+        flags = argparse_flags(source_tree) if source_tree else {}
+        if runner != "script":
+            tried.append(f"--shape-arg {request.shape_arg}: argv reaches script targets only (runner is {runner})")
+        elif request.shape_arg not in flags:
+            tried.append(f"--shape-arg {request.shape_arg}: the target declares no add_argument for it "
+                         f"(declared: {', '.join(sorted(flags)) or 'none'})")
+        else:
+            chosen, defaults, evidence = "cli", flags[request.shape_arg], f"add_argument({request.shape_arg!r})"
+    if request.shape_env and not chosen:
+        readers = [path for path in _env_sources(ctx)
+                   if (tree := _parse(ctx.head_text(path))) is not None and reads_env(tree, request.shape_env)]
+        if readers:
+            chosen, evidence = "env", f"{request.shape_env} read in {', '.join(readers)}"
+        else:
+            tried.append(f"--shape-env {request.shape_env}: neither the target, its conftest.py files nor the "
+                         "checkout modules it imports read that variable")
+    if request.shape_argnames and not chosen:
+        wanted = [n.strip() for n in request.shape_argnames.split(",") if n.strip()]
+        marks = parametrize_marks(source_tree) if source_tree else []
+        exact = [rows for names, rows in marks if set(names) == set(wanted)]
+        wider = [names for names, _ in marks if set(wanted) < set(names)]
+        if runner != "pytest":
+            tried.append(f"--shape-argnames: parametrize cells reach pytest targets only (runner is {runner})")
+        elif exact:
+            chosen, defaults, evidence = "pytest", exact[0], f"@pytest.mark.parametrize binds {', '.join(wanted)}"
+        elif wider:
+            tried.append(f"--shape-argnames {','.join(wanted)}: the parametrize mark binds more names "
+                         f"({','.join(wider[0])}); its other cells cannot be filled, so it is refused")
+        else:
+            tried.append(f"--shape-argnames {','.join(wanted)}: no parametrize mark binds exactly those names "
+                         f"(found: {'; '.join(','.join(n) for n, _ in marks) or 'none'})")
+    if not (request.shape_arg or request.shape_env or request.shape_argnames):
+        tried.append("no channel flag (--shape-env, --shape-arg, --shape-argnames) was given")
+
+    rows, grid_basis = parse_grid(request.grid), "declared-by-caller"
+    shape_vars = [n.strip() for n in request.shape_vars.split(",") if n.strip()]
+    if not rows and shape_vars:
+        rows, grid_basis = default_grid(shape_vars, defaults)
+    selection = {"grid_channel": chosen, "grid_channel_basis": f"declared-by-caller; proven by source: {evidence}"
+                 if chosen else "", "grid_channel_reason": "; ".join(tried), "grid_cells": [row_text(r) for r in rows],
+                 "grid_cells_basis": grid_basis}
+    independence, why = _independence([row_text(r) for r in rows], defaults, chosen)
+    selection.update(grid_independence=independence, grid_independence_reason=why)
+
+    axes, malformed = [], []
+    for spec in request.axis:
+        axis = parse_axis(spec)
+        (axes.append(axis) if axis else malformed.append(spec))
+    if malformed:
+        state, state_reason = "malformed-spec", f"malformed --axis: {', '.join(malformed)}"
+    elif not axes:
+        state, state_reason = "none", "no --axis requested"
+    elif runner != "script":
+        state, state_reason = "unusable", f"axes ride argv, which reaches script targets only (runner is {runner})"
+    else:
+        flags = argparse_flags(source_tree) if source_tree else {}
+        missing = [axis.flag for axis in axes if axis.flag not in flags]
+        for axis in axes:
+            axis.hook_proof = "flag-declared-in-add_argument" if axis.flag in flags else "flag-not-declared"
+            axis.target_default = flags.get(axis.flag)
+            axis.independence, _ = _independence(axis.values, axis.target_default, "cli")
+        state, state_reason = ("hook-not-found", f"not declared with add_argument: {', '.join(missing)}") if missing \
+            else ("declared", "every axis flag is declared; the runtime probe decides")
+    selection.update(axes=[asdict(axis) for axis in axes], axis_state=state, axis_state_reason=state_reason)
+    stage_result = StageResult(name=CHANNEL, selection=selection)
+    stage_result.facts["grid_plan"] = asdict(Plan(chosen, "; ".join(tried), rows, defaults, axes, state))
+    return stage_result
+
+
+def _independence(cells: list[str], defaults: list[str] | None, chosen: str) -> tuple[str, str]:
+    if not cells:
+        return "unknown", "no grid cells"
+    if defaults is None:
+        kind = "an environment variable exposes no literal default" if chosen == "env" else \
+            "the target's default is not a literal"
+        return "unknown", kind
+    squeezed = {cell.replace(" ", "") for cell in defaults}
+    novel = [cell for cell in cells if cell.replace(" ", "") not in squeezed]
+    if novel:
+        return "adds-coverage", f"outside the target's defaults: {', '.join(novel)}"
+    return "duplicates-target-defaults", "every cell is already one of the target's own defaults"
+
+
+def _plan(ctx: Context) -> Plan | None:
+    raw = ctx.fact("grid_plan")
+    if raw is None:
+        return None
+    return Plan(**{**raw, "axes": [Axis(**axis) for axis in raw["axes"]]})
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = ()) -> TargetRun:
+    request = ctx.request
+    grid_text = ";".join(row_text(row) for row in rows)
+    argv, env_extra, argnames = [], {}, []
+    if plan.channel == "cli":
+        argv = [request.shape_arg, *(row_text(row) for row in rows)]
+    elif plan.channel == "env":
+        env_extra = {request.shape_env: grid_text}
+    elif plan.channel == "pytest":
+        argnames = [n.strip() for n in request.shape_argnames.split(",") if n.strip()]
+    ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
+    return target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+                      visible_devices=gpu_claim.visible_devices(ctx), argv=[*argv, *axis_argv],
+                      env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [])
+
+
+def _poisoned(plan: Plan) -> list[list[str]]:
+    width = len(plan.rows[0]) if plan.rows else 1
+    return [[SENTINEL] * width]
+
+
+def _state(run: TargetRun) -> str:
+    return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
+
+
+def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[TargetRun]]:
+    """The base side of the grid (inside the baseline's handback): its state and runs."""
+    plan = _plan(ctx)
+    if plan is None or not plan.rows:
+        return {"state": "not-configured"}, []
+    if not plan.channel:
+        return {"state": "no-channel-declared"}, []
+    if repo_run is None:
+        return {"state": "target-not-present"}, []
+    probe = _run(ctx, plan, "base-grid-probe", _poisoned(plan))
+    fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log}
+    if probe.exit == 0 or not repo_run.passed:
+        return {"state": "hook-not-consumed", **fields}, [probe]
+    run = _run(ctx, plan, "base-grid", plan.rows)
+    return {"state": _state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields}, \
+        [probe, run]
+
+
+def _axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
+    runs, accepted = [], []
+    for axis in plan.axes:
+        run = target.run(ctx.request, runner="script", run_dir=ctx.run_dir, label=f"head-axisprobe-{axis.name}",
+                         visible_devices=gpu_claim.visible_devices(ctx), argv=[axis.flag, AXIS_SENTINEL])
+        runs.append(run)
+        axis.hook_proof = "refused-invalid-value" if run.exit not in (0, None) else "accepted-invalid-value"
+        if axis.hook_proof == "accepted-invalid-value":
+            accepted.append(axis.flag)
+    if accepted:
+        return "hook-not-consumed", f"dropped: {', '.join(accepted)} accepted {AXIS_SENTINEL}", runs
+    return "proven", "every axis flag refused an invalid value; its values ride the grid run's argv", runs
+
+
+def head(ctx: Context) -> StageResult:
+    plan = _plan(ctx)
+    repo_tests = ctx.earlier.get("correctness_repo_tests")
+    head_repo = next((r for r in (repo_tests.runs if repo_tests else []) if r.label == "head-repo"), None)
+    if plan is None:
+        return result(NAME, "skip", "grid channel selection did not run")
+    if not plan.channel:
+        reason = plan.reason or "no channel"
+        stage = result(NAME, "skip", f"{reason}; coverage is repo-default-only")
+        return stage.finding("note", "coverage is limited to repository defaults: no grid channel was established")
+    if not plan.rows:
+        stage = result(NAME, "skip", "no --grid was supplied and none could be generated; coverage is "
+                                     "repo-default-only")
+        return stage.finding("note", "coverage is limited to repository defaults: no grid cells")
+    if head_repo is None:
+        return result(NAME, "skip", f"head repo tests did not run ({repo_tests.stage.note if repo_tests else ''}); "
+                                    "the grid was not attempted")
+    if not head_repo.passed:
+        return result(NAME, "skip", "grid not attempted because the unpoisoned head run failed: a poisoned run "
+                                    "could not prove the channel")
+
+    runs: list[TargetRun] = []
+    with ctx.worktree.handback():
+        if ctx.request.has_patch:
+            try:
+                ctx.worktree.apply(ctx.request.patch)
+            except GitFailed as exc:
+                return result(NAME, "skip", f"the patch could not be applied for the grid run: {exc}")
+        probe = _run(ctx, plan, "head-grid-probe", _poisoned(plan))
+        runs.append(probe)
+        probe_fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "grid": ctx.request.grid,
+                        "cells": [row_text(r) for r in plan.rows], "channel": plan.channel}
+        if probe.exit == 0:
+            stage = result(NAME, "skip", f"the declared {plan.channel} channel was not consumed: the target passed "
+                                         f"with {SENTINEL} as its grid", **probe_fields)
+            stage.finding("note", f"the {plan.channel} channel did not reach the target; the grid proves nothing")
+            stage.runs = runs
+            return stage
+        axis_argv, axis_state, axis_reason = [], plan.axis_state, ""
+        if plan.axis_state == "declared":
+            axis_state, axis_reason, axis_runs = _axis_probes(ctx, plan)
+            runs += axis_runs
+            axis_argv = [token for axis in plan.axes if axis.hook_proof == "refused-invalid-value"
+                         for token in (axis.flag, *axis.values)]
+        run = _run(ctx, plan, "head-grid", plan.rows, axis_argv)
+        runs.append(run)
+
+    stage = _judge(ctx, plan, run, head_repo, probe_fields, axis_argv)
+    if axis_state != plan.axis_state:
+        stage.selection.update(axis_state=axis_state, axis_state_reason=axis_reason,
+                               axes=[asdict(axis) for axis in plan.axes])
+        if axis_state == "hook-not-consumed":
+            stage.finding("note", f"axis {axis_reason}; those axes were not run")
+    stage.runs = runs
+    return stage
+
+
+def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, fields: dict,
+           axis_argv: list[str]) -> StageResult:
+    fields = {**fields, "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), "axis_argv": axis_argv}
+    independence = ctx.selected("grid_independence", "unknown")
+    novel_axis = any(axis.hook_proof == "refused-invalid-value" and axis.independence == "adds-coverage"
+                     for axis in plan.axes)
+    if novel_axis and independence != "adds-coverage":
+        independence = "adds-coverage"
+        fields["independence_note"] = "a proven axis asks for values outside the flag's default"
+    fields["grid_independence"] = independence
+    executed, observed = run.stats.executed, run.stats.observed_work
+    if run.passed and executed > 0:
+        if independence == "duplicates-target-defaults":
+            stage = result(NAME, "skip", "the grid passed, but every cell is one of the target's own defaults: a "
+                                         "duplicate proves only what the repo tests already said", **fields)
+            return stage.finding("note", "grid duplicates the target defaults; it earns no pass")
+        return result(NAME, "pass", f"{executed} executed over {len(plan.rows)} cells via {plan.channel}", **fields)
+    if run.passed:
+        stage = result(NAME, "skip", "the grid run executed no test", **fields)
+        return stage.finding("note", "the grid executed nothing; no correctness claim is made")
+
+    stage = result(NAME, "fail", f"exit {run.exit} on the grid ({', '.join(row_text(r) for r in plan.rows)})",
+                   **fields)
+    base = (ctx.earlier.get("baseline_control").stage.model_extra.get("s1_grid")
+            if ctx.earlier.get("baseline_control") else None) or {}
+    tail = run.log_tail()
+    if observed == 0 and head_repo.stats.observed_work != 0:
+        return stage.finding("note", "the grid run failed without reaching routed work, so no defect is attributed "
+                                     f"(a missing channel or a crash before the route look the same): {tail}")
+    if not ctx.request.has_patch:
+        return stage.finding("blocker", f"the supplied checkout fails the independent grid: {tail}")
+    if base.get("state") == "target-not-present":
+        return stage.finding("blocker", f"the PR adds this target and it fails the independent grid: {tail}")
+    if base.get("state") == "ran" and base.get("exit") == 0:
+        return stage.finding("blocker", f"the grid passes on base and fails on head "
+                                        f"(cells {', '.join(row_text(r) for r in plan.rows)}): {tail}")
+    return stage.finding("note", f"the grid is red on both sides (base: {base.get('state', 'not run')}), so the "
+                                 f"failure is not attributed to the PR: {tail}")
