@@ -99,3 +99,98 @@ def kernel_repo(path: Path) -> Path:
         "tests/test_scale.py": TESTS,
         ".gitignore": "*.log\nbuild/\n",
     })
+
+
+TILED = '''import numpy as np
+
+TILE = 64
+
+
+def tiled_scale(x, factor, num_heads=1):
+    M, N = x.shape
+    dtype_str = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}[x.dtype]
+    out = np.empty_like(x)
+    n_tiles = (N + TILE - 1) // TILE
+    for tile in range(n_tiles):
+        out[:, tile * TILE:(tile + 1) * TILE] = x[:, tile * TILE:(tile + 1) * TILE] * factor
+    return out
+'''
+# the tail tile is never stored: every N % 64 != 0 leaves garbage in the last columns
+TILED_TAIL_BUG = TILED.replace("n_tiles = (N + TILE - 1) // TILE", "n_tiles = N // TILE")
+# a public-API restriction that only a num_heads axis reaches
+TILED_HEADS_ASSERT = TILED.replace("    M, N = x.shape\n", "    M, N = x.shape\n    assert num_heads != 16, "
+                                   "\"num_heads=16 is not supported\"\n")
+
+
+def check(M, N, dtype_str):
+    return (f"    x = np.arange({M} * {N}, dtype=DTYPES[{dtype_str}]).reshape({M}, {N}) % 7\n"
+            f"    np.testing.assert_allclose(tiled_scale(x, 3.0), x * 3.0, atol=1e-3)\n")
+
+
+PYTEST_HEADER = '''import os
+
+import numpy as np
+import pytest
+
+from kernels.tiled import tiled_scale
+
+DTYPES = {"f32": np.float32, "f16": np.float16}
+'''
+ENV_TEST = PYTEST_HEADER + '''
+
+def shapes():
+    spec = os.environ.get("TILED_SHAPES")
+    if not spec:
+        return [(4, 64, "f32"), (8, 128, "f32")]  # non-aligned rows disabled
+    return [(int(m), int(n), d) for m, n, d in (row.split(",") for row in spec.split(";"))]
+
+
+@pytest.mark.parametrize("M,N,dtype_str", shapes())
+def test_tiled(M, N, dtype_str):
+''' + check("M", "N", "dtype_str")
+ARGNAMES_TEST = PYTEST_HEADER + '''
+
+@pytest.mark.parametrize("M,N,dtype_str", [
+    (4, 64, "f32"),
+    (8, 128, "f16"),
+    # (64, 2000, "f32"),
+])
+def test_tiled(M, N, dtype_str):
+''' + check("M", "N", "dtype_str")
+CLI_SCRIPT = '''import argparse
+
+import numpy as np
+
+from kernels.tiled import tiled_scale
+
+DTYPES = {"f32": np.float32, "f16": np.float16}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", nargs="+", default=["4,64,f32", "8,128,f32"])
+    parser.add_argument("--num-heads", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--mode", default="fast")
+    args = parser.parse_args()
+    for spec in args.shapes:
+        m, n, dtype_str = spec.split(",")
+        M, N = int(m), int(n)
+        for heads in args.num_heads:
+            x = np.arange(M * N, dtype=DTYPES[dtype_str]).reshape(M, N) % 7
+            np.testing.assert_allclose(tiled_scale(x, 3.0, num_heads=heads), x * 3.0, atol=1e-3)
+    print("checked", len(args.shapes), "shapes")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def tiled_repo(path: Path) -> Path:
+    return make_repo(path, {
+        "kernels/__init__.py": "",
+        "kernels/tiled.py": TILED,
+        "tests/test_env.py": ENV_TEST,
+        "tests/test_argnames.py": ARGNAMES_TEST,
+        "bench/check_tiled.py": CLI_SCRIPT,
+    })

@@ -27,6 +27,11 @@ def test_doit_validate_with_no_variables_validates_the_demo(tmp_path):
     assert done.returncode == report["process_exit_code"]
     assert report["repo"]["head"] is not None and report["stages"]["merge_sim"]["status"] == "pass"
     assert report["stages"]["baseline_control"]["status"] == "pass"
+    # the hidden tail bug: its own tests pass, the independent grid does not
+    assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
+    assert report["stages"]["correctness_grid"]["status"] == "fail"
+    assert report["verdict"] == "BLOCK" and done.returncode == 1
+    assert [f["stage"] for f in report["findings"] if f["severity"] == "blocker"] == ["correctness_grid"]
     demo_repo = Path(report["repo"]["worktree"])
     assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=demo_repo,
                           capture_output=True, text=True).stdout == ""

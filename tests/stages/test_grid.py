@@ -1,0 +1,179 @@
+import ast
+
+import pytest
+
+from kvtasks.request import build_request
+from kvtasks.stages import Context, StageResult
+from kvtasks.stages.grid import argparse_flags, channel, default_grid, parametrize_marks, reads_env
+from kvtasks.worktree import Worktree
+from tests.kernel_repos import (ENV_TEST, TILED_HEADS_ASSERT, TILED_TAIL_BUG, git, make_patch, tiled_repo)
+
+ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
+
+
+@pytest.fixture
+def tiled(tmp_path):
+    return tiled_repo(tmp_path / "tiled")
+
+
+def tail_bug(repo, tmp_path):
+    return make_patch(repo, {"kernels/tiled.py": TILED_TAIL_BUG}, tmp_path / "tail.patch")
+
+
+def readme(repo, tmp_path):
+    return make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch")
+
+
+def test_env_channel_finds_the_hidden_tail_bug(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "tests/test_env.py",
+                      "--shape-env", "TILED_SHAPES", "--grid", "64,2000,f32", *ROUTE)
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # its own aligned rows stay green
+    selection = result.report["test_selection"]
+    assert selection["grid_channel"] == "env"
+    assert "TILED_SHAPES read in tests/test_env.py" in selection["grid_channel_basis"]
+    assert selection["grid_independence"] == "unknown"
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "fail" and grid["hook_probe_exit"] != 0 and grid["stats"]["observed_work"] == 1
+    base = result.stage("baseline_control")["s1_grid"]
+    assert base["state"] == "ran" and base["exit"] == 0
+    assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
+    receipt = result.stage("execution_receipt")
+    assert receipt["status"] == "pass" and receipt["required_shapes"] == ["64,2000,f32"]
+    assert receipt["executed_shapes"] == ["64,2000,f32"] and "head-grid" in receipt["receipt_scope"]
+    assert result.verdict == "BLOCK"
+
+
+def test_pytest_argnames_channel_replaces_the_parametrize_cells(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "tests/test_argnames.py",
+                      "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32;3,100,f16", *ROUTE)
+    selection = result.report["test_selection"]
+    assert selection["grid_channel"] == "pytest" and selection["grid_independence"] == "adds-coverage"
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "fail" and grid["stats"]["executed"] == 2 and grid["stats"]["failures"] == 2
+    assert result.verdict == "BLOCK"
+    assert result.stage("execution_receipt")["shape_namespace"].startswith("pytest parametrize cells")
+
+
+def test_cli_channel_on_a_script_target(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "bench/check_tiled.py",
+                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", *ROUTE)
+    selection = result.report["test_selection"]
+    assert selection["runner"] == "script" and selection["grid_channel"] == "cli"
+    assert selection["grid_independence"] == "adds-coverage"
+    assert result.stage("correctness_grid")["status"] == "fail"
+    assert result.verdict == "BLOCK"
+
+
+def test_a_target_that_ignores_the_grid_is_skip_never_pass(tiled, validate, tmp_path):
+    ignoring = ENV_TEST.replace('    spec = os.environ.get("TILED_SHAPES")\n    if not spec:\n',
+                                '    spec = os.environ.get("TILED_SHAPES")\n    if True:\n')
+    git(tiled, "checkout", "-q", "-b", "ignoring")
+    (tiled / "tests/test_env.py").write_text(ignoring)
+    git(tiled, "commit", "-qam", "reads the variable, never uses it")
+    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "tests/test_env.py",
+                      "--shape-env", "TILED_SHAPES", "--grid", "garbage,shapes,here", *ROUTE)
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "skip" and "was not consumed" in grid["note"] and grid["hook_probe_exit"] == 0
+    assert result.stage("baseline_control")["s1_grid"]["state"] == "hook-not-consumed"
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def test_a_grid_equal_to_the_defaults_is_a_duplicate(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
+                      "--shape-arg", "--shapes", "--grid", "4,64,f32;8,128,f32", *ROUTE)
+    assert result.report["test_selection"]["grid_independence"] == "duplicates-target-defaults"
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "skip" and "own defaults" in grid["note"]
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def test_no_channel_is_repo_default_only_and_inconclusive(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "tests/test_env.py",
+                      "--grid", "64,2000,f32", *ROUTE)
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "skip" and grid["note"].endswith("coverage is repo-default-only")
+    assert "no channel flag" in result.report["test_selection"]["grid_channel_reason"]
+    assert result.stage("baseline_control")["s1_grid"]["state"] == "no-channel-declared"
+    assert result.verdict == "INCONCLUSIVE"
+
+
+def test_a_failed_channel_guess_is_explained(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "tests/test_env.py",
+                      "--shape-env", "WRONG_NAME", "--shape-argnames", "M,N", "--grid", "64,2000", *ROUTE)
+    reason = result.report["test_selection"]["grid_channel_reason"]
+    assert "--shape-env WRONG_NAME: neither the target" in reason
+    assert "--shape-argnames M,N: the parametrize mark binds more names (M,N,dtype_str)" in reason
+
+
+def test_axis_reaches_the_public_api_assert(tiled, validate, tmp_path):
+    patch = make_patch(tiled, {"kernels/tiled.py": TILED_HEADS_ASSERT}, tmp_path / "heads.patch")
+    result = validate(tiled, "--patch", str(patch), "--target", "bench/check_tiled.py", "--shape-arg", "--shapes",
+                      "--grid", "4,64,f32;8,128,f32", "--axis", "num_heads=--num-heads:16;32", *ROUTE)
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # defaults 64 and 128 never hit 16
+    selection = result.report["test_selection"]
+    assert selection["axis_state"] == "proven"
+    axis = selection["axes"][0]
+    assert axis["hook_proof"] == "refused-invalid-value" and axis["independence"] == "adds-coverage"
+    assert axis["target_default"] == ["64", "128"]
+    grid = result.stage("correctness_grid")
+    assert grid["axis_argv"] == ["--num-heads", "16", "32"] and grid["grid_independence"] == "adds-coverage"
+    assert grid["status"] == "fail"
+    assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
+
+
+def test_axis_that_accepts_garbage_is_dropped_and_named(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
+                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", "--axis", "mode=--mode:slow", *ROUTE)
+    selection = result.report["test_selection"]
+    assert selection["axis_state"] == "hook-not-consumed" and "--mode" in selection["axis_state_reason"]
+    assert selection["axes"][0]["hook_proof"] == "accepted-invalid-value"
+    assert result.stage("correctness_grid")["axis_argv"] == []
+    assert any("accepted __VALIDATOR_INVALID_AXIS__" in f["detail"] for f in result.findings("note"))
+
+
+def test_axis_flag_not_declared_is_hook_not_found(tiled, validate, tmp_path):
+    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
+                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", "--axis", "window=--window:1;2", *ROUTE)
+    assert result.report["test_selection"]["axis_state"] == "hook-not-found"
+
+
+def test_axes_on_a_pytest_target_are_unusable(tiled, validate, tmp_path):
+    result = validate(tiled, "--target", "tests/test_env.py", "--axis", "num_heads=--num-heads:16", *ROUTE)
+    assert result.report["test_selection"]["axis_state"] == "unusable"
+
+
+@pytest.mark.parametrize("source", [
+    'import os\nos.getenv("V")\n', 'import os\nos.environ.get("V", "")\n', 'import os\nos.environ["V"]\n',
+    'from os import environ\nenviron.get("V")\n', 'import os\nif "V" in os.environ:\n    pass\n'])
+def test_every_common_env_read_is_recognised(source):
+    assert reads_env(ast.parse(source), "V")
+    assert not reads_env(ast.parse(source), "OTHER")
+
+
+def test_argparse_defaults_and_parametrize_defaults_are_read():
+    flags = argparse_flags(ast.parse('p.add_argument("--shapes", nargs="+", default=[(64, 128), "4,8"])\n'
+                                     'p.add_argument("-n", "--heads", default=compute())\n'))
+    assert flags == {"--shapes": ["64,128", "4,8"], "-n": None, "--heads": None}
+    marks = parametrize_marks(ast.parse('ROWS = [(1, 2)]\n@pytest.mark.parametrize("a,b", ROWS)\ndef test(a, b): pass\n'))
+    assert marks == [(["a", "b"], ["1,2"])]
+
+
+def test_default_grid_covers_the_three_classes():
+    rows, basis = default_grid(["M", "N", "dtype_str"], ["4,64,bf16"])
+    assert rows == [["256", "4096", "bf16"], ["67", "4099", "bf16"], ["524289", "4096", "bf16"]]
+    assert int(rows[2][0]) * int(rows[2][1]) > 2**31 and int(rows[1][1]) % 64 != 0
+    assert "large M" in basis
+    assert default_grid(["heads", "N"], None)[0] == []
+
+
+def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
+    request = build_request({"repo": str(tiled), "target": "tests/test_argnames.py", "shape_argnames": "M,N,dtype_str",
+                             "expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"})
+    ctx = Context(request=request, worktree=Worktree(tiled), run_dir=tmp_path / "run", quiet=True)
+    ctx.earlier["selection"] = StageResult(name="selection", selection={"runner": "pytest"})
+    selection = channel(ctx).selection
+    assert selection["grid_channel"] == "pytest"
+    # the dtype comes from the target's own parametrize rows
+    assert selection["grid_cells"] == ["256,4096,f32", "67,4099,f32", "524289,4096,f32"]
+    assert selection["grid_cells_basis"].startswith("generated for non-toy")
+    assert selection["grid_independence"] == "adds-coverage"
