@@ -1,12 +1,16 @@
 """doit entry point: task creators only; every action calls kvtasks.
 
-    doit validate                          the embedded demo (demo=NAME picks another demo PR)
+    doit validate                       the embedded demo (demo=NAME picks another demo PR)
     doit validate repo=W patch=P head_sha=H target=T [label=L out=F ...]
+    doit batch manifest=FILE            every PR of a TOML/JSON manifest against one base
+    doit report [label=L]               rebuild reports from stored evidence; runs nothing
+    doit cache | doit cache-gc older=30d
 """
 import os
+import sys
 from pathlib import Path
 
-from doit import create_after, get_var
+from doit import get_var
 
 from kvtasks import demo, graph
 from kvtasks.request import UsageError, build_request
@@ -14,28 +18,48 @@ from kvtasks.request import UsageError, build_request
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
 WORKSPACE = graph.Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__).resolve().parent))
 DOIT_CONFIG = WORKSPACE.doit_config()
+COMMAND = graph.doit_command(sys.argv[1:])
+QUIET = get_var("quiet", "") not in ("", "0")
 
 OPTIONS = ("repo", "target", "tests", "patch", "head_sha", "expected_route", "shape_vars", "shape_env",
            "shape_arg", "shape_argnames", "grid", "axis", "runner", "tol_table", "runtime_module", "perf_args",
            "perf_control_column", "no_perf", "label", "out")
 
 
-def _options() -> dict:
-    given = {name: get_var(name) for name in OPTIONS if get_var(name) is not None}
-    if "repo" in given:
-        return given
+def _request(options: dict):
     try:
-        return {**demo.options(WORKSPACE.store.root, get_var("demo", demo.DEFAULT_PR)), **given}
-    except demo.UnknownDemo as exc:
-        graph.fail_usage(str(exc))
-
-
-@create_after(executed=None)
-def task_validate():
-    """Validate one PR (the embedded demo when no repo= is given)."""
-    try:
-        request = build_request(_options())
+        return build_request(options)
     except UsageError as exc:
         graph.fail_usage(str(exc))
-    quiet = get_var("quiet", "") not in ("", "0")
-    yield from graph.validate_tasks(request, WORKSPACE, quiet=quiet)
+
+
+def _single_request():
+    given = {name: get_var(name) for name in OPTIONS if get_var(name) is not None}
+    if "repo" not in given:
+        try:
+            given = {**demo.options(WORKSPACE.store.root, get_var("demo", demo.DEFAULT_PR)), **given}
+        except demo.UnknownDemo as exc:
+            graph.fail_usage(str(exc))
+    return _request(given)
+
+
+if COMMAND == "report":
+    def task_report():
+        """Rebuild reports from stored evidence (label=L for one); runs no target, no git."""
+        yield from graph.report_tasks(WORKSPACE, get_var("label"))
+elif COMMAND == "cache":
+    def task_cache():
+        """List stored evidence: key, kind, labels, size, age."""
+        return {"actions": [(graph.list_cache, [WORKSPACE])], "uptodate": [False], "verbosity": 2}
+elif COMMAND == "cache-gc":
+    def task_cache_gc():
+        """Remove stored evidence older than older=AGE (e.g. 30d); nothing else."""
+        older = get_var("older") or graph.fail_usage("cache-gc needs older=AGE, e.g. older=30d")
+        return {"basename": "cache-gc", "actions": [(graph.collect, [WORKSPACE, older])], "uptodate": [False],
+                "verbosity": 2}
+elif COMMAND == "batch":
+    _manifest = get_var("manifest") or graph.fail_usage("batch needs manifest=FILE (TOML or JSON)")
+    _name, _requests = graph.manifest_requests(_manifest, _request)
+    globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
+else:
+    globals().update(graph.loader_namespace([_single_request()], WORKSPACE, QUIET))

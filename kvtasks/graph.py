@@ -1,31 +1,37 @@
-"""The doit task graph for one validation: the only module that knows doit.
+"""The doit task graph: the only module that knows doit.
 
-One Request becomes a chain of tasks, each a stage group that stores its results as evidence:
-prepare (merge_sim, runner selection) -> base (baseline_control) -> head (correctness_repo_tests)
--> report. The report task composes the stored evidence, publishes it, and turns the verdict into
-doit's own result so `doit validate` exits with the verdict's code: PASS succeeds (0), BLOCK and
-NEEDS_WORK fail (1), INCONCLUSIVE is a task error (2).
+Per PR (label L):  prepare:L -> base:<base key> -> head:<head key> -> report:L
+- prepare:L always runs: merge_sim, runner selection, grid channel, test_policy, gpu_claim,
+  runtime_compat and the gpu-requirement probe; it computes the content keys (kvtasks.keys).
+- base:<key> is up to date when evidence of a completed baseline for that key exists, so PRs
+  against the same base, target and runtime share one base run, across runs and in a batch.
+- head:<key> and report:L always run. The base/head/report tasks are created by a delayed creator
+  once prepare has run, because their names are keys that prepare computes.
+`doit report` rebuilds reports from stored evidence only; it runs no target and no git.
+Exit codes: the report task turns the verdict into doit's result (PASS 0, BLOCK and NEEDS_WORK
+fail = 1, INCONCLUSIVE error = 2), so `doit validate` exits with the verdict's code.
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
 
+from doit import create_after
 from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import report, target
-from kvtasks.request import Request
+from kvtasks import keys, report, target
 from kvtasks.gpu import picker
+from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, grid, merge_sim, receipt, runtime_compat,
                             selection, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
-
-BASENAME = "validate"
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,7 @@ class Workspace:
 
     root: Path
 
-    @property
+    @cached_property
     def store(self) -> Store:
         return Store(self.root / "cache")
 
@@ -47,20 +53,19 @@ class Workspace:
     def doit_config(self) -> dict:
         (self.root / "cache").mkdir(parents=True, exist_ok=True)
         return {"dep_file": str(self.root / "cache" / "doit.sqlite3"), "backend": "sqlite3",
-                "default_tasks": [BASENAME]}
+                "default_tasks": ["validate"]}
 
+
+# -- the stage groups ------------------------------------------------------------------------------
 
 def _prepare(ctx: Context) -> list[StageResult]:
     facts = StageResult(name="run", facts={"started_utc": report.utc_now(), "isolation": target.isolation_facts()})
     merged = timed(ctx, merge_sim.NAME, merge_sim.run)
     if "halt" in merged.facts:
         return [facts, merged]
-    return [facts, merged, timed(ctx, selection.NAME, selection.run), timed(ctx, grid.CHANNEL, grid.channel),
-            timed(ctx, test_policy.NAME, test_policy.run)]
-
-
-def _gpu(ctx: Context) -> list[StageResult]:
-    results = [timed(ctx, gpu_claim.NAME, gpu_claim.run), timed(ctx, runtime_compat.NAME, runtime_compat.run)]
+    results = [facts, merged, timed(ctx, selection.NAME, selection.run), timed(ctx, grid.CHANNEL, grid.channel),
+               timed(ctx, test_policy.NAME, test_policy.run), timed(ctx, gpu_claim.NAME, gpu_claim.run),
+               timed(ctx, runtime_compat.NAME, runtime_compat.run)]
     probed = gpu_claim.requirement(ctx) if runtime_compat.established(ctx) else None
     return results if probed is None else [*results, probed]
 
@@ -76,35 +81,89 @@ def _head(ctx: Context) -> list[StageResult]:
     return results if after is None else [*results, after]
 
 
-GROUPS: dict[str, Callable[[Context], list[StageResult]]] = {
-    "prepare": _prepare, "gpu": _gpu, "base": _base, "head": _head}
+GROUPS: dict[str, Callable[[Context], list[StageResult]]] = {"prepare": _prepare, "base": _base, "head": _head}
 
 
-def run_group(request: Request, workspace: Workspace, group: str, quiet: bool = False) -> None:
+def _keys(request: Request, results: list[StageResult]) -> dict:
+    latest = {result.name: result for result in results}
+    facts = {k: v for result in results for k, v in result.facts.items()}
+    selected = {k: v for result in results for k, v in result.selection.items()}
+    base_oid = facts["repo"]["base"]
+    claim = latest.get(gpu_claim.NAME)
+    gpu = claim.stage.model_dump() if claim is not None and claim.stage.status == "pass" else None
+    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), gpu)
+    base = keys.base_key(request, base_oid, selected, runtime)
+    patch = facts["repo"].get("patch_sha256")
+    return {"base_oid": base_oid, "patch_sha256": patch, "runtime_hash": runtime, "base_key": base,
+            "head_key": keys.head_key(base, patch)}
+
+
+def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
     store = workspace.store
-    if group == "prepare":
-        store.reset(request.label)
-        for path in workspace.report_paths(request):
-            # a run owns its output paths: a stale report must never stand in for this run's
-            path.unlink(missing_ok=True)
-            path.with_name("summary.md").unlink(missing_ok=True)
-    earlier = {result.name: result for result in store.read_all(request.label, list(GROUPS)[:list(GROUPS).index(group)])}
-    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=store.run_dir(request.label),
-                  earlier=earlier, quiet=quiet)
+    for path in workspace.report_paths(request):
+        # a run owns its output paths: a stale report must never stand in for this run's
+        path.unlink(missing_ok=True)
+        path.with_name("summary.md").unlink(missing_ok=True)
+    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=store.run_dir("prepare", request.label),
+                  quiet=quiet)
+    results = _prepare(ctx)
     halted = ctx.fact("halt")
-    results = [] if halted else GROUPS[group](ctx)
-    store.write(request.label, group, results)
+    record = {"halted": halted, "base_key": None, "head_key": None, "finished_utc": None,
+              "base_oid": ctx.fact("repo", {}).get("base")}
+    if not halted:
+        record.update(_keys(request, results))
+    store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"])
+    store.record_launches("prepare", request.label, request.label, [run.label for r in results for run in r.runs])
+    store.set_label(request.label, record)
 
 
-def publish(request: Request, workspace: Workspace, quiet: bool = False):
-    results = workspace.store.read_all(request.label, list(GROUPS))
-    composed = report.compose(request.label, results)
+def _earlier(store: Store, kinds: list[tuple[str, str]]) -> dict[str, StageResult]:
+    return {result.name: result for kind, key in kinds for result in store.read(kind, key)}
+
+
+def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> None:
+    store = workspace.store
+    record = store.label(request.label)
+    key = record[f"{kind}_key"]
+    sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
+    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=store.run_dir(kind, key),
+                  earlier=_earlier(store, sources), quiet=quiet)
+    results = GROUPS[kind](ctx)
+    store.write(kind, key, results, label=request.label, base_oid=record["base_oid"])
+    store.record_launches(kind, key, request.label, [run.label for r in results for run in r.runs])
+
+
+def base_done(workspace: Workspace, key: str) -> bool:
+    """Up to date when this base key already has a baseline that really ran; a gated skip is redone."""
+    stored = {result.name: result for result in workspace.store.read("base", key)}
+    baseline = stored.get(correctness.BASELINE)
+    return baseline is not None and baseline.stage.status == "pass"
+
+
+def compose(workspace: Workspace, label: str) -> report.Report:
+    store = workspace.store
+    record = store.label(label)
+    if record is None:
+        raise KeyError(f"no stored evidence for label {label!r}")
+    results = store.read("prepare", label)
+    if not record.get("halted"):
+        results += store.read("base", record["base_key"]) + store.read("head", record["head_key"])
+    return report.compose(label, results, finished_utc=record.get("finished_utc"))
+
+
+def publish(request: Request, workspace: Workspace, quiet: bool, verdict_is_result: bool):
+    store = workspace.store
+    store.set_label(request.label, {"finished_utc": report.utc_now()})
+    composed = compose(workspace, request.label)
     paths = workspace.report_paths(request)
     report.publish(composed, paths)
-    picker.release_all()  # the claim is held until the report is written, and no longer
+    store.set_label(request.label, {"verdict": composed.verdict, "exit": composed.process_exit_code,
+                                    "report": str(paths[0])})
     if not quiet:
         print(report.summary_markdown(composed))
         print(f"report: {paths[-1]}")
+    if not verdict_is_result:
+        return None
     message = f"verdict {composed.verdict} (exit {composed.process_exit_code}): {paths[-1]}"
     if composed.process_exit_code == 1:
         return TaskFailed(message)
@@ -113,39 +172,182 @@ def publish(request: Request, workspace: Workspace, quiet: bool = False):
     return None
 
 
-def validate_tasks(request: Request, workspace: Workspace, quiet: bool = False) -> Iterator[dict]:
-    previous: list[str] = []
-    for group in GROUPS:
-        yield {
-            "name": group,
-            "actions": [(run_group, [request, workspace, group, quiet])],
-            "targets": [str(workspace.store.evidence_path(request.label, group))],
-            "task_dep": previous,
-            "uptodate": [False],
-            "verbosity": 2,
-        }
-        previous = [f"{BASENAME}:{group}"]
-    yield {
-        "name": "report",
-        "actions": [(publish, [request, workspace, quiet])],
-        "task_dep": previous,
-        "uptodate": [False],
-        "verbosity": 2,
-    }
+# -- task creators ---------------------------------------------------------------------------------
+
+def prepare_tasks(requests: list[Request], workspace: Workspace, quiet: bool) -> Iterator[dict]:
+    for request in requests:
+        yield {"basename": "prepare", "name": request.label, "actions": [(run_prepare, [request, workspace, quiet])],
+               "uptodate": [False], "verbosity": 2, "doc": f"merge, policy, GPU claim, runtime for {request.label}"}
+
+
+def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch: bool) -> Iterator[dict]:
+    """base/head/report tasks, named by the keys prepare stored; a key shared by PRs is one task."""
+    created: set[str] = set()
+    for request in requests:
+        record = workspace.store.label(request.label)
+        report_deps = []
+        if record and not record.get("halted"):
+            base, head = record["base_key"], record["head_key"]
+            if f"base:{base}" not in created:
+                created.add(f"base:{base}")
+                yield {"basename": "base", "name": base, "actions": [(run_side, [request, workspace, "base", quiet])],
+                       "uptodate": [(base_done, [workspace, base])], "verbosity": 2,
+                       "doc": f"baseline control for {request.label} (shared by every PR with this key)"}
+            if f"head:{head}" not in created:
+                created.add(f"head:{head}")
+                yield {"basename": "head", "name": head, "actions": [(run_side, [request, workspace, "head", quiet])],
+                       "task_dep": [f"base:{base}"], "uptodate": [False], "verbosity": 2,
+                       "doc": f"head correctness, grid and receipt for {request.label}"}
+            report_deps = [f"head:{head}"]
+        yield {"basename": "report", "name": request.label, "task_dep": report_deps, "uptodate": [False],
+               "actions": [(publish, [request, workspace, quiet, not batch])], "verbosity": 2,
+               "doc": f"compose, judge and publish the report for {request.label}"}
+
+
+def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None) -> dict:
+    """The task creators for validating `requests` (one: validate; several: a batch)."""
+    def task_prepare():
+        yield from prepare_tasks(requests, workspace, quiet)
+
+    @create_after(executed="prepare", creates=["base", "head", "report"])
+    def task_sides():
+        yield from side_tasks(requests, workspace, quiet, batch=batch_name is not None)
+
+    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config()}
+    if batch_name is None:
+        namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["report"], "doc": "validate one PR"}
+    else:
+        def task_batch():
+            return {"actions": [(write_index, [requests, workspace, batch_name])], "task_dep": ["report"],
+                    "uptodate": [False], "verbosity": 2, "doc": "validate every PR of a manifest against one base"}
+        namespace["task_batch"] = task_batch
+    return namespace
 
 
 def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
     """Execute the validation graph through doit's Python API; return the verdict's exit code."""
-    def task_validate():
-        yield from validate_tasks(request, workspace, quiet)
-
-    loader = ModuleTaskLoader({"task_validate": task_validate, "DOIT_CONFIG": workspace.doit_config()})
-    args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), BASENAME]
-    code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
+    loader = ModuleTaskLoader(loader_namespace([request], workspace, quiet))
+    args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), "validate"]
+    try:
+        code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
+    finally:
+        picker.release_all()  # the claim is held until the report is written, and no longer
     # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
     return code if code in (0, 1, 2) else 2
+
+
+# -- batch index, regeneration, cache listing ------------------------------------------------------
+
+def write_index(requests: list[Request], workspace: Workspace, name: str):
+    picker.release_all()
+    store = workspace.store
+    rows = ["| PR | verdict | blockers | should-fix | perf headline | report |", "| --- | --- | --- | --- | --- | --- |"]
+    codes = []
+    for request in requests:
+        composed = compose(workspace, request.label)
+        codes.append(composed.process_exit_code)
+        count = {severity: sum(f.severity == severity for f in composed.findings) for severity in ("blocker",
+                                                                                                    "should-fix")}
+        perf = composed.stages.perf
+        headline = perf.model_extra.get("median_ratio") if perf is not None else None
+        record = store.label(request.label) or {}
+        rows.append(f"| {request.label} | {composed.verdict} | {count['blocker']} | {count['should-fix']} | "
+                    f"{headline if headline is not None else 'not measured'} | {record.get('report', '')} |")
+    index = workspace.root / "reports" / name / "index.md"
+    index.parent.mkdir(parents=True, exist_ok=True)
+    index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(rows) + "\n")
+    print(index.read_text())
+    worst = 1 if 1 in codes else 2 if 2 in codes else 0
+    if worst:
+        return (TaskFailed if worst == 1 else TaskError)(f"batch {name}: exit {worst} ({index})")
+    return None
+
+
+def regenerate(workspace: Workspace, label: str) -> None:
+    """Rebuild reports/<label>/ from stored evidence: no target runs, no git."""
+    composed = compose(workspace, label)
+    report.publish(composed, [workspace.root / "reports" / label / "validation_report.json"])
+    print(f"{label}: {composed.verdict}")
+
+
+def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
+    labels = [label] if label else workspace.store.labels()
+    for name in labels:
+        yield {"basename": "report", "name": name, "actions": [(regenerate, [workspace, name])], "uptodate": [False],
+               "verbosity": 2, "doc": f"rebuild the report for {name} from stored evidence"}
+
+
+def list_cache(workspace: Workspace) -> None:
+    print(f"{'kind':<8} {'key':<16} {'labels':<30} {'size':>10} {'age':>8}")
+    for entry in workspace.store.entries():
+        print(f"{entry['kind']:<8} {entry['key'][:16]:<16} {','.join(entry['labels'])[:30]:<30} "
+              f"{entry['size']:>10} {entry['age_s'] / 86400:>7.1f}d")
+
+
+def parse_age(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    text = text.strip()
+    if not text or text[-1] not in units or not text[:-1].replace(".", "", 1).isdigit():
+        fail_usage(f"older= takes a number and a unit (s, m, h, d, w), e.g. older=30d; got {text!r}")
+    return float(text[:-1]) * units[text[-1]]
+
+
+def collect(workspace: Workspace, older: str) -> None:
+    removed = workspace.store.gc(parse_age(older))
+    print(f"removed {len(removed)} evidence entries older than {older}")
 
 
 def fail_usage(message: str) -> None:
     print(f"validate-kernel-pr: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def doit_command(argv: list[str]) -> str:
+    """Which doit command or task this invocation names (dodo.py builds only that one's tasks)."""
+    words = [arg for arg in argv if not arg.startswith("-") and "=" not in arg]
+    return words[0] if words else "validate"
+
+
+def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
+    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`."""
+    manifest = Path(path).expanduser().resolve()
+    try:
+        text = manifest.read_text()
+    except OSError as exc:
+        fail_usage(f"manifest {path!r} is unreadable: {exc.strerror or exc}")
+    try:
+        if manifest.suffix == ".json":
+            data = json.loads(text)
+        else:
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+            data = tomllib.loads(text)
+    except ValueError as exc:
+        fail_usage(f"manifest {path!r} does not parse: {exc}")
+    prs = data.pop("prs", None)
+    if not isinstance(prs, list) or not prs:
+        fail_usage(f"manifest {path!r} has no `prs` list")
+    expected_base = data.pop("base", None)
+    shared = {key: _relative(manifest, key, value) for key, value in data.items()}
+    requests = []
+    for entry in prs:
+        if not isinstance(entry, dict) or "patch" not in entry or "label" not in entry:
+            fail_usage(f"every entry of `prs` needs `patch` and `label`: {entry!r}")
+        options = {**shared, **{key: _relative(manifest, key, value) for key, value in entry.items()}}
+        requests.append(build(options))
+    labels = [request.label for request in requests]
+    if len(set(labels)) != len(labels):
+        fail_usage(f"manifest labels must be unique: {labels}")
+    if expected_base:
+        actual = Worktree(requests[0].repo).head_oid()
+        if actual != expected_base:
+            fail_usage(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
+    return manifest.stem, requests
+
+
+def _relative(manifest: Path, key: str, value):
+    if key in ("repo", "patch", "out") and isinstance(value, str) and not Path(value).expanduser().is_absolute():
+        return str((manifest.parent / value).resolve())
+    return value

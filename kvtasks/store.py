@@ -1,62 +1,138 @@
 """The evidence store: the only code that knows where evidence lives under cache/.
 
-Each stage group of a run writes its results as one JSON document, atomically (temp file +
-rename), under cache/runs/<label>/; the report is composed from those documents alone. A run's
-private folder (phase caches, logs, JUnit XML) sits beside its evidence.
+Evidence documents (one per stage group and key) are JSON files written atomically (temp file +
+rename) under cache/evidence/<kind>/<key>.json, with the run's artifacts (logs, JUnit XML,
+receipts, private phase caches) under cache/runs/<kind>/<key>/. A diskcache index (eviction
+policy 'none', every write checked) maps keys, labels and base OIDs to them; nothing is ever
+evicted except by `gc`, on request. Target launches are journalled in cache/launches.log.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
+import diskcache
 from pydantic import TypeAdapter
 
 from kvtasks.stages import StageResult
 
 _RESULTS = TypeAdapter(list[StageResult])
+KINDS = ("prepare", "base", "head")
+
+
+class StoreError(Exception):
+    pass
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._index = diskcache.Cache(str(self.root / "index"), eviction_policy="none")
 
-    def run_dir(self, label: str) -> Path:
-        return self.root / "runs" / label
+    def _set(self, key, value) -> None:
+        if not self._index.set(key, value):
+            raise StoreError(f"the evidence index refused a write for {key!r}")
 
-    def evidence_path(self, label: str, group: str) -> Path:
-        return self.run_dir(label) / "evidence" / f"{group}.json"
+    # -- evidence ---------------------------------------------------------------------------------
+    def run_dir(self, kind: str, key: str) -> Path:
+        return self.root / "runs" / kind / key
 
-    def reset(self, label: str) -> Path:
-        """Start a run afresh: nothing from an earlier run of this label may reach its report."""
-        run_dir = self.run_dir(label)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        run_dir.mkdir(parents=True)
-        return run_dir
+    def evidence_path(self, kind: str, key: str) -> Path:
+        return self.root / "evidence" / kind / f"{key}.json"
 
-    def write(self, label: str, group: str, results: list[StageResult]) -> Path:
-        path = self.evidence_path(label, group)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{group}.")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(_RESULTS.dump_json(results, indent=1))
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+    def write(self, kind: str, key: str, results: list[StageResult], *, label: str, base_oid: str | None) -> Path:
+        path = self.evidence_path(kind, key)
+        write_atomic(path, _RESULTS.dump_json(results, indent=1))
+        entry = self._index.get(("evidence", kind, key)) or {"labels": []}
+        labels = sorted(set(entry["labels"]) | {label})
+        self._set(("evidence", kind, key), {"kind": kind, "key": key, "labels": labels, "base_oid": base_oid,
+                                            "path": str(path), "written": time.time()})
+        if base_oid:
+            keys = set(self._index.get(("base_oid", base_oid), []))
+            self._set(("base_oid", base_oid), sorted(keys | {f"{kind}:{key}"}))
         return path
 
-    def read(self, label: str, group: str) -> list[StageResult]:
-        path = self.evidence_path(label, group)
+    def has(self, kind: str, key: str) -> bool:
+        return self.evidence_path(kind, key).is_file() and ("evidence", kind, key) in self._index
+
+    def read(self, kind: str, key: str) -> list[StageResult]:
+        path = self.evidence_path(kind, key)
         if not path.is_file():
             return []
         return _RESULTS.validate_json(path.read_bytes())
 
-    def read_all(self, label: str, groups: list[str]) -> list[StageResult]:
-        return [result for group in groups for result in self.read(label, group)]
+    def keys_for_base(self, base_oid: str) -> list[str]:
+        return list(self._index.get(("base_oid", base_oid), []))
+
+    # -- labels -----------------------------------------------------------------------------------
+    def set_label(self, label: str, record: dict) -> None:
+        self._set(("label", label), {**(self._index.get(("label", label)) or {}), **record})
+
+    def label(self, label: str) -> dict | None:
+        return self._index.get(("label", label))
 
     def labels(self) -> list[str]:
-        runs = self.root / "runs"
-        return sorted(path.name for path in runs.iterdir() if path.is_dir()) if runs.is_dir() else []
+        return sorted(key[1] for key in self._index.iterkeys() if isinstance(key, tuple) and key[0] == "label")
+
+    # -- launches ---------------------------------------------------------------------------------
+    def record_launches(self, kind: str, key: str, label: str, run_labels: list[str]) -> None:
+        if not run_labels:
+            return
+        lines = "".join(json.dumps({"kind": kind, "key": key, "label": label, "run": run, "at": time.time()}) + "\n"
+                        for run in run_labels)
+        with open(self.root / "launches.log", "a") as journal:
+            journal.write(lines)
+
+    def launches(self) -> list[dict]:
+        journal = self.root / "launches.log"
+        if not journal.is_file():
+            return []
+        return [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+
+    # -- listing and collection -------------------------------------------------------------------
+    def entries(self) -> list[dict]:
+        rows = []
+        for key in self._index.iterkeys():
+            if not (isinstance(key, tuple) and key[0] == "evidence"):
+                continue
+            entry = self._index.get(key)
+            size = _size(Path(entry["path"])) + _size(self.run_dir(entry["kind"], entry["key"]))
+            rows.append({**entry, "size": size, "age_s": time.time() - entry["written"]})
+        return sorted(rows, key=lambda row: row["written"])
+
+    def gc(self, older_than_s: float) -> list[dict]:
+        """Remove evidence written more than `older_than_s` ago, and only that."""
+        removed = []
+        for entry in self.entries():
+            if entry["age_s"] <= older_than_s:
+                continue
+            Path(entry["path"]).unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir(entry["kind"], entry["key"]), ignore_errors=True)
+            self._index.delete(("evidence", entry["kind"], entry["key"]))
+            removed.append(entry)
+        return removed
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0

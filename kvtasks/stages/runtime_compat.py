@@ -124,6 +124,14 @@ def run(ctx: Context) -> StageResult:
     fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root}
     if seen is None:
         return _mismatch(f"the runtime probe died: {log[-300:]}", **fields)
+    stage = _judge(chosen, seen, fields, ctx)
+    # what the cache keys need about the interpreter, whether or not the runtime matched
+    stage.facts["runtime_fingerprint"] = {key: seen.get(key) for key in
+                                          ("python_executable", "python_version", "distributions", "module_path")}
+    return stage
+
+
+def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResult:
     if seen["error"]:
         return _mismatch(f"import {chosen.module} failed: {seen['error']}", **fields)
     if not seen["inside_roots"]:

@@ -2,7 +2,7 @@
 
 Usage: python runtime_probe.py OUT.json MODULE ROOT [ROOT ...]
 Writes {module, module_path, module_version, python_executable, python_version, inside_roots,
-native_artifacts[{path, size, sha256}], error}. Standard library only: it must run in any target
+native_artifacts[{path, size, sha256}], distributions["name==version"], error}. Standard library only: it must run in any target
 environment, and it never imports kvtasks.
 """
 import hashlib
@@ -46,6 +46,13 @@ def main(out, module_name, *roots):
         if any(real.startswith(root) for root in roots) and os.path.isfile(real):
             artifacts.append({"path": real, "size": os.path.getsize(real), "sha256": _digest(real)})
     found["native_artifacts"] = artifacts
+    try:
+        from importlib import metadata
+
+        found["distributions"] = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                                         if d.metadata["Name"]})
+    except Exception as exc:  # a broken installation must not hide the rest of the answer
+        found["distributions"] = [f"unreadable: {exc}"]
     with open(out, "w") as handle:
         json.dump(found, handle)
 
