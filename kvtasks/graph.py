@@ -302,9 +302,23 @@ def fail_usage(message: str) -> None:
     raise SystemExit(2)
 
 
+_DOIT_OPTIONS_WITH_VALUES = {"-f", "--file", "-d", "--dir", "--db-file", "--backend", "--check_file_uptodate",
+                             "-n", "--process", "-P", "--parallel-type", "-r", "--reporter", "-o", "--output-file",
+                             "-v", "--verbosity", "--codec-cls", "--seek-file"}
+
+
 def doit_command(argv: list[str]) -> str:
     """Which doit command or task this invocation names (dodo.py builds only that one's tasks)."""
-    words = [arg for arg in argv if not arg.startswith("-") and "=" not in arg]
+    words, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _DOIT_OPTIONS_WITH_VALUES:
+            skip = True
+        elif not arg.startswith("-") and "=" not in arg:
+            words.append(arg)
+    if words and words[0] == "run":
+        words = words[1:]
     return words[0] if words else "validate"
 
 

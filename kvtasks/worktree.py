@@ -149,28 +149,37 @@ class Worktree:
         self._applied_patch = patch
         self._run("apply", "--whitespace=nowarn", patch)
 
+    def _directories(self) -> set[str]:
+        found = set()
+        for folder, dirs, _ in os.walk(self.path):
+            dirs[:] = [d for d in dirs if d != ".git"]
+            found.update(str(Path(folder, d).relative_to(self.path)) for d in dirs)
+        return found
+
     @contextmanager
     def handback(self) -> Iterator["Worktree"]:
         """Lend the tree to a run; on every exit path hand it back clean, as supplied."""
+        directories = self._directories()  # git does not see empty folders a run leaves behind
         with _signals_raise():
             try:
                 yield self
             except Interrupted as interrupted:
                 with _signals_deferred():
-                    self.restore()
+                    self.restore(directories)
                 print(f"kvtasks: interrupted by {interrupted.name}; the worktree was restored "
                       "and no report is written", file=sys.__stderr__)
                 raise
             except BaseException:
                 with _signals_deferred():
-                    self.restore()
+                    self.restore(directories)
                 raise
             else:
                 with _signals_deferred():
-                    self.restore()
+                    self.restore(directories)
 
-    def restore(self) -> list[str]:
-        """Reverse the applied patch, then remove whatever else is there; return what was removed."""
+    def restore(self, directories: set[str] | None = None) -> list[str]:
+        """Reverse the applied patch, then remove whatever else is there (and, given the folders
+        that existed before, every new empty folder); return what was removed."""
         if self._applied_patch is not None:
             patch, self._applied_patch = self._applied_patch, None
             self._run("apply", "-R", "--whitespace=nowarn", patch, check=False)
@@ -181,6 +190,12 @@ class Worktree:
         for entry in leftovers:
             if entry.untracked:
                 _remove(self.path / entry.path, root=self.path)
+        if directories is not None:
+            for folder in sorted(self._directories() - directories, key=len, reverse=True):
+                path = self.path / folder
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+                    leftovers.append(StatusEntry("??", folder + "/"))
         remaining = self.status()
         if remaining:
             raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")

@@ -171,11 +171,12 @@ def find_device(index: int) -> tuple[Device, Backend] | None:
 
 # -- the claim: a non-blocking flock held by the validating process ----------------------------
 
-@dataclass
+@dataclass(eq=False)
 class Lease:
     index: int
     path: Path
     fd: int
+    basis: str = "unknown"  # the idleness basis the claim rested on, for PRs that reuse it
 
 
 _HELD: list[Lease] = []

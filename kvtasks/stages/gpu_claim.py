@@ -47,6 +47,10 @@ def _resolve_picker(value: str) -> str | None:
 
 
 def run(ctx: Context) -> StageResult:
+    held = picker.held()
+    if held:
+        # one validator process (a batch) keeps the device it verified and locked for every PR
+        return _claimed(held[0], held[0].basis, {}, "claim held by this validator since an earlier PR of the run")
     settings = picker.IdleSettings.from_environ()
     override = ctx.request.host.picker
     windows: dict[int, picker.Window] = {}
@@ -72,7 +76,10 @@ def run(ctx: Context) -> StageResult:
     if lease is None:
         stage = _no_gpu(f"all {len(ranked)} verified-idle GPUs were already locked by another validator")
         return stage.finding("note", "another validator holds every idle GPU; rerun when one frees up")
+    return _claimed(lease, basis, windows, picker_name)
 
+
+def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window], picker_name: str) -> StageResult:
     found = picker.find_device(lease.index)
     if found is None:
         picker.release(lease)
@@ -84,7 +91,7 @@ def run(ctx: Context) -> StageResult:
     finally:
         backend.close()
     window = windows.get(device.index)
-    basis = window.basis if window else basis
+    basis = lease.basis = window.basis if window else basis
     index_field = "hip_index" if device.vendor == "amd" else "cuda_index"
     smi_field = "amd_smi_index" if device.vendor == "amd" else "nvml_index"
     stage = result(

@@ -1,0 +1,188 @@
+"""The evidence graph end to end: base-side reuse, cache invalidation, batch, report regeneration."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvtasks.store import Store
+from tests.conftest import IDLE_AMD
+from tests.kernel_repos import ENV_TEST, TILED_TAIL_BUG, make_patch, tiled_repo
+
+PROJECT = Path(__file__).resolve().parent.parent
+GRID = ["--shape-env", "TILED_SHAPES", "--grid", "64,2000,f32", "--expected-route", "kernels.tiled:tiled_scale",
+        "--shape-vars", "M,N,dtype_str", "--target", "tests/test_env.py"]
+
+
+@pytest.fixture
+def tiled(tmp_path):
+    return tiled_repo(tmp_path / "tiled")
+
+
+def base_launches(home: Path, label: str | None = None) -> list[dict]:
+    return [row for row in Store(home / "cache").launches()
+            if row["kind"] == "base" and (label is None or row["label"] == label)]
+
+
+def docs_patch(repo, tmp_path, name="docs"):
+    return make_patch(repo, {"README.md": f"{name}\n"}, tmp_path / f"{name}.patch")
+
+
+def test_a_second_patch_against_the_same_base_runs_no_base_target(tiled, validate, home, tmp_path):
+    first = validate(tiled, "--patch", str(docs_patch(tiled, tmp_path, "one")), "--label", "pr-1", *GRID)
+    assert first.stage("baseline_control")["status"] == "pass"
+    assert {row["run"] for row in base_launches(home, "pr-1")} == {"base-repo", "base-grid-probe", "base-grid"}
+    second = validate(tiled, "--patch", str(make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG},
+                                                       tmp_path / "tail.patch")), "--label", "pr-2", *GRID)
+    assert base_launches(home, "pr-2") == []
+    assert second.stage("baseline_control") == first.stage("baseline_control")
+    assert second.verdict == "BLOCK"  # attribution still uses the reused base grid
+
+
+def keys_of(home: Path, label: str) -> dict:
+    return Store(home / "cache").label(label)
+
+
+def test_pylib_contents_change_the_runtime_and_rerun_the_base(tiled, validate, home, tmp_path, monkeypatch):
+    pylib = tmp_path / "pylib"
+    pylib.mkdir()
+    (pylib / "helper.py").write_text("VERSION = 1\n")
+    monkeypatch.setenv("PYLIB", str(pylib))
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "a", *GRID)
+    (pylib / "helper.py").write_text("VERSION = 2\n")
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "b", *GRID)
+    assert keys_of(home, "a")["runtime_hash"] != keys_of(home, "b")["runtime_hash"]
+    assert base_launches(home, "b")
+
+
+def test_a_package_version_change_reruns_the_base(tiled, validate, home, tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    dist = site / "kvtasks_marker-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kvtasks-marker\nVersion: 1.0\n")
+    monkeypatch.setenv("PYTHON_BIN", str(venv / "bin" / "python"))
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "a", *GRID)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kvtasks-marker\nVersion: 2.0\n")
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "b", *GRID)
+    assert base_launches(home, "b")
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "c", *GRID)
+    assert base_launches(home, "c") == []
+
+
+def test_interpreter_change_reruns_the_base(tiled, validate, home, tmp_path, monkeypatch):
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "a", *GRID)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    monkeypatch.setenv("PYTHON_BIN", str(venv / "bin" / "python"))
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "b", *GRID)
+    assert base_launches(home, "b")
+
+
+def test_gpu_model_change_reruns_the_base(tiled, validate, home, gpu_host, tmp_path):
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "a", *GRID)
+    gpu_host(amd=[{**IDLE_AMD, "market_name": "Fake Instinct MI-U", "target_graphics_version": "gfx-next"}])
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "b", *GRID)
+    assert base_launches(home, "b")
+
+
+@pytest.mark.parametrize("change", [["--grid", "64,2001,f32"], ["--expected-route", "kernels.tiled:other"],
+                                    ["--target", "tests/test_argnames.py"]])
+def test_target_grid_or_route_changes_rerun_the_base(tiled, validate, home, tmp_path, change):
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "a", *GRID)
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "b", *GRID, *change)
+    assert keys_of(home, "a")["base_key"] != keys_of(home, "b")["base_key"]
+    assert base_launches(home, "b")
+
+
+def doit(home: Path, *args: str, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KVTASKS_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), *args], cwd=PROJECT,
+                          env=env, capture_output=True, text=True, timeout=600, **popen)
+
+
+def test_doit_report_rebuilds_identical_json_without_the_worktree(tiled, validate, home, tmp_path):
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "pr-5", *GRID)
+    published = home / "reports" / "pr-5" / "validation_report.json"
+    original = published.read_bytes()
+    launches = len(Store(home / "cache").launches())
+    shutil.rmtree(home / "reports")
+    shutil.rmtree(tiled)  # the worktree is gone: regeneration reads stored evidence only
+    done = doit(home, "report", "label=pr-5")
+    assert done.returncode == 0, done.stderr
+    assert published.read_bytes() == original
+    assert len(Store(home / "cache").launches()) == launches
+    every = doit(home, "report")
+    assert every.returncode == 0 and "pr-5: PASS" in every.stdout
+
+
+def write_manifest(tiled, tmp_path, labels=("clean", "tail", "loose")) -> Path:
+    patches = {
+        "clean": docs_patch(tiled, tmp_path),
+        "tail": make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG}, tmp_path / "tail.patch"),
+        "loose": make_patch(tiled, {"tests/test_env.py": ENV_TEST.replace("atol=1e-3", "atol=1e-1")},
+                            tmp_path / "loose.patch"),
+    }
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tiled, capture_output=True, text=True).stdout.strip()
+    lines = [f'repo = "{tiled}"', f'base = "{base}"', 'target = "tests/test_env.py"', 'shape_env = "TILED_SHAPES"',
+             'grid = "64,2000,f32"', 'expected_route = "kernels.tiled:tiled_scale"', 'shape_vars = "M,N,dtype_str"', ""]
+    for label in labels:
+        lines += ["[[prs]]", f'label = "{label}"', f'patch = "{patches[label].name}"', f'head_sha = "{"a" * 40}"', ""]
+    manifest = tmp_path / "nightly.toml"
+    manifest.write_text("\n".join(lines))
+    return manifest
+
+
+def test_batch_of_three_runs_the_base_once(tiled, home, tmp_path, idle_gpu):
+    done = doit(home, "batch", f"manifest={write_manifest(tiled, tmp_path)}")
+    verdicts = {label: json.loads((home / "reports" / label / "validation_report.json").read_text())
+                for label in ("clean", "tail", "loose")}
+    assert not [f for f in verdicts["clean"]["findings"] if f["severity"] in ("blocker", "should-fix")]
+    assert verdicts["tail"]["verdict"] == "BLOCK" and verdicts["loose"]["verdict"] == "BLOCK"
+    assert [row["run"] for row in base_launches(home) if row["run"] == "base-repo"] == ["base-repo"]
+    index = (home / "reports" / "nightly" / "index.md").read_text()
+    assert "| tail | BLOCK |" in index and "| loose | BLOCK |" in index
+    assert done.returncode == 1
+
+
+def test_batch_refuses_a_manifest_whose_base_is_not_head(tiled, home, tmp_path):
+    manifest = write_manifest(tiled, tmp_path)
+    manifest.write_text(manifest.read_text().replace("base = ", 'base = "' + "0" * 40 + '"\n# was '))
+    done = doit(home, "batch", f"manifest={manifest}")
+    assert done.returncode == 2 and "is not the worktree's HEAD" in done.stderr
+
+
+def test_a_killed_batch_resumes_without_rerunning_the_base(tiled, home, tmp_path, idle_gpu):
+    manifest = write_manifest(tiled, tmp_path)
+    env = {**os.environ, "KVTASKS_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "batch",
+                             f"manifest={manifest}"], cwd=PROJECT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not any(row["kind"] == "head" for row in Store(home / "cache").launches()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert len([row for row in base_launches(home) if row["run"] == "base-repo"]) == 1
+    done = doit(home, "batch", f"manifest={manifest}")
+    assert len([row for row in base_launches(home) if row["run"] == "base-repo"]) == 1
+    assert (home / "reports" / "nightly" / "index.md").is_file(), done.stdout
+
+
+def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "pr-1", *GRID)
+    listing = doit(home, "cache")
+    assert listing.returncode == 0 and "base" in listing.stdout and "pr-1" in listing.stdout
+    kept = doit(home, "cache-gc", "older=30d")
+    assert "removed 0 evidence entries" in kept.stdout
+    assert len(Store(home / "cache").entries()) == 3
+    gone = doit(home, "cache-gc", "older=0s")
+    assert "removed 3 evidence entries" in gone.stdout and Store(home / "cache").entries() == []
+    assert doit(home, "cache-gc", "older=soon").returncode == 2
