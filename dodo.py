@@ -60,6 +60,9 @@ elif COMMAND == "cache-gc":
 elif COMMAND == "batch":
     _manifest = get_var("manifest") or graph.fail_usage("batch needs manifest=FILE (TOML or JSON)")
     _name, _requests = graph.manifest_requests(_manifest, _request)
+    graph.hold_worktrees(_requests)
     globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
 else:
-    globals().update(graph.loader_namespace([_single_request()], WORKSPACE, QUIET))
+    _requests = [_single_request()]
+    graph.hold_worktrees(_requests)
+    globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET))

@@ -25,7 +25,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import keys, report, target
+from kvtasks import keys, report, target, worktree
 from kvtasks.gpu import picker
 from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, grid, merge_sim, receipt, runtime_compat,
@@ -224,14 +224,25 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
     return namespace
 
 
+def hold_worktrees(requests: list[Request]) -> None:
+    """Take each worktree for this validator before anything runs; a busy one is refused at once."""
+    for repo in dict.fromkeys(request.repo for request in requests):
+        try:
+            worktree.hold_exclusively(repo)
+        except worktree.WorktreeBusy as exc:
+            fail_usage(str(exc))
+
+
 def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
     """Execute the validation graph through doit's Python API; return the verdict's exit code."""
+    hold_worktrees([request])
     loader = ModuleTaskLoader(loader_namespace([request], workspace, quiet))
     args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), "validate"]
     try:
         code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
     finally:
         picker.release_all()  # the claim is held until the report is written, and no longer
+        worktree.release_exclusive(request.repo)
     # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
     return code if code in (0, 1, 2) else 2
 

@@ -8,6 +8,8 @@ SIGINT, SIGTERM and SIGHUP included.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -27,6 +29,45 @@ _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class GitFailed(Exception):
     """A git command failed; the message carries git's own last line."""
+
+
+class WorktreeBusy(Exception):
+    """Another validator is using this worktree; running beside it would corrupt both."""
+
+
+def _lock_path(worktree: Path, purpose: str) -> Path:
+    tag = hashlib.sha256(str(worktree.resolve()).encode()).hexdigest()[:16]
+    return Path(os.environ.get("KVTASKS_LOCK_DIR") or tempfile.gettempdir()) / f"kvtasks-worktree-{tag}.{purpose}.lock"
+
+
+_VALIDATOR_LOCKS: dict[str, int] = {}
+
+
+def hold_exclusively(path: str | os.PathLike) -> None:
+    """Take this worktree for the rest of the process, or raise WorktreeBusy at once.
+
+    Worker processes forked afterwards (doit -n) share the lock; another validator does not."""
+    worktree = Path(path)
+    if str(worktree) in _VALIDATOR_LOCKS:
+        return
+    lock = _lock_path(worktree, "validator")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise WorktreeBusy(f"worktree {worktree} is busy: another validator (pid {holder or 'unknown'}) is "
+                           "validating in it; wait for it or use another worktree") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _VALIDATOR_LOCKS[str(worktree)] = fd
+
+
+def release_exclusive(path: str | os.PathLike) -> None:
+    fd = _VALIDATOR_LOCKS.pop(str(Path(path)), None)
+    if fd is not None:
+        os.close(fd)
 
 
 class Interrupted(SystemExit):
@@ -156,11 +197,15 @@ class Worktree:
             found.update(str(Path(folder, d).relative_to(self.path)) for d in dirs)
         return found
 
+    def quiescent(self):
+        """Hold off every lender (parallel workers of this validator) while the tree is read."""
+        return _serialised(self.path)
+
     @contextmanager
     def handback(self) -> Iterator["Worktree"]:
         """Lend the tree to a run; on every exit path hand it back clean, as supplied."""
-        directories = self._directories()  # git does not see empty folders a run leaves behind
-        with _signals_raise():
+        with _signals_raise(), _serialised(self.path):
+            directories = self._directories()  # git does not see empty folders a run leaves behind
             try:
                 yield self
             except Interrupted as interrupted:
@@ -213,6 +258,17 @@ def _remove(path: Path, root: Path) -> None:
     while parent != root and parent.is_relative_to(root) and not any(parent.iterdir()):
         parent.rmdir()
         parent = parent.parent
+
+
+@contextmanager
+def _serialised(worktree: Path) -> Iterator[None]:
+    """One lender at a time: parallel workers of one validator take turns with the tree."""
+    fd = os.open(_lock_path(worktree, "handback"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _in_main_thread() -> bool:

@@ -186,3 +186,29 @@ def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
     gone = doit(home, "cache-gc", "older=0s")
     assert "removed 3 evidence entries" in gone.stdout and Store(home / "cache").entries() == []
     assert doit(home, "cache-gc", "older=soon").returncode == 2
+
+
+def test_parallel_batch_takes_turns_with_the_worktree_and_runs_the_base_once(tiled, home, tmp_path, gpu_host):
+    gpu_host(amd=[IDLE_AMD, {**IDLE_AMD, "hip_id": 58, "bdf": "0000:c2:00.0"}])  # one per worker, same model
+    before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=tiled, capture_output=True, text=True)
+    doit(home, "-n", "2", "batch", f"manifest={write_manifest(tiled, tmp_path)}")
+    verdicts = {label: json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
+                for label in ("clean", "tail", "loose")}
+    assert verdicts["tail"] == "BLOCK" and verdicts["loose"] == "BLOCK" and verdicts["clean"] != "BLOCK"
+    assert [row["run"] for row in base_launches(home) if row["run"] == "base-repo"] == ["base-repo"]
+    after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=tiled, capture_output=True, text=True)
+    assert after.stdout == before.stdout == ""
+
+
+def test_a_second_validator_on_a_busy_worktree_is_refused(tiled, home, tmp_path):
+    from kvtasks import worktree
+
+    worktree.hold_exclusively(tiled)
+    try:
+        done = subprocess.run([sys.executable, "-m", "kvtasks", "--repo", str(tiled), "--target", "tests/test_env.py",
+                               "--out", str(tmp_path / "r.json")], capture_output=True, text=True,
+                              env={**os.environ, "KVTASKS_HOME": str(home)})
+    finally:
+        worktree.release_exclusive(tiled)
+    assert done.returncode == 2 and f"pid {os.getpid()}" in done.stderr and "is busy" in done.stderr
+    assert not (tmp_path / "r.json").exists()

@@ -72,11 +72,10 @@ class Context:
         return self.worktree.head_view(self.request.patch)
 
     def head_text(self, path: str) -> str | None:
-        """A file as the merged head has it, without touching the tree (unchanged files: as supplied)."""
+        """A file as the merged head has it, from git objects only: the tree may be lent out."""
         if self.head_view is not None and path in self.head_view.changes:
             return self.head_view.read(path)
-        file = self.worktree.path / path
-        return file.read_text(errors="replace") if file.is_file() else None
+        return self.worktree.read_base(path)
 
     def fact(self, name: str, default: Any = None) -> Any:
         for stage_result in self.earlier.values():

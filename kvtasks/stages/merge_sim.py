@@ -30,7 +30,9 @@ def run(ctx: Context) -> StageResult:
         stage.facts["repo"] = {**repo, "head": request.head_sha or base}
         return stage
 
-    dirty = worktree.status()
+    with worktree.quiescent():
+        dirty = worktree.status()
+        applies = None if dirty else _check_apply(ctx)
     if dirty:
         shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
         stage = result(NAME, "skip", f"worktree is not isolated-clean ({len(dirty)} entries: {shown}); "
@@ -40,18 +42,25 @@ def run(ctx: Context) -> StageResult:
         stage.facts.update(repo={**repo, "head": None}, halt="the supplied worktree was not clean")
         return stage
 
-    try:
-        changes = ctx.head_view.changes
-        worktree.check_apply(request.patch)
-    except GitFailed as exc:
-        stage = result(NAME, "fail", f"patch does not apply to the base: {exc}")
-        stage.finding("blocker", f"the patch does not apply to the current base {base[:12]}: {exc}")
+    if applies is not None:
+        stage = result(NAME, "fail", f"patch does not apply to the base: {applies}")
+        stage.finding("blocker", f"the patch does not apply to the current base {base[:12]}: {applies}")
         stage.facts.update(repo={**repo, "head": None}, halt="the patch does not apply")
         return stage
 
-    fields = {"changed_paths": changes}
+    fields = {"changed_paths": ctx.head_view.changes}
     if request.head_sha is None:
         fields["identity_note"] = "no --head-sha: the report cannot be matched to a remote PR head"
-    stage = result(NAME, "pass", f"patch applies cleanly ({len(changes)} paths)", **fields)
+    stage = result(NAME, "pass", f"patch applies cleanly ({len(fields['changed_paths'])} paths)", **fields)
     stage.facts["repo"] = repo
     return stage
+
+
+def _check_apply(ctx: Context) -> GitFailed | None:
+    """Apply the patch to a private index, then check it against the tree itself."""
+    try:
+        ctx.head_view
+        ctx.worktree.check_apply(ctx.request.patch)
+    except GitFailed as exc:
+        return exc
+    return None
