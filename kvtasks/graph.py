@@ -28,8 +28,8 @@ from doit.exceptions import TaskError, TaskFailed
 from kvtasks import keys, report, target, worktree
 from kvtasks.gpu import picker
 from kvtasks.request import Request
-from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, grid, merge_sim, receipt, runtime_compat,
-                            selection, test_policy, timed)
+from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, grid, merge_sim, perf, receipt,
+                            runtime_compat, selection, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
 
@@ -76,7 +76,7 @@ def _base(ctx: Context) -> list[StageResult]:
 
 def _head(ctx: Context) -> list[StageResult]:
     results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests), timed(ctx, grid.NAME, grid.head),
-               timed(ctx, receipt.NAME, receipt.run)]
+               timed(ctx, receipt.NAME, receipt.run), timed(ctx, perf.NAME, perf.run)]
     after = gpu_claim.after_run(ctx)
     return results if after is None else [*results, after]
 
@@ -127,7 +127,9 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     key = record[f"{kind}_key"]
     sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
     ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=store.run_dir(kind, key),
-                  earlier=_earlier(store, sources), quiet=quiet)
+                  earlier=_earlier(store, sources), quiet=quiet,
+                  phase_roots={"base": store.run_dir("base", record["base_key"]),
+                               "head": store.run_dir("head", record["head_key"])})
     results = GROUPS[kind](ctx)
     store.write(kind, key, results, label=request.label, base_oid=record["base_oid"])
     store.record_launches(kind, key, request.label, [run.label for r in results for run in r.runs])

@@ -22,12 +22,6 @@ from kvtasks.target.probe import PRODUCER
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
-# Stages this version of kvtasks does not run yet: present in every report, skip, with why.
-UNBUILT_STAGES = {
-    "perf": "no timing stage in this kvtasks version: perf was not measured (not 'no regression')",
-}
-
-
 class Stages(BaseModel):
     """Every stage of the pipeline; the required ones are exactly the fields without a default."""
 
@@ -126,9 +120,7 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
     for name in PIPELINE_STAGES:
         if name in stages:
             continue
-        if name in UNBUILT_STAGES:
-            stages[name] = Stage(status="skip", note=UNBUILT_STAGES[name])
-        elif halt:
+        if halt:
             stages[name] = Stage(status="skip", note=f"not run: {halt}")
         else:
             stages[name] = Stage(status="skip", note="validator internal error: stage did not record a result")
@@ -246,12 +238,62 @@ def summary_markdown(report: Report) -> str:
     for name, stage in report.stages:
         if stage is not None:
             lines.append(f"| {name} | {stage.status} | {_cell(stage.note)} |")
+    perf = report.stages.perf.model_dump() if report.stages.perf is not None else {}
+    if perf.get("rows"):
+        lines += ["", f"### Perf: head/base per row (> 1 is better for head; {perf.get('repeats', {}).get('order', '')})",
+                  "", "| column | row | base rounds | head rounds | head/base | 95% interval | base spread |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for row in perf["rows"]:
+            low, high = row["interval"]
+            lines.append(f"| {_cell(row['column'])} | {_cell(row['row'])} | {_rounds(row['base'])} | "
+                         f"{_rounds(row['head'])} | {row['ratio']:.3f} | {low:.3f}-{high:.3f} | "
+                         f"{row['base_spread']:.3f} |")
+        lines += ["", "| column | median head/base | 95% interval | noise floor | rows | eligible |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for name, column in perf.get("columns", {}).items():
+            low, high = column["interval"]
+            lines.append(f"| {_cell(name)} | {column['median_ratio']:.3f} | {low:.3f}-{high:.3f} | "
+                         f"{column['noise_floor']:.3f} | {column['samples']} | {column['eligible']} |")
     lines += ["", "### Findings", ""]
     if report.findings:
         lines += [f"- **{f.severity}** ({f.stage}): {_cell(f.detail)}" for f in report.findings]
     else:
         lines.append("- none")
     return "\n".join(lines) + "\n"
+
+
+def _rounds(values: list[float]) -> str:
+    return ", ".join(f"{value:g}" for value in values)
+
+
+def perf_chart(report: Report, path: Path) -> bool:
+    """head/base per row with its side's spread and the noise band, as a PNG (matplotlib extra)."""
+    perf = report.stages.perf.model_dump() if report.stages.perf is not None else {}
+    if not perf.get("rows"):
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
+        return False
+    rows = perf["rows"]
+    figure, axes = pyplot.subplots(figsize=(max(6, len(rows) * 0.5), 4))
+    ratios = [row["ratio"] for row in rows]
+    spreads = [row["base_spread"] for row in rows]
+    axes.errorbar(range(len(rows)), ratios, yerr=spreads, fmt="o", capsize=3, label="head/base (base spread)")
+    noise = perf.get("noise_floor") or 0.0
+    axes.axhspan(1 - noise, 1 + noise, alpha=0.2, label="noise band")
+    axes.axhline(perf.get("threshold", 0.95), linestyle="--", label="PERF_THRESHOLD")
+    axes.set_xticks(range(len(rows)), [f"{row['column']}: {row['row']}" for row in rows], rotation=60, ha="right",
+                    fontsize=7)
+    axes.set_ylabel("head/base (> 1: head better)")
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return True
 
 
 def _cell(text: str) -> str:
@@ -278,6 +320,7 @@ def publish(report: Report, destinations: list[Path]) -> None:
         _write_atomic(path, body)
         _write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
                       else path.with_name(f"{path.stem}.summary.md"), summary)
+        perf_chart(report, path.with_name("perf.png"))
 
 
 def load(path: Path) -> Report:

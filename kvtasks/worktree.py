@@ -109,6 +109,7 @@ class Worktree:
         self.path = Path(path)
         self._repo = git.Repo(self.path)
         self._applied_patch: str | None = None
+        self._lent_directories: set[str] | None = None
 
     # -- reading -------------------------------------------------------------------------
     def _run(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[int, str, str]:
@@ -154,6 +155,9 @@ class Worktree:
     def read_base(self, path: str) -> str | None:
         status, out, _ = self._run("show", f"HEAD:{path}", check=False)
         return out if status == 0 else None
+
+    def base_files(self) -> list[str]:
+        return self._run("ls-tree", "-r", "--name-only", "-z", "HEAD")[1].split("\0")[:-1]
 
     def exists_on_base(self, path: str) -> bool:
         return self._run("cat-file", "-e", f"HEAD:{path}", check=False)[0] == 0
@@ -205,7 +209,7 @@ class Worktree:
     def handback(self) -> Iterator["Worktree"]:
         """Lend the tree to a run; on every exit path hand it back clean, as supplied."""
         with _signals_raise(), _serialised(self.path):
-            directories = self._directories()  # git does not see empty folders a run leaves behind
+            directories = self._lent_directories = self._directories()  # git does not see empty folders
             try:
                 yield self
             except Interrupted as interrupted:
@@ -221,6 +225,18 @@ class Worktree:
             else:
                 with _signals_deferred():
                     self.restore(directories)
+
+    def write_file(self, path: str, text: str) -> None:
+        """Mid-lend only: place a file (a transplanted bench) that restore will remove again."""
+        destination = (self.path / path).resolve()
+        if not destination.is_relative_to(self.path.resolve()):
+            raise GitFailed(f"{path} is outside the worktree")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_text(text)
+
+    def to_base(self) -> list[str]:
+        """Mid-lend: back to the clean base tree (patch reversed, whatever a run wrote removed)."""
+        return self.restore(self._lent_directories)
 
     def restore(self, directories: set[str] | None = None) -> list[str]:
         """Reverse the applied patch, then remove whatever else is there (and, given the folders

@@ -64,6 +64,8 @@ class Context:
     run_dir: Path
     earlier: dict[str, StageResult] = field(default_factory=dict)
     quiet: bool = False
+    # where each phase keeps its private caches, so timing shares them with that phase's runs
+    phase_roots: dict[str, Path] = field(default_factory=dict)
 
     @cached_property
     def head_view(self) -> HeadView | None:
@@ -76,6 +78,13 @@ class Context:
         if self.head_view is not None and path in self.head_view.changes:
             return self.head_view.read(path)
         return self.worktree.read_base(path)
+
+    def head_files(self) -> list[str]:
+        """Every file of the merged head, from git objects only."""
+        files = set(self.worktree.base_files())
+        for path, change in (self.head_view.changes.items() if self.head_view else []):
+            (files.discard if change == "D" else files.add)(path)
+        return sorted(files)
 
     def fact(self, name: str, default: Any = None) -> Any:
         for stage_result in self.earlier.values():

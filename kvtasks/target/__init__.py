@@ -63,6 +63,16 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     return done
 
 
+def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file: str, argv: list[str],
+             visible_devices: Mapping[str, str] = NO_DEVICE) -> TargetRun:
+    """One timing run: no probe, PERF_TIMEOUT, and the phase's caches shared with its correctness
+    runs so a JIT compile is not what gets timed."""
+    env = target_env(request, phase_root, phase, label, visible_devices)
+    return launch(label=label, runner="script", target=file, cwd=Path(request.repo), env=env,
+                  python_bin=request.host.python_bin, run_dir=phase_root / "perf", timeout_s=request.host.perf_timeout,
+                  probe=None, argv=argv)
+
+
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],
                   visible_devices: Mapping[str, str] = NO_DEVICE) -> tuple[dict | None, str]:
     """Import `module` the way the target would; return what the probe saw (None if it died) and its log."""
@@ -98,4 +108,4 @@ def isolation_facts() -> dict:
     }
 
 
-__all__ = ["TargetRun", "run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]
+__all__ = ["TargetRun", "run", "time_run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]

@@ -64,8 +64,11 @@ class TargetRun(BaseModel):
         return " | ".join(text.strip().splitlines()[-lines:])[-width:]
 
 
-def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str], probe: str) -> list[str]:
-    """pytest loads the probe as a plugin; a script runs under the probe's runpy shim."""
+def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str], probe: str | None) -> list[str]:
+    """pytest loads the probe as a plugin; a script runs under the probe's runpy shim; a timing run
+    (no probe: a traced kernel is not the kernel being timed) runs the file bare."""
+    if probe is None:
+        return [python_bin, target.split("::", 1)[0], *argv]
     if runner == "pytest":
         return [python_bin, "-m", "pytest", "-p", probe, target, "-q", "-p", "no:cacheprovider",
                 f"--junitxml={junit}", *argv]
@@ -82,7 +85,7 @@ def launch(
     python_bin: str,
     run_dir: Path,
     timeout_s: int,
-    probe: str,
+    probe: str | None,
     argv: list[str] | None = None,
 ) -> TargetRun:
     run_dir.mkdir(parents=True, exist_ok=True)
