@@ -104,9 +104,14 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
         # a run owns its output paths: a stale report must never stand in for this run's
         path.unlink(missing_ok=True)
         path.with_name("summary.md").unlink(missing_ok=True)
-    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=store.run_dir("prepare", request.label),
-                  quiet=quiet)
+    tree = Worktree(request.repo, journal=store.journal)
+    recovered = tree.recover()
+    ctx = Context(request=request, worktree=tree, run_dir=store.run_dir("prepare", request.label), quiet=quiet)
     results = _prepare(ctx)
+    if recovered is not None:
+        results[0].facts["recovered_run"] = recovered
+        results[0].finding("note", _recovery_note(recovered))
+        print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
     halted = ctx.fact("halt")
     record = {"halted": halted, "base_key": None, "head_key": None, "finished_utc": None,
               "base_oid": ctx.fact("repo", {}).get("base")}
@@ -115,6 +120,13 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
     store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"])
     store.record_launches("prepare", request.label, request.label, [run.label for r in results for run in r.runs])
     store.set_label(request.label, record)
+
+
+def _recovery_note(recovered: dict) -> str:
+    done = "reversed" if recovered["patch_reversed"] else "could not be reversed"
+    return (f"a previous kvtasks run on this worktree (pid {recovered['pid']}) was killed with patch "
+            f"{recovered['patch_sha256'][:12]} applied; kvtasks {done} it and removed "
+            f"{len(recovered['removed'])} files it had written before this run; the tree was not dirtied by the caller")
 
 
 def _earlier(store: Store, kinds: list[tuple[str, str]]) -> dict[str, StageResult]:
@@ -126,7 +138,8 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     record = store.label(request.label)
     key = record[f"{kind}_key"]
     sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
-    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=store.run_dir(kind, key),
+    ctx = Context(request=request, worktree=Worktree(request.repo, journal=store.journal),
+                  run_dir=store.run_dir(kind, key),
                   earlier=_earlier(store, sources), quiet=quiet,
                   phase_roots={"base": store.run_dir("base", record["base_key"]),
                                "head": store.run_dir("head", record["head_key"])})

@@ -84,6 +84,8 @@ class Report(BaseModel):
     degraded_mode: Literal["NO_GPU"] | None = None
     repo: Repo
     runtime_identity: dict[str, Any] | None = None
+    # set when this run first undid what a killed earlier run left in the worktree
+    recovered_run: dict[str, Any] | None = None
     test_selection: TestSelection
     stages: Stages
     findings: list[Finding]
@@ -139,6 +141,7 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
         degraded_mode=facts.get("degraded_mode"),
         repo=facts["repo"],
         runtime_identity=facts.get("runtime_identity"),
+        recovered_run=facts.get("recovered_run"),
         test_selection=TestSelection(target=selection.pop("target", ""), **selection),
         stages=Stages(**stages),
         findings=findings,

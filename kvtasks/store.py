@@ -1,13 +1,18 @@
-"""The evidence store: the only code that knows where evidence lives under cache/.
+"""The evidence store and run journal: the only code that knows where evidence lives under cache/.
 
 Evidence documents (one per stage group and key) are JSON files written atomically (temp file +
 rename) under cache/evidence/<kind>/<key>.json, with the run's artifacts (logs, JUnit XML,
 receipts, private phase caches) under cache/runs/<kind>/<key>/. A diskcache index (eviction
 policy 'none', every write checked) maps keys, labels and base OIDs to them; nothing is ever
 evicted except by `gc`, on request. Target launches are journalled in cache/launches.log.
+
+The run journal (cache/journal/) records, before a patch touches a worktree, which worktree and
+which exact patch bytes; it is cleared when the tree is handed back. A validator killed outright
+(SIGKILL, a reboot) leaves its entry, and the next run on that worktree reverses exactly that patch.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -42,11 +47,42 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+class Journal:
+    """What a worktree owes: the patch applied to it that has not been reversed yet."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def _paths(self, worktree: Path) -> tuple[Path, Path]:
+        tag = hashlib.sha256(str(Path(worktree).resolve()).encode()).hexdigest()[:24]
+        return self.root / f"{tag}.json", self.root / f"{tag}.patch"
+
+    def begin(self, worktree: Path, patch: str) -> None:
+        entry, copy = self._paths(worktree)
+        data = Path(patch).read_bytes()
+        write_atomic(copy, data)
+        write_atomic(entry, json.dumps({"worktree": str(worktree), "patch": str(copy), "pid": os.getpid(),
+                                        "patch_sha256": hashlib.sha256(data).hexdigest(),
+                                        "started": time.time()}).encode())
+
+    def end(self, worktree: Path) -> None:
+        for path in self._paths(worktree):
+            path.unlink(missing_ok=True)
+
+    def pending(self, worktree: Path) -> dict | None:
+        entry, _ = self._paths(worktree)
+        try:
+            return json.loads(entry.read_text())
+        except (OSError, ValueError):
+            return None
+
+
 class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._index = diskcache.Cache(str(self.root / "index"), eviction_policy="none")
+        self.journal = Journal(self.root / "journal")
 
     def _set(self, key, value) -> None:
         if not self._index.set(key, value):

@@ -105,8 +105,9 @@ class HeadView:
 
 
 class Worktree:
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, journal=None):
         self.path = Path(path)
+        self._journal = journal  # store.Journal: records an applied patch until it is reversed
         self._repo = git.Repo(self.path)
         self._applied_patch: str | None = None
         self._lent_directories: set[str] | None = None
@@ -191,8 +192,28 @@ class Worktree:
     # -- changing the tree (only inside handback) -----------------------------------------
     def apply(self, patch: str) -> None:
         self._run("apply", "--check", "--whitespace=nowarn", patch)
+        if self._journal is not None:
+            self._journal.begin(self.path, patch)
         self._applied_patch = patch
         self._run("apply", "--whitespace=nowarn", patch)
+
+    def recover(self) -> dict | None:
+        """Undo what a killed validator left: reverse exactly its journalled patch, then remove
+        the untracked files it wrote after it started. Returns what was done, or None."""
+        entry = self._journal.pending(self.path) if self._journal is not None else None
+        if entry is None:
+            return None
+        reversed_ok = self._run("apply", "-R", "--check", "--whitespace=nowarn", entry["patch"], check=False)[0] == 0
+        if reversed_ok:
+            self._run("apply", "-R", "--whitespace=nowarn", entry["patch"])
+        removed = []
+        for status in self.status():
+            path = self.path / status.path
+            if status.untracked and path.exists() and path.lstat().st_mtime >= entry["started"] - 1:
+                _remove(path, root=self.path)
+                removed.append(status.path)
+        self._journal.end(self.path)
+        return {**entry, "patch_reversed": reversed_ok, "removed": removed, "still_dirty": len(self.status())}
 
     def _directories(self) -> set[str]:
         found = set()
@@ -260,6 +281,8 @@ class Worktree:
         remaining = self.status()
         if remaining:
             raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")
+        if self._journal is not None:
+            self._journal.end(self.path)
         return [entry.path for entry in leftovers]
 
 

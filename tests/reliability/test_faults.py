@@ -1,0 +1,114 @@
+"""Fault injection: a validator killed at random points, then run again.
+
+Every time: the worktree ends byte-identical to what was supplied, the journal is cleared, and a
+report exists only if it is a complete one.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kvtasks.store import Store
+from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
+
+SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
+
+
+def validator(repo, patch, out, home):
+    return subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
+                             "--target", "tests/test_scale.py", "--out", str(out), "--quiet", "--no-perf"],
+                            env={**os.environ, "KVTASKS_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path, idle_gpu):
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG,
+                              "tests/test_added.py": "def test_added():\n    pass\n"}, tmp_path / "pr.patch")
+    supplied = snapshot(repo)
+    started = time.monotonic()
+    full = validator(repo, patch, tmp_path / "full.json", home)
+    full.communicate(timeout=120)
+    duration = time.monotonic() - started
+    rng = random.Random(20261202)
+    points = [(rng.choice(SIGNALS), rng.uniform(0.05, duration)) for _ in range(21)]
+    for number, (sig, delay) in enumerate(points):
+        out = tmp_path / f"killed-{number}.json"
+        killed = validator(repo, patch, out, home)
+        time.sleep(delay)
+        killed.send_signal(sig)
+        killed.communicate(timeout=120)
+        if out.exists():  # it finished before the signal, or was stopped after publishing: a whole report
+            report = json.loads(out.read_text())
+            assert report["verdict"] in ("PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE")
+        elif sig != signal.SIGKILL:
+            assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s left the tree changed"
+        rerun = tmp_path / f"rerun-{number}.json"
+        code = validator(repo, patch, rerun, home).wait(timeout=120)
+        assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s"
+        assert Store(home / "cache").journal.pending(repo) is None
+        report = json.loads(rerun.read_text())
+        assert report["verdict"] == "BLOCK" and code == 1, f"point {number}: the rerun blamed the caller"
+        assert report["stages"]["merge_sim"]["status"] == "pass"
+
+
+def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu):
+    slow = "import time\n\n\ndef test_slow():\n    open('{marker}', 'w').close()\n    time.sleep(60)\n"
+    marker = tmp_path / "head-started"
+    patch = make_patch(repo, {"tests/test_slow.py": slow.format(marker=marker)}, tmp_path / "pr.patch")
+    supplied = snapshot(repo)
+    proc = subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
+                             "--target", "tests/test_slow.py", "--quiet", "--out", str(tmp_path / "r.json")],
+                            env={**os.environ, "KVTASKS_HOME": str(home)}, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert (repo / "tests/test_slow.py").exists()  # SIGKILL left the patch applied
+    assert Store(home / "cache").journal.pending(repo) is not None
+    done = subprocess.run([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
+                           "--target", "tests/test_scale.py", "--no-perf", "--quiet", "--out",
+                           str(tmp_path / "again.json")], env={**os.environ, "KVTASKS_HOME": str(home)},
+                          capture_output=True, text=True, timeout=120)
+    assert "was killed with patch" in done.stderr
+    report = json.loads((tmp_path / "again.json").read_text())
+    assert report["recovered_run"]["patch_reversed"] is True
+    assert report["stages"]["merge_sim"]["status"] == "pass"  # never blamed on the caller
+    assert any("was not dirtied by the caller" in f["detail"] for f in report["findings"])
+    assert snapshot(repo) == supplied
+
+
+def test_a_hanging_target_with_a_sleeping_grandchild_times_out_and_leaves_nothing(repo, validate, tmp_path,
+                                                                                   monkeypatch):
+    from tests.processes import alive
+
+    pid_file = tmp_path / "grandchild.pid"
+    hanging = ("import subprocess, sys, time\n\n\ndef test_hangs():\n"
+               "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+               f"    open({str(pid_file)!r}, 'w').write(str(child.pid))\n    time.sleep(300)\n")
+    patch = make_patch(repo, {"tests/test_hang.py": hanging}, tmp_path / "pr.patch")
+    monkeypatch.setenv("TIMEOUT", "3")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_hang.py", "--runner", "pytest")
+    head = result.stage("correctness_repo_tests")
+    assert head["timed_out"] is True and head["exit"] is None and "timed out after 3s" in head["note"]
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_credentials_in_the_validator_environment_never_reach_the_target(repo, validate, tmp_path, monkeypatch):
+    dump = tmp_path / "env.json"
+    printing = (f"import json, os\n\n\ndef test_env():\n    json.dump(dict(os.environ), open({str(dump)!r}, 'w'))\n")
+    for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "SSH_AUTH_SOCK", "NPM_TOKEN",
+                 "DATABASE_PASSWORD", "OPENAI_API_KEY", "CUDA_LAUNCH_TOKEN"):
+        monkeypatch.setenv(name, "secret-value")
+    patch = make_patch(repo, {"tests/test_env.py": printing}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_env.py")
+    seen = json.loads(dump.read_text())
+    assert "secret-value" not in seen.values()
+    assert not {name for name in seen if "TOKEN" in name or "SECRET" in name or "KEY" in name}
+    assert result.report["isolation"]["target_environment"]["passed_through"]
