@@ -51,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
     add("--perf-args", default="", help="benchmark entry point for the timing stage")
     add("--perf-control-column", default="", help="a timing column the patch does not touch")
     add("--no-perf", action="store_true", help="skip the timing stage")
+    add("--no-network", action="store_true", help="run targets in a fresh network namespace (refused if impossible)")
     add("--label", default="run", help="run name (default run)")
     add("--out", default="validation_report.json", help="report path (default ./validation_report.json)")
     add("--quiet", action="store_true", help="no progress lines and no summary")

@@ -59,7 +59,8 @@ class Workspace:
 # -- the stage groups ------------------------------------------------------------------------------
 
 def _prepare(ctx: Context) -> list[StageResult]:
-    facts = StageResult(name="run", facts={"started_utc": report.utc_now(), "isolation": target.isolation_facts()})
+    facts = StageResult(name="run", facts={"started_utc": report.utc_now(),
+                                           "isolation": target.isolation_facts(ctx.request)})
     merged = timed(ctx, merge_sim.NAME, merge_sim.run)
     if "halt" in merged.facts:
         return [facts, merged]

@@ -53,6 +53,7 @@ class Repo(BaseModel):
 class Isolation(BaseModel):
     level: str
     container: bool
+    network: str = ""
     reason: str = ""
     target_environment: TargetEnvironment | None = None
 

@@ -108,6 +108,7 @@ class Request(BaseModel):
     perf_args: str = ""
     perf_control_column: str = ""
     no_perf: bool = False
+    no_network: tuple[str, ...] = ()  # the command prefix that gives targets no network; () = host network
     label: str = "run"
     out: str | None = None
     host: HostSettings = Field(default_factory=lambda: HostSettings.from_environ(os.environ))
@@ -169,6 +170,9 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
             raise UsageError(f"--patch {patch!r} is empty")
         if not PATCH_HEADER.search(patch_text):
             raise UsageError(f"--patch {patch!r} is not a patch: no 'diff --git' or '+++' header")
+        escaping = [path for path in patch_paths(patch_text) if _escapes(path)]
+        if escaping:
+            raise UsageError(f"--patch {patch!r} touches a path outside the worktree: {escaping[0]!r}")
         if patch_path.is_relative_to(repo):
             raise UsageError(f"--patch {patch!r} lies inside the worktree; the tree would not be clean")
         patch = str(patch_path)
@@ -191,6 +195,8 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         if out_path.is_relative_to(repo):
             raise UsageError(f"--out {out!r} lies inside the worktree; the next run would find it dirty")
         out = str(out_path)
+
+    no_network = network_namespace() if _truthy(options.get("no_network")) else ()
 
     axis = options.get("axis") or ()
     if isinstance(axis, str):
@@ -225,10 +231,56 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         perf_args=text("perf_args"),
         perf_control_column=text("perf_control_column"),
         no_perf=_truthy(options.get("no_perf")),
+        no_network=no_network,
         label=label,
         out=out,
         host=HostSettings.from_environ(environ),
     )
+
+
+# a ---/+++ pair (never a lone hunk line that happens to start with "+++"), renames and copies
+_PATH_LINE = re.compile(rb"^--- (.+)\n\+\+\+ (.+)$|^(?:rename|copy) (?:from|to) (.+)$", re.MULTILINE)
+_GIT_LINE = re.compile(rb"^diff --git (.+)$", re.MULTILINE)
+
+
+def _unquote(raw: str) -> str:
+    raw = raw.strip().split("\t")[0]
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        raw = raw[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return raw
+
+
+def patch_paths(data: bytes) -> list[str]:
+    """Every path a patch names (headers, renames, copies), with git's a/ and b/ prefixes removed."""
+    paths = []
+    for match in _PATH_LINE.finditer(data):
+        for group in filter(None, match.groups()):
+            path = _unquote(group.decode("utf-8", "replace"))
+            if path != "/dev/null":
+                paths.append(path[2:] if path[:2] in ("a/", "b/") else path)
+    for match in _GIT_LINE.finditer(data):
+        line = match.group(1).decode("utf-8", "replace")
+        paths += [_unquote(half)[2:] for half in re.split(r' (?="?b/)', line, maxsplit=1) if _unquote(half)[:2] in ("a/", "b/")]
+    return paths
+
+
+def _escapes(path: str) -> bool:
+    return path.startswith("/") or ".." in path.replace("\\", "/").split("/")
+
+
+def network_namespace() -> tuple[str, ...]:
+    """The prefix that runs a command in a fresh network namespace here, or a UsageError saying why not."""
+    import subprocess
+
+    tried = []
+    for prefix in (("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")):
+        if shutil.which(prefix[0]) is None:
+            raise UsageError("--no-network needs unshare (util-linux), which this host lacks")
+        done = subprocess.run([*prefix, "true"], capture_output=True, text=True)
+        if done.returncode == 0:
+            return prefix
+        tried.append((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
+    raise UsageError(f"--no-network: this host cannot create a network namespace ({'; '.join(tried)})")
 
 
 def _truthy(value: object) -> bool:

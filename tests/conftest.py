@@ -23,6 +23,9 @@ def private_gpu_locks(tmp_path, monkeypatch):
     monkeypatch.setenv("KVTASKS_IDLE_INTERVAL_S", "0")
     for name in ("PICKER", "KVTASKS_FAKE_AMDSMI", "KVTASKS_FAKE_NVML"):
         monkeypatch.delenv(name, raising=False)
+    # The kernel repos the tests build never use hypothesis; its pytest plugin (installed with the
+    # test extra) would otherwise add a second of imports to every target run.
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
     return locks
 
 

@@ -54,7 +54,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     done = launch(
         label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
         python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
-        probe=probe.name, argv=argv,
+        probe=probe.name, argv=argv, prefix=request.no_network,
     )
     receipt, digest, note = receipts.read(probe)
     done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(probe.receipt), digest, note
@@ -70,7 +70,7 @@ def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file
     env = target_env(request, phase_root, phase, label, visible_devices)
     return launch(label=label, runner="script", target=file, cwd=Path(request.repo), env=env,
                   python_bin=request.host.python_bin, run_dir=phase_root / "perf", timeout_s=request.host.perf_timeout,
-                  probe=None, argv=argv)
+                  probe=None, argv=argv, prefix=request.no_network)
 
 
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],
@@ -83,7 +83,8 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
     env = target_env(request, run_dir, "head", "runtime-probe", visible_devices)
     done = subprocess.run(
         # run as -c, not by path: the probe's own folder must not shadow the checkout's modules
-        [request.host.python_bin, "-c", Path(runtime_probe.__file__).read_text(), str(out), module, *roots],
+        [*request.no_network, request.host.python_bin, "-c", Path(runtime_probe.__file__).read_text(), str(out),
+         module, *roots],
         cwd=request.repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=min(300, request.host.timeout),
     )
@@ -98,10 +99,13 @@ def pytest_available(request: Request, run_dir: Path) -> bool:
                            cwd=run_dir)
 
 
-def isolation_facts() -> dict:
+def isolation_facts(request: Request) -> dict:
+    network = f"none: a fresh network namespace ({' '.join(request.no_network[:-1])})" if request.no_network \
+        else "host network (--no-network was not given)"
     return {
-        "level": "git-worktree + private caches",
+        "level": "git-worktree + private caches" + (" + network namespace" if request.no_network else ""),
         "container": False,
+        "network": network,
         "reason": "targets run in the supplied worktree under a constructed environment with private per-phase caches",
         "target_environment": environment.TargetEnvironment(
             passed_through=environment.passed_through(os.environ)).model_dump(),

@@ -87,12 +87,13 @@ def launch(
     timeout_s: int,
     probe: str | None,
     argv: list[str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> TargetRun:
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = run_dir / f"junit-{label}.xml"
     log = run_dir / f"{label}.log"
     junit.unlink(missing_ok=True)
-    command = command_for(runner, python_bin, target, junit, list(argv or []), probe)
+    command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
     started = time.monotonic()
     timed_out = False
     with open(log, "wb") as log_file:

@@ -143,3 +143,12 @@ def test_statistics_do_not_call_noise_a_regression():
             for _ in range(3)]
     assert compare(base, head, 0.99, 3).status != "regression"
     assert best_of([10, 11], [12, 13], "latency") == pytest.approx(10 / 12)
+
+
+def test_a_chart_is_written_beside_the_report(tmp_path, validate):
+    pytest.importorskip("matplotlib")
+    repo = perf_repo(tmp_path)
+    patch = make_patch(repo, {"kernels/op.py": KERNEL.replace("COST = 1.0", "COST = 1.25")}, tmp_path / "slow.patch")
+    result = validate(repo, "--patch", str(patch), *PERF)
+    chart = result.out.parent / "perf.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
