@@ -7,8 +7,6 @@ holds too. Exit codes: PASS 0, BLOCK and NEEDS_WORK 1, INCONCLUSIVE 2.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvtasks.stages import Finding, Stage, StageResult
+from kvtasks.store import write_atomic
 from kvtasks.target.environment import TargetEnvironment
 from kvtasks.target.probe import PRODUCER
 
@@ -304,26 +303,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def publish(report: Report, destinations: list[Path]) -> None:
     """Write validation_report.json (+ summary.md beside it) to each destination path."""
     body = json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
     summary = summary_markdown(report)
     for path in destinations:
-        _write_atomic(path, body)
-        _write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
-                      else path.with_name(f"{path.stem}.summary.md"), summary)
+        write_atomic(path, body.encode())
+        write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
+                      else path.with_name(f"{path.stem}.summary.md"), summary.encode())
         perf_chart(report, path.with_name("perf.png"))
 
 

@@ -1,5 +1,9 @@
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 def alive(pid: int, settle_s: float = 5.0) -> bool:
@@ -18,3 +22,19 @@ def alive(pid: int, settle_s: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return True
         time.sleep(0.05)
+
+
+@contextmanager
+def lock_held_elsewhere(path: Path) -> Iterator[None]:
+    """Another process holds an exclusive flock on `path` for the duration (another validator)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, time\n"
+        f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()

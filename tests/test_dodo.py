@@ -5,8 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
 
 PROJECT = Path(__file__).resolve().parent.parent

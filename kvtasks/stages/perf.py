@@ -165,7 +165,7 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
     columns: dict[str, list] = {}
     rows = []
     for cell in shared:
-        (signature, row, column), kind = cell, base_cells[cell][0]
+        (_, row, column), kind = cell, base_cells[cell][0]
         if head_cells[cell][0] != kind:
             continue
         base, head = np.array(base_cells[cell][1]), np.array(head_cells[cell][1])

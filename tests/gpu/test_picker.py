@@ -5,6 +5,7 @@ import pytest
 
 from kvtasks.gpu import picker
 from tests.conftest import IDLE_AMD
+from tests.processes import lock_held_elsewhere
 
 BUSY = {**IDLE_AMD, "hip_id": 3, "bdf": "0000:03:00.0", "gfx_activity": [0, 40]}
 HELD = {**IDLE_AMD, "hip_id": 4, "bdf": "0000:04:00.0", "vram_used": 8192}
@@ -89,20 +90,11 @@ def test_command_exit_code_when_none_idle(gpu_host):
 
 
 def test_a_lock_taken_by_another_process_is_not_granted(private_gpu_locks):
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time\n"
-        f"fd = os.open({str(private_gpu_locks / 'gpu-57.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(private_gpu_locks / "gpu-57.lock"):
         assert picker.try_lock(57) is None
         lease = picker.try_lock(58)
         assert lease is not None and lease in picker.held()
         picker.release(lease)
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_importing_kvtasks_never_imports_vendor_libraries():

@@ -11,8 +11,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from kvtasks.store import Store
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
 

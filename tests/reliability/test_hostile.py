@@ -5,7 +5,6 @@ import socket
 import string
 import threading
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,10 +1,10 @@
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import IDLE_AMD
 from tests.kernel_repos import git, make_patch
+from tests.processes import lock_held_elsewhere
 
 GPU_ONLY_TEST = '''import os
 
@@ -62,32 +62,14 @@ def test_vram_only_basis_keeps_activity_null(repo, validate, gpu_host, tmp_path)
 def test_lock_falls_through_to_the_next_idle_gpu(repo, validate, gpu_host, private_gpu_locks, tmp_path):
     second = {**IDLE_AMD, "hip_id": 12, "bdf": "0000:c2:00.0", "gfx_activity": [1, 2]}
     gpu_host(amd=[IDLE_AMD, second])
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, time\n"
-        f"fd = os.open({str(private_gpu_locks / 'gpu-57.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(private_gpu_locks / "gpu-57.lock"):
         result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
-    finally:
-        holder.kill()
-        holder.wait()
     assert result.stage("gpu_claim")["hip_index"] == 12
 
 
 def test_all_idle_gpus_locked_is_a_skip(repo, validate, private_gpu_locks, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, time\n"
-        f"fd = os.open({str(private_gpu_locks / 'gpu-57.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(private_gpu_locks / "gpu-57.lock"):
         result = validate(repo, "--patch", str(readme_patch(repo, tmp_path)), "--target", "tests/test_scale.py")
-    finally:
-        holder.kill()
-        holder.wait()
     claim = result.stage("gpu_claim")
     assert claim["status"] == "skip" and "already locked by another validator" in claim["note"]
     assert result.report["degraded_mode"] == "NO_GPU"
