@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -167,6 +169,27 @@ def find_device(index: int) -> tuple[Device, Backend] | None:
                 continue
         backend.close()
     return found
+
+
+def run_external(command: str, settings: IdleSettings) -> tuple[int, list[int], str, str]:
+    """Run the PICKER override: (exit code, ranked indices, idleness basis, stderr tail)."""
+    argv = [command, "--samples", str(settings.samples), "--interval", str(settings.interval_s), "--quiet"]
+    done = subprocess.run([*argv, "--all"], capture_output=True, text=True, timeout=600)
+    if done.returncode not in (0, 1, 2, 3) and "--all" in done.stderr:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)  # an older picker
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    indices = [int(line) for line in lines if line.isdigit()]
+    if done.returncode == 0 and len(indices) != len(lines):
+        return -1, [], "unknown", f"picker printed a non-numeric line: {lines[0]!r}"
+    basis = [line.split(":", 1)[1].strip() for line in done.stderr.splitlines()
+             if line.startswith("idleness-basis:")]
+    return done.returncode, indices, (basis[-1] if basis else "unknown"), done.stderr.strip()[-300:]
+
+
+def resolve_external(value: str) -> str | None:
+    """The PICKER executable, or None when it is missing or not executable."""
+    found = shutil.which(value)
+    return found if found and os.access(found, os.X_OK) else None
 
 
 # -- the claim: a non-blocking flock held by the validating process ----------------------------

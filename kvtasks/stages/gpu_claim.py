@@ -6,10 +6,7 @@ runs its correctness stages, but earns no architecture and no PASS.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import socket
-import subprocess
 
 from kvtasks import target
 from kvtasks.gpu import picker
@@ -26,26 +23,6 @@ def _no_gpu(note: str, **fields) -> StageResult:
     return stage
 
 
-def _external_pick(command: str, settings: picker.IdleSettings) -> tuple[int, list[int], str, str]:
-    """Run the PICKER override: (exit code, ranked indices, idleness basis, stderr tail)."""
-    argv = [command, "--samples", str(settings.samples), "--interval", str(settings.interval_s), "--quiet"]
-    done = subprocess.run([*argv, "--all"], capture_output=True, text=True, timeout=600)
-    if done.returncode not in (0, 1, 2, 3) and "--all" in done.stderr:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)  # an older picker
-    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    indices = [int(line) for line in lines if line.isdigit()]
-    if done.returncode == 0 and len(indices) != len(lines):
-        return -1, [], "unknown", f"picker printed a non-numeric line: {lines[0]!r}"
-    basis = [line.split(":", 1)[1].strip() for line in done.stderr.splitlines()
-             if line.startswith("idleness-basis:")]
-    return done.returncode, indices, (basis[-1] if basis else "unknown"), done.stderr.strip()[-300:]
-
-
-def _resolve_picker(value: str) -> str | None:
-    found = shutil.which(value)
-    return found if found and os.access(found, os.X_OK) else None
-
-
 def run(ctx: Context) -> StageResult:
     held = picker.held()
     if held:
@@ -55,10 +32,10 @@ def run(ctx: Context) -> StageResult:
     override = ctx.request.host.picker
     windows: dict[int, picker.Window] = {}
     if override:
-        command = _resolve_picker(override)
+        command = picker.resolve_external(override)
         if command is None:
             return _no_gpu(f"picker unavailable: PICKER={override!r} is not an executable")
-        code, ranked, basis, said = _external_pick(command, settings)
+        code, ranked, basis, said = picker.run_external(command, settings)
         picker_name = f"PICKER {override}"
     else:
         chosen = picker.pick(settings)
