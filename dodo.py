@@ -4,7 +4,7 @@
     doit validate repo=W patch=P head_sha=H target=T [label=L out=F ...]
     doit batch manifest=FILE            every PR of a TOML/JSON manifest against one base
     doit report [label=L]               rebuild reports from stored evidence; runs nothing
-    doit cache | doit cache-gc older=30d
+    doit cache [base=OID] | doit cache-gc older=30d
 """
 import os
 import sys
@@ -49,8 +49,8 @@ if COMMAND == "report":
         yield from graph.report_tasks(WORKSPACE, get_var("label"))
 elif COMMAND == "cache":
     def task_cache():
-        """List stored evidence: key, kind, labels, size, age."""
-        return {"actions": [(graph.list_cache, [WORKSPACE])], "uptodate": [False], "verbosity": 2}
+        """List stored evidence: key, kind, labels, size, age (base=OID: only that commit's)."""
+        return {"actions": [(graph.list_cache, [WORKSPACE, get_var("base")])], "uptodate": [False], "verbosity": 2}
 elif COMMAND == "cache-gc":
     def task_cache_gc():
         """Remove stored evidence older than older=AGE (e.g. 30d); nothing else."""

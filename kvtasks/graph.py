@@ -304,9 +304,13 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
                "verbosity": 2, "doc": f"rebuild the report for {name} from stored evidence"}
 
 
-def list_cache(workspace: Workspace) -> None:
+def list_cache(workspace: Workspace, base_oid: str | None = None) -> None:
+    """Stored evidence, oldest first; with a base OID, only the evidence about that commit."""
+    wanted = workspace.store.keys_for_base(base_oid) if base_oid else None
     print(f"{'kind':<8} {'key':<16} {'labels':<30} {'size':>10} {'age':>8}")
     for entry in workspace.store.entries():
+        if wanted is not None and f"{entry['kind']}:{entry['key']}" not in wanted:
+            continue
         print(f"{entry['kind']:<8} {entry['key'][:16]:<16} {','.join(entry['labels'])[:30]:<30} "
               f"{entry['size']:>10} {entry['age_s'] / 86400:>7.1f}d")
 

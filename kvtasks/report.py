@@ -312,7 +312,3 @@ def publish(report: Report, destinations: list[Path]) -> None:
         write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
                       else path.with_name(f"{path.stem}.summary.md"), summary.encode())
         perf_chart(report, path.with_name("perf.png"))
-
-
-def load(path: Path) -> Report:
-    return Report.model_validate_json(path.read_text())

@@ -107,17 +107,15 @@ class Store:
             self._set(("base_oid", base_oid), sorted(keys | {f"{kind}:{key}"}))
         return path
 
-    def has(self, kind: str, key: str) -> bool:
-        return self.evidence_path(kind, key).is_file() and ("evidence", kind, key) in self._index
-
     def read(self, kind: str, key: str) -> list[StageResult]:
         path = self.evidence_path(kind, key)
         if not path.is_file():
             return []
         return _RESULTS.validate_json(path.read_bytes())
 
-    def keys_for_base(self, base_oid: str) -> list[str]:
-        return list(self._index.get(("base_oid", base_oid), []))
+    def keys_for_base(self, base_oid: str) -> set[str]:
+        """Every piece of evidence about one base commit, as "kind:key"."""
+        return set(self._index.get(("base_oid", base_oid), []))
 
     # -- labels -----------------------------------------------------------------------------------
     def set_label(self, label: str, record: dict) -> None:

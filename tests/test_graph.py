@@ -180,6 +180,10 @@ def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
     validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "pr-1", *GRID)
     listing = doit(home, "cache")
     assert listing.returncode == 0 and "base" in listing.stdout and "pr-1" in listing.stdout
+    base_oid = Store(home / "cache").label("pr-1")["base_oid"]
+    rows = [line for line in doit(home, "cache", f"base={base_oid}").stdout.splitlines() if "pr-1" in line]
+    assert [row.split()[0] for row in rows] == ["prepare", "base", "head"]
+    assert "pr-1" not in doit(home, "cache", "base=" + "0" * 40).stdout
     kept = doit(home, "cache-gc", "older=30d")
     assert "removed 0 evidence entries" in kept.stdout
     assert len(Store(home / "cache").entries()) == 3

@@ -5,8 +5,7 @@ checked against the tree with `git apply --check`. A dirty tree or a conflict ha
 """
 from __future__ import annotations
 
-import hashlib
-
+from kvtasks import keys
 from kvtasks.stages import Context, StageResult, result
 from kvtasks.worktree import GitFailed
 
@@ -21,7 +20,7 @@ def run(ctx: Context) -> StageResult:
         "base": base,
         "head": request.head_sha,
         "kind": worktree.kind(),
-        "patch_sha256": hashlib.sha256(request.patch_bytes()).hexdigest() if request.has_patch else None,
+        "patch_sha256": keys.patch_sha256(request.patch_bytes()) if request.has_patch else None,
     }
 
     if not request.has_patch:
