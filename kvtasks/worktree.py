@@ -157,8 +157,12 @@ class Worktree:
         status, out, _ = self._run("show", f"HEAD:{path}", check=False)
         return out if status == 0 else None
 
-    def base_files(self) -> list[str]:
-        return self._run("ls-tree", "-r", "--name-only", "-z", "HEAD")[1].split("\0")[:-1]
+    def grep_base(self, needles: list[str], suffix: str = ".py") -> list[str]:
+        """Files of the base commit containing any of `needles` (fixed strings), in one git call."""
+        args = ["grep", "-l", "-F", "-z", *(arg for needle in needles for arg in ("-e", needle)), "HEAD", "--",
+                f"*{suffix}"]
+        status, out, _ = self._run(*args, check=False)
+        return [item.split(":", 1)[1] for item in out.split("\0") if item] if status == 0 else []
 
     def exists_on_base(self, path: str) -> bool:
         return self._run("cat-file", "-e", f"HEAD:{path}", check=False)[0] == 0

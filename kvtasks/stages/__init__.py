@@ -79,13 +79,6 @@ class Context:
             return self.head_view.read(path)
         return self.worktree.read_base(path)
 
-    def head_files(self) -> list[str]:
-        """Every file of the merged head, from git objects only."""
-        files = set(self.worktree.base_files())
-        for path, change in (self.head_view.changes.items() if self.head_view else []):
-            (files.discard if change == "D" else files.add)(path)
-        return sorted(files)
-
     def fact(self, name: str, default: Any = None) -> Any:
         for stage_result in self.earlier.values():
             if name in stage_result.facts:

@@ -284,12 +284,15 @@ def choose_entry(ctx: Context) -> Entry | str:
     if found:
         return Entry(request.target_path, shlex.split(found[0]), "same-as-correctness-target", found[1])
     changed = _changed_modules(ctx)
+    edited = ctx.head_view.changes if ctx.head_view else {}
+    # one git grep narrows a large checkout to the files that mention a harness at all
+    maybe = {path for path in ctx.worktree.grep_base([marker for marker, *_ in _HARNESSES]) if path not in edited}
+    maybe |= {path for path, change in edited.items() if path.endswith(".py") and change != "D"}
     candidates = []
-    for path in ctx.head_files():
-        if path.endswith(".py") and path != request.target_path:
-            source = ctx.head_text(path) or ""
-            if detect(source) and _imports(source) & changed:
-                candidates.append(path)
+    for path in sorted(maybe - {request.target_path}):
+        source = ctx.head_text(path) or ""
+        if detect(source) and _imports(source) & changed:
+            candidates.append(path)
     if len(candidates) == 1:
         args, basis = detect(ctx.head_text(candidates[0]) or "")
         return Entry(candidates[0], shlex.split(args), "discovered-bench",
