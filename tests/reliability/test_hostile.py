@@ -79,7 +79,15 @@ def test_no_network_puts_targets_in_an_empty_network_namespace(repo, idle_gpu, h
     server.bind(("127.0.0.1", 0))
     server.listen(4)
     port = server.getsockname()[1]
-    threading.Thread(target=lambda: [server.accept() for _ in range(4)], daemon=True).start()
+
+    def serve():
+        try:
+            while True:
+                server.accept()[0].close()
+        except OSError:  # the test closed the server
+            return
+
+    threading.Thread(target=serve, daemon=True).start()
     probe = ("import socket\n\n\ndef test_network():\n    s = socket.socket()\n    s.settimeout(2)\n"
              f"    assert s.connect_ex(('127.0.0.1', {port})) == 0, 'no network'\n")
     patch = make_patch(repo, {"tests/test_net.py": probe}, tmp_path / "net.patch")
