@@ -119,6 +119,18 @@ class Request(BaseModel):
         return self.target.split("::", 1)[0]
 
     @property
+    def routes(self) -> list[str]:
+        return _names(self.expected_route)
+
+    @property
+    def shape_var_names(self) -> list[str]:
+        return _names(self.shape_vars)
+
+    @property
+    def argnames(self) -> list[str]:
+        return _names(self.shape_argnames)
+
+    @property
     def has_patch(self) -> bool:
         return self.patch is not None
 
@@ -205,7 +217,7 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
     shape_argnames = text("shape_argnames")
     grid = text("grid")
     if shape_argnames and grid:
-        arity = len([name for name in shape_argnames.split(",") if name.strip()])
+        arity = len(_names(shape_argnames))
         for row in grid.split(";"):
             if row.strip() and len(row.split(",")) != arity:
                 raise UsageError(
@@ -281,6 +293,11 @@ def network_namespace() -> tuple[str, ...]:
             return prefix
         tried.append((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
     raise UsageError(f"--no-network: this host cannot create a network namespace ({'; '.join(tried)})")
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated flag value (routes, shape vars, argnames) as its names."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _truthy(value: object) -> bool:

@@ -227,7 +227,7 @@ def channel(ctx: Context) -> StageResult:
             tried.append(f"--shape-env {request.shape_env}: neither the target, its conftest.py files nor the "
                          "checkout modules it imports read that variable")
     if request.shape_argnames and not chosen:
-        wanted = [n.strip() for n in request.shape_argnames.split(",") if n.strip()]
+        wanted = request.argnames
         marks = parametrize_marks(source_tree) if source_tree else []
         exact = [rows for names, rows in marks if set(names) == set(wanted)]
         wider = [names for names, _ in marks if set(wanted) < set(names)]
@@ -245,7 +245,7 @@ def channel(ctx: Context) -> StageResult:
         tried.append("no channel flag (--shape-env, --shape-arg, --shape-argnames) was given")
 
     rows, grid_basis = parse_grid(request.grid), "declared-by-caller"
-    shape_vars = [n.strip() for n in request.shape_vars.split(",") if n.strip()]
+    shape_vars = request.shape_var_names
     if not rows and shape_vars:
         rows, grid_basis = default_grid(shape_vars, defaults)
     selection = {"grid_channel": chosen, "grid_channel_basis": f"declared-by-caller; proven by source: {evidence}"
@@ -311,7 +311,7 @@ def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv:
     elif plan.channel == "env":
         env_extra = {request.shape_env: grid_text}
     elif plan.channel == "pytest":
-        argnames = [n.strip() for n in request.shape_argnames.split(",") if n.strip()]
+        argnames = request.argnames
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
     return target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
                       visible_devices=gpu_claim.visible_devices(ctx), argv=[*argv, *axis_argv],

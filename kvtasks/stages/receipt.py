@@ -13,10 +13,6 @@ from kvtasks.target.probe import PRODUCER
 NAME = "execution_receipt"
 
 
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
     """Runs whose receipt may stand for head, best first: the grid's own, then the repo run's."""
     found = []
@@ -38,7 +34,7 @@ def _skip(note: str, **fields) -> StageResult:
 
 def run(ctx: Context) -> StageResult:
     request = ctx.request
-    expected = sorted(set(_names(request.expected_route)))
+    expected = sorted(set(request.routes))
     if not expected:
         return _skip("--expected-route was not supplied, so no route was watched")
     runs = _head_runs(ctx)
@@ -65,7 +61,7 @@ def run(ctx: Context) -> StageResult:
     shapes = receipt.get("executed_shapes")
     if not isinstance(shapes, list) or not all(isinstance(s, str) and s for s in shapes):
         return _skip("the receipt holds no executed_shapes list", **fields)
-    requested = _names(request.shape_vars)
+    requested = request.shape_var_names
     unique_shapes = list(dict.fromkeys(shapes))
     fields.update(route=",".join(observed), producer=PRODUCER, kernel_symbols=observed,
                   route_calls=receipt.get("route_calls", {}), mechanism=receipt.get("mechanism", ""),

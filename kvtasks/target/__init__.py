@@ -33,10 +33,6 @@ def target_env(request: Request, run_dir: Path, phase: str, label: str,
     )
 
 
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
@@ -45,8 +41,8 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     probe installed; the run carries its own receipt and observed_work. A grid reaches it through
     argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows)."""
     phase = label.split("-", 1)[0]
-    routes = _names(request.expected_route)
-    probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=_names(request.shape_vars),
+    routes = request.routes
+    probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=request.shape_var_names,
                              receipt=run_dir / "runs" / f"receipt-{label}.json",
                              grid_argnames=grid_argnames, grid_rows=grid_rows)
     env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
