@@ -51,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
     add("--perf-args", default="", help="benchmark entry point for the timing stage")
     add("--perf-control-column", default="", help="a timing column the patch does not touch")
     add("--no-perf", action="store_true", help="skip the timing stage")
+    add("--cpu-tier", default="off", help="triton: run Triton kernels in the interpreter on the CPU with a bounds "
+        "sanitizer; auto: only when no GPU was claimed and the target imports triton (default off)")
+    add("--cpu-sparse-grid", default="4096", help="on the CPU tier, launches of more programs run only the first "
+        "and last program of each axis (0 = never)")
     add("--no-network", action="store_true", help="run targets in a fresh network namespace (refused if impossible)")
     add("--label", default="run", help="run name (default run)")
     add("--out", default="validation_report.json", help="report path (default ./validation_report.json)")

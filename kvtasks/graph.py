@@ -28,7 +28,7 @@ from doit.exceptions import TaskError, TaskFailed
 from kvtasks import keys, report, target, worktree
 from kvtasks.gpu import picker
 from kvtasks.request import Request
-from kvtasks.stages import (Context, StageResult, correctness, gpu_claim, grid, merge_sim, perf, receipt,
+from kvtasks.stages import (Context, StageResult, correctness, cpu_tier, gpu_claim, grid, merge_sim, perf, receipt,
                             runtime_compat, selection, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
@@ -66,8 +66,9 @@ def _prepare(ctx: Context) -> list[StageResult]:
         return [facts, merged]
     results = [facts, merged, timed(ctx, selection.NAME, selection.run), timed(ctx, grid.CHANNEL, grid.channel),
                timed(ctx, test_policy.NAME, test_policy.run), timed(ctx, gpu_claim.NAME, gpu_claim.run),
-               timed(ctx, runtime_compat.NAME, runtime_compat.run)]
-    probed = gpu_claim.requirement(ctx) if runtime_compat.established(ctx) else None
+               timed(ctx, runtime_compat.NAME, runtime_compat.run), timed(ctx, cpu_tier.NAME, cpu_tier.run)]
+    # on the CPU tier the target runs without a GPU by construction: there is nothing to ask it
+    probed = gpu_claim.requirement(ctx) if runtime_compat.established(ctx) and not cpu_tier.active(ctx) else None
     return results if probed is None else [*results, probed]
 
 
@@ -92,7 +93,7 @@ def _keys(request: Request, results: list[StageResult]) -> dict:
     base_oid = facts["repo"]["base"]
     claim = latest.get(gpu_claim.NAME)
     gpu = claim.stage.model_dump() if claim is not None and claim.stage.status == "pass" else None
-    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), gpu)
+    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), gpu, facts.get("cpu_tier"))
     base = keys.base_key(request, base_oid, selected, runtime)
     patch = facts["repo"].get("patch_sha256")
     return {"base_oid": base_oid, "patch_sha256": patch, "runtime_hash": runtime, "base_key": base,

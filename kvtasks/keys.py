@@ -4,7 +4,8 @@
 - patch_sha256: the exact patch bytes.
 - runtime_hash: the interpreter (path, version, installed distributions: numpy, torch, triton ...),
   the runtime package's resolved path, PYLIB's content identity (every file's path and SHA-256)
-  and the claimed GPU's vendor, arch and model ("no-gpu" when none was claimed).
+  and the claimed GPU's vendor, arch and model ("no-gpu" when none was claimed); on the Triton CPU
+  tier also the interpreter's triton/torch/numpy versions and the sparse-grid setting.
 - base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars and the
   runtime hash. No patch in it, so every PR against the same base shares it.
 - head key: the base key and the patch SHA-256.
@@ -43,7 +44,7 @@ def tree_identity(root: str | None) -> str | None:
     return digest(files)
 
 
-def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None) -> str:
+def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None, cpu_tier: dict | None = None) -> str:
     fingerprint = fingerprint or {}
     return digest({
         "python_bin": request.host.python_bin,
@@ -53,6 +54,8 @@ def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None) -
         "module_path": fingerprint.get("module_path"),
         "pylib": tree_identity(request.host.pylib),
         "gpu": {key: (gpu or {}).get(key) for key in ("vendor", "arch", "model")} if gpu else "no-gpu",
+        "cpu_tier": {key: cpu_tier.get(key) for key in ("interpreter", "triton", "torch", "numpy",
+                                                        "sparse_grid_programs")} if cpu_tier else None,
     })
 
 

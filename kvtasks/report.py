@@ -37,6 +37,8 @@ class Stages(BaseModel):
     perf: Stage | None = None
 
 
+# the stages whose runs the Triton CPU tier changes; each says so with evidence_tier
+TIERED_STAGES = ("baseline_control", "correctness_repo_tests", "correctness_grid", "execution_receipt", "perf")
 REQUIRED_STAGES = [name for name, field in Stages.model_fields.items() if field.is_required()]
 PIPELINE_STAGES = list(Stages.model_fields)
 
@@ -82,6 +84,8 @@ class Report(BaseModel):
     arch_coverage: dict[str, Literal["runtime", "compile-only", "not-covered"]] = {}
     arch_coverage_basis: dict[str, str] = {}
     degraded_mode: Literal["NO_GPU"] | None = None
+    # set when Triton kernels ran in the interpreter on the CPU: what ran them, and with what checks
+    cpu_tier: dict[str, Any] | None = None
     repo: Repo
     runtime_identity: dict[str, Any] | None = None
     # set when this run first undid what a killed earlier run left in the worktree
@@ -129,8 +133,13 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
             findings.append(Finding(severity="note", stage=name,
                                     detail="stage result was missing; validation is inconclusive"))
 
+    tier = facts.get("cpu_tier")
+    if tier:
+        for name in TIERED_STAGES:
+            if name in stages and stages[name].model_extra.get("evidence_tier") is None:
+                stages[name].evidence_tier = tier["evidence"]
     verdict = judge(stages, findings, facts.get("runtime_identity"))
-    coverage, coverage_basis = arch_coverage(stages)
+    coverage, coverage_basis = ({}, {}) if tier else arch_coverage(stages)
     report = Report(
         label=label,
         started_utc=facts.get("started_utc", utc_now()),
@@ -139,6 +148,7 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
         arch_coverage=coverage,
         arch_coverage_basis=coverage_basis,
         degraded_mode=facts.get("degraded_mode"),
+        cpu_tier=tier,
         repo=facts["repo"],
         runtime_identity=facts.get("runtime_identity"),
         recovered_run=facts.get("recovered_run"),
@@ -234,6 +244,7 @@ def summary_markdown(report: Report) -> str:
         f"- patch sha256: `{report.repo.patch_sha256 or 'none'}`",
         f"- target: `{report.test_selection.target}` (runner: {report.test_selection.runner})",
         f"- degraded mode: {report.degraded_mode or 'none'}",
+        f"- evidence tier: {_tier_line(report.cpu_tier)}",
         "",
         "| stage | status | reason |",
         "| --- | --- | --- |",
@@ -263,6 +274,13 @@ def summary_markdown(report: Report) -> str:
     else:
         lines.append("- none")
     return "\n".join(lines) + "\n"
+
+
+def _tier_line(tier: dict | None) -> str:
+    if not tier:
+        return "GPU (no CPU tier)"
+    return (f"{tier['evidence']}: triton {tier['triton']}, torch {tier['torch']}, sanitizer {tier['sanitizer']}; "
+            "no architecture is credited and PASS needs a claimed GPU")
 
 
 def _rounds(values: list[float]) -> str:

@@ -14,6 +14,7 @@ from typing import Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 RUNNERS = ("pytest", "script")
+CPU_TIERS = ("off", "triton", "auto")
 HEX40 = re.compile(r"[0-9a-f]{40}")
 PATCH_HEADER = re.compile(rb"^(diff --git |\+\+\+ )", re.MULTILINE)
 
@@ -108,6 +109,8 @@ class Request(BaseModel):
     perf_args: str = ""
     perf_control_column: str = ""
     no_perf: bool = False
+    cpu_tier: Literal["off", "triton", "auto"] = "off"
+    cpu_sparse_grid: int = 4096  # launches with more programs run only their first and last; 0 = never
     no_network: tuple[str, ...] = ()  # the command prefix that gives targets no network; () = host network
     label: str = "run"
     out: str | None = None
@@ -210,6 +213,13 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
 
     no_network = network_namespace() if _truthy(options.get("no_network")) else ()
 
+    cpu_tier = text("cpu_tier") or "off"
+    if cpu_tier not in CPU_TIERS:
+        raise UsageError(f"--cpu-tier must be one of {', '.join(CPU_TIERS)}, got {cpu_tier!r}")
+    sparse = text("cpu_sparse_grid") or "4096"
+    if not sparse.isdigit():
+        raise UsageError(f"--cpu-sparse-grid must be a program count (0 = never sparse), got {sparse!r}")
+
     axis = options.get("axis") or ()
     if isinstance(axis, str):
         axis = tuple(part for part in axis.split("|") if part.strip())
@@ -243,6 +253,8 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         perf_args=text("perf_args"),
         perf_control_column=text("perf_control_column"),
         no_perf=_truthy(options.get("no_perf")),
+        cpu_tier=cpu_tier,
+        cpu_sparse_grid=int(sparse),
         no_network=no_network,
         label=label,
         out=out,

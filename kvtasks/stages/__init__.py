@@ -6,11 +6,12 @@ evidence by the graph and composed and judged by report.py alone.
 """
 from __future__ import annotations
 
+import ast
 import sys
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -78,6 +79,23 @@ class Context:
         if self.head_view is not None and path in self.head_view.changes:
             return self.head_view.read(path)
         return self.worktree.read_base(path)
+
+    def target_sources(self) -> list[str]:
+        """The target, the conftest.py files pytest would load for it, and checkout modules it imports
+        (as candidate paths; a path that does not exist reads as None)."""
+        path = PurePosixPath(self.request.target_path)
+        paths = [str(path)] + [str(parent / "conftest.py") for parent in path.parents]
+        try:
+            tree = ast.parse(self.head_text(str(path)) or "")
+        except SyntaxError:
+            tree = None
+        for node in ast.walk(tree) if tree else []:
+            module = node.module if isinstance(node, ast.ImportFrom) and not node.level else None
+            names = [module] if module else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
+        return list(dict.fromkeys(paths))
 
     def fact(self, name: str, default: Any = None) -> Any:
         for stage_result in self.earlier.values():

@@ -8,7 +8,7 @@ head. Both borrow the tree through `Worktree.handback`, which returns it clean o
 from __future__ import annotations
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, gpu_claim, grid, result, runtime_compat
+from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, grid, result, runtime_compat
 from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -20,7 +20,7 @@ def gate(ctx: Context) -> str | None:
     """Why correctness cannot run at all, or None when it can (the first reason that applies)."""
     claim = ctx.earlier.get(gpu_claim.NAME)
     claimed = claim is not None and claim.stage.status == "pass"
-    if not claimed and ctx.selected("gpu_requirement") != "not-required":
+    if not claimed and ctx.selected("gpu_requirement") != "not-required" and not cpu_tier.active(ctx):
         return "no verified-idle GPU was claimed and the target was not shown to run without one"
     if not runtime_compat.established(ctx):
         return "runtime compatibility was not established"
@@ -36,9 +36,11 @@ def _state(run: TargetRun) -> str:
     return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
 
 
-def _run_fields(run: TargetRun) -> dict:
-    return {"exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
-            "timed_out": run.timed_out}
+def run_fields(run: TargetRun) -> dict:
+    fields = {"exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
+              "timed_out": run.timed_out}
+    tier = cpu_tier.run_evidence(run)
+    return fields if tier is None else {**fields, "cpu_tier": tier}
 
 
 def baseline_control(ctx: Context) -> StageResult:
@@ -57,8 +59,8 @@ def baseline_control(ctx: Context) -> StageResult:
         if worktree.exists_on_base(request.target_path):
             ctx.say("baseline_control: running base-repo")
             runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo",
-                                   visible_devices=gpu_claim.visible_devices(ctx)))
-            repo_tests = {"state": _state(runs[0]), **_run_fields(runs[0])}
+                                   **cpu_tier.launch_options(ctx)))
+            repo_tests = {"state": _state(runs[0]), **run_fields(runs[0])}
         else:
             repo_tests = {"state": "target-not-present", "stats": None}
         s1_grid, grid_runs = grid.base_runs(ctx, runs[0] if runs else None)
@@ -97,7 +99,7 @@ def repo_tests(ctx: Context) -> StageResult:
         expected = set(worktree.status())
         ctx.say("correctness_repo_tests: running head-repo")
         run = target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
-                         visible_devices=gpu_claim.visible_devices(ctx))
+                         **cpu_tier.launch_options(ctx))
         artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
 
     stage = _judge_head(ctx, run, baseline.stage.model_extra.get("repo_tests") if baseline else None)
@@ -110,8 +112,11 @@ def repo_tests(ctx: Context) -> StageResult:
 
 
 def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
-    fields = _run_fields(run)
+    fields = run_fields(run)
     executed = run.stats.executed
+    sanitized = cpu_tier.blocker(ctx, REPO_TESTS, run, base, fields)
+    if sanitized is not None:
+        return sanitized
     if run.timed_out:
         stage = result(REPO_TESTS, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
     elif run.exit == 0 and executed > 0:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ast
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.stages import Context, StageResult, cpu_tier, result
+from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -150,19 +150,6 @@ def _parse(text: str | None) -> ast.AST | None:
         return None
 
 
-def _env_sources(ctx: Context) -> list[str]:
-    """The target, the conftest.py files pytest would load for it, and checkout modules it imports."""
-    path = PurePosixPath(ctx.request.target_path)
-    paths = [str(path)] + [str(parent / "conftest.py") for parent in path.parents]
-    tree = _parse(ctx.head_text(str(path)))
-    for node in ast.walk(tree) if tree else []:
-        module = node.module if isinstance(node, ast.ImportFrom) and not node.level else None
-        for name in ([module] if module else [a.name for a in node.names] if isinstance(node, ast.Import) else []):
-            parts = name.split(".")
-            paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
-    return list(dict.fromkeys(paths))
-
-
 # -- the default grid ------------------------------------------------------------------------------
 
 def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[list[list[str]], str]:
@@ -201,6 +188,7 @@ class Plan:
     defaults: list[str] | None = None
     axes: list[Axis] = field(default_factory=list)
     axis_state: str = "none"
+    interpreter_skipped: list[str] = field(default_factory=list)
 
 
 def channel(ctx: Context) -> StageResult:
@@ -219,7 +207,7 @@ def channel(ctx: Context) -> StageResult:
         else:
             chosen, defaults, evidence = "cli", flags[request.shape_arg], f"add_argument({request.shape_arg!r})"
     if request.shape_env and not chosen:
-        readers = [path for path in _env_sources(ctx)
+        readers = [path for path in ctx.target_sources()
                    if (tree := _parse(ctx.head_text(path))) is not None and reads_env(tree, request.shape_env)]
         if readers:
             chosen, evidence = "env", f"{request.shape_env} read in {', '.join(readers)}"
@@ -297,7 +285,13 @@ def _plan(ctx: Context) -> Plan | None:
     raw = ctx.fact("grid_plan")
     if raw is None:
         return None
-    return Plan(**{**raw, "axes": [Axis(**axis) for axis in raw["axes"]]})
+    plan = Plan(**{**raw, "axes": [Axis(**axis) for axis in raw["axes"]]})
+    if cpu_tier.active(ctx):
+        # the interpreter's bf16 arithmetic is wrong: such a cell would prove nothing either way
+        limited = [row for row in plan.rows if any(triton_cpu.is_bf16(cell) for cell in row)]
+        plan.rows = [row for row in plan.rows if row not in limited]
+        plan.interpreter_skipped = [row_text(row) for row in limited]
+    return plan
 
 
 # -- runs ------------------------------------------------------------------------------------------
@@ -314,7 +308,7 @@ def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv:
         argnames = request.argnames
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
     return target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
-                      visible_devices=gpu_claim.visible_devices(ctx), argv=[*argv, *axis_argv],
+                      **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
                       env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [])
 
 
@@ -341,15 +335,16 @@ def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[Targ
     if probe.exit == 0 or not repo_run.passed:
         return {"state": "hook-not-consumed", **fields}, [probe]
     run = _run(ctx, plan, "base-grid", plan.rows)
-    return {"state": _state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields}, \
-        [probe, run]
+    tier = cpu_tier.run_evidence(run)
+    return {"state": _state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
+            **({"cpu_tier": tier} if tier else {})}, [probe, run]
 
 
 def _axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
     runs, accepted = [], []
     for axis in plan.axes:
         run = target.run(ctx.request, runner="script", run_dir=ctx.run_dir, label=f"head-axisprobe-{axis.name}",
-                         visible_devices=gpu_claim.visible_devices(ctx), argv=[axis.flag, AXIS_SENTINEL])
+                         **cpu_tier.launch_options(ctx), argv=[axis.flag, AXIS_SENTINEL])
         runs.append(run)
         axis.hook_proof = "refused-invalid-value" if run.exit not in (0, None) else "accepted-invalid-value"
         if axis.hook_proof == "accepted-invalid-value":
@@ -369,6 +364,11 @@ def head(ctx: Context) -> StageResult:
         reason = plan.reason or "no channel"
         stage = result(NAME, "skip", f"{reason}; coverage is repo-default-only")
         return stage.finding("note", "coverage is limited to repository defaults: no grid channel was established")
+    if not plan.rows and plan.interpreter_skipped:
+        stage = result(NAME, "skip", f"every grid cell is an interpreter limitation ({triton_cpu.BF16_REASON}); "
+                                     "coverage is repo-default-only", interpreter_skipped_cells=_limited(plan))
+        return stage.finding("note", f"grid cells {', '.join(plan.interpreter_skipped)} were not run: "
+                                     f"{triton_cpu.BF16_REASON}")
     if not plan.rows:
         stage = result(NAME, "skip", "no --grid was supplied and none could be generated; coverage is "
                                      "repo-default-only")
@@ -390,7 +390,8 @@ def head(ctx: Context) -> StageResult:
         probe = _run(ctx, plan, "head-grid-probe", _poisoned(plan))
         runs.append(probe)
         probe_fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "grid": ctx.request.grid,
-                        "cells": [row_text(r) for r in plan.rows], "channel": plan.channel}
+                        "cells": [row_text(r) for r in plan.rows], "channel": plan.channel,
+                        **({"interpreter_skipped_cells": _limited(plan)} if plan.interpreter_skipped else {})}
         if probe.exit == 0:
             stage = result(NAME, "skip", f"the declared {plan.channel} channel was not consumed: the target passed "
                                          f"with {SENTINEL} as its grid", **probe_fields)
@@ -416,9 +417,21 @@ def head(ctx: Context) -> StageResult:
     return stage
 
 
+def _limited(plan: Plan) -> dict[str, str]:
+    return {cell: triton_cpu.BF16_REASON for cell in plan.interpreter_skipped}
+
+
 def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, fields: dict,
            axis_argv: list[str]) -> StageResult:
     fields = {**fields, "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), "axis_argv": axis_argv}
+    tier = cpu_tier.run_evidence(run)
+    if tier:
+        fields["cpu_tier"] = tier
+    base = (ctx.earlier.get("baseline_control").stage.model_extra.get("s1_grid")
+            if ctx.earlier.get("baseline_control") else None) or {}
+    sanitized = cpu_tier.blocker(ctx, NAME, run, base, fields)
+    if sanitized is not None:
+        return sanitized
     independence = ctx.selected("grid_independence", "unknown")
     novel_axis = any(axis.hook_proof == "refused-invalid-value" and axis.independence == "adds-coverage"
                      for axis in plan.axes)
@@ -439,8 +452,6 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
 
     stage = result(NAME, "fail", f"exit {run.exit} on the grid ({', '.join(row_text(r) for r in plan.rows)})",
                    **fields)
-    base = (ctx.earlier.get("baseline_control").stage.model_extra.get("s1_grid")
-            if ctx.earlier.get("baseline_control") else None) or {}
     tail = run.log_tail()
     if observed == 0 and head_repo.stats.observed_work != 0:
         return stage.finding("note", "the grid run failed without reaching routed work, so no defect is attributed "

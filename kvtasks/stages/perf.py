@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 import numpy as np
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, correctness, gpu_claim, result
+from kvtasks.stages import Context, StageResult, correctness, cpu_tier, gpu_claim, result
 from kvtasks.worktree import GitFailed
 
 NAME = "perf"
@@ -313,6 +313,9 @@ def run(ctx: Context) -> StageResult:
     request = ctx.request
     if request.no_perf:
         return result(NAME, "skip", "disabled with --no-perf: perf was not measured")
+    if cpu_tier.active(ctx):
+        return _skip("not measured: kernels ran in the Triton interpreter on the CPU, whose timings are never "
+                     "perf evidence")
     blocked = correctness.gate(ctx)
     if blocked:
         return _skip(blocked)

@@ -36,17 +36,20 @@ def target_env(request: Request, run_dir: Path, phase: str, label: str,
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
-        grid_rows: list[list[str]] = ()) -> TargetRun:
+        grid_rows: list[list[str]] = (), cpu_tier: dict | None = None) -> TargetRun:
     """Run the target once under the label's phase (the part before the first '-'), with the route
     probe installed; the run carries its own receipt and observed_work. A grid reaches it through
-    argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows)."""
+    argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows). With
+    cpu_tier (its settings) Triton kernels run in the interpreter under the tier's hooks."""
     phase = label.split("-", 1)[0]
     routes = request.routes
     probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=request.shape_var_names,
                              receipt=run_dir / "runs" / f"receipt-{label}.json",
-                             grid_argnames=grid_argnames, grid_rows=grid_rows)
+                             grid_argnames=grid_argnames, grid_rows=grid_rows, cpu_tier=cpu_tier)
     env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
+    if cpu_tier:
+        env["TRITON_INTERPRET"] = "1"
     done = launch(
         label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
         python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
@@ -90,6 +93,28 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
     return json.loads(out.read_text()), log
 
 
+# What the CPU tier needs in the target's interpreter, and the versions the report records.
+_INTERPRETER_CHECK = (
+    "import json, numpy, torch, triton; from triton.runtime import interpreter; "
+    "print(json.dumps({'triton': triton.__version__, 'torch': torch.__version__, 'numpy': numpy.__version__, "
+    "'interpret': bool(triton.knobs.runtime.interpret) if hasattr(triton, 'knobs') else None}))"
+)
+
+
+def triton_interpreter(request: Request, run_dir: Path) -> tuple[dict | None, str]:
+    """The triton, torch and numpy versions PYTHON_BIN runs the interpreter with, or None and why not."""
+    env = {**target_env(request, run_dir, "probe", "triton-interpreter"), "TRITON_INTERPRET": "1"}
+    try:
+        done = subprocess.run([request.host.python_bin, "-c", _INTERPRETER_CHECK], cwd=run_dir, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return None, "importing triton and torch took longer than 300 s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return None, ((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
+    return json.loads(lines[-1]), ""
+
+
 def pytest_available(request: Request, run_dir: Path) -> bool:
     return pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
                            cwd=run_dir)
@@ -108,4 +133,4 @@ def isolation_facts(request: Request) -> dict:
     }
 
 
-__all__ = ["TargetRun", "run", "time_run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]
+__all__ = ["TargetRun", "run", "time_run", "probe_runtime", "triton_interpreter", "pytest_available", "isolation_facts", "NO_DEVICE"]

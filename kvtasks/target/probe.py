@@ -19,7 +19,7 @@ import threading
 
 PRODUCER = "validate-kernel-pr.validation_probe"
 # kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
-CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": []}
+CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "cpu_tier": {}}
 
 _state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False}
 _lock = threading.Lock()
@@ -171,10 +171,22 @@ class _RouteModuleFinder:
         return spec
 
 
+def _cpu_tier():
+    """The Triton CPU tier's in-target hooks (a sibling module kvtasks copied), loaded once."""
+    settings = CONFIG["cpu_tier"]
+    if settings and "tier" not in _state:
+        import importlib
+
+        _state["tier"] = importlib.import_module(settings["module"])
+        _state["tier"].install(settings)
+    return _state.get("tier")
+
+
 def install():
     if _state["installed"]:
         return
     _state["installed"] = True
+    _cpu_tier()
     modules = {route.partition(":")[0] for route in CONFIG["routes"]}
     for name in modules:
         if name in sys.modules:
@@ -205,6 +217,8 @@ def write_receipt(exit_status=None):
             "exit_status": exit_status if exit_status is not None else _state["exit"],
             "mechanism": "sys.monitoring" if _MONITORING else "import-hook wrapper",
         }
+        if _state.get("tier") is not None:
+            receipt["cpu_tier"] = _state["tier"].report()
     import json  # only now: every import before the target starts is paid by every run
 
     temporary = CONFIG["receipt"] + ".tmp"
@@ -215,6 +229,8 @@ def write_receipt(exit_status=None):
 
 def pytest_configure(config):
     install()
+    if _state.get("tier") is not None:
+        _state["tier"].register_pytest(config)
 
 
 def _coerce(cell):

@@ -1,0 +1,82 @@
+"""The Triton CPU tier inside real target processes: sanitizer, device redirect, autotune, sparse grid."""
+from pathlib import Path
+
+import pytest
+
+from kvtasks import target
+from kvtasks.request import build_request
+from kvtasks.target import triton_cpu
+from tests import triton_repos
+
+TIER = {"sparse_programs": 4096}
+
+
+@pytest.fixture(autouse=True)
+def needs_triton():
+    triton_repos.require_triton_cpu()
+
+
+def _run(repo: Path, test: str, tmp_path: Path, cpu_tier=TIER, **grid):
+    request = build_request({"repo": str(repo), "target": test})
+    return target.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-tier", cpu_tier=cpu_tier,
+                      **grid)
+
+
+def test_the_sanitizer_names_kernel_argument_offset_and_extent_and_is_deterministic(tmp_path):
+    repo = triton_repos.softmax_repo(tmp_path / "repo", triton_repos.SOFTMAX_UNMASKED)
+    grid = {"grid_argnames": ["M", "N", "dtype"], "grid_rows": [["4", "100", "f32"]]}
+    seen = []
+    for attempt in range(3):
+        run = _run(repo, "tests/test_softmax.py", tmp_path / str(attempt), **grid)
+        seen.append((run.exit, [(v["kernel"], v["op"], v["argument"], v["element_offset"], v["extent_elements"])
+                                for v in run.receipt["cpu_tier"]["violations"]]))
+    assert seen[0] == (1, [("softmax_kernel", "load", "in_ptr", 400, 400)])
+    assert seen.count(seen[0]) == 3
+    assert "kvtasks bounds sanitizer: load out of bounds in kernel softmax_kernel" in Path(run.log).read_text()
+    assert "argument in_ptr: element offset 400 (byte 1600) is outside its allocation of 400 elements" in Path(run.log).read_text()
+
+
+def test_masked_kernel_passes_and_bf16_cells_are_skipped_as_an_interpreter_limitation(tmp_path):
+    repo = triton_repos.softmax_repo(tmp_path / "repo")
+    run = _run(repo, "tests/test_softmax.py", tmp_path)
+    tier = run.receipt["cpu_tier"]
+    assert run.exit == 0 and run.stats.executed == 2 and run.stats.skipped == 1
+    assert tier["bf16_skipped"] == ["tests/test_softmax.py::test_softmax[2-64-bf16]"]
+    assert triton_cpu.BF16_REASON in Path(run.stats.junit_xml).read_text()
+    assert tier["violations"] == [] and tier["versions"]["TRITON_INTERPRET"] == "1"
+
+
+def test_hard_coded_cuda_device_runs_on_the_cpu_only_with_the_redirect(tmp_path):
+    repo = triton_repos.softmax_repo(tmp_path / "repo")
+    redirected = _run(repo, "tests/test_softmax.py", tmp_path / "on")
+    assert redirected.exit == 0 and redirected.receipt["cpu_tier"]["redirected_device_calls"] >= 2
+    plain = _run(repo, "tests/test_softmax.py", tmp_path / "off", cpu_tier=None,
+                 env_extra={"TRITON_INTERPRET": "1"})
+    assert plain.exit != 0 and "cpu_tier" not in plain.receipt
+
+
+def test_an_autotuned_kernel_runs_every_config_once_under_the_sanitizer(tmp_path):
+    repo = triton_repos.autotuned_repo(tmp_path / "repo")
+    run = _run(repo, "tests/test_add.py", tmp_path)
+    tier = run.receipt["cpu_tier"]
+    assert run.exit == 0 and run.stats.executed == 1, run.log_tail()
+    assert tier["autotuned"] == {"add_kernel": 3}
+    assert tier["launches"] == 4  # three timed configs, then the chosen one
+
+
+def test_int32_offset_overflow_past_2_31_elements_is_caught_on_the_sparse_grid(tmp_path):
+    rows = [["524289", "4096"]]  # 524289 * 4096 > 2^31 elements; the last row starts past int32
+    broken = _run(triton_repos.scale_repo(tmp_path / "int32"), "tests/test_scale.py", tmp_path / "a",
+                  grid_argnames=["M", "N"], grid_rows=rows)
+    violation = broken.receipt["cpu_tier"]["violations"][0]
+    assert broken.exit == 1
+    assert (violation["kernel"], violation["argument"], violation["program"]) == ("scale_kernel", "in_ptr",
+                                                                                 [524288, 0, 0])
+    assert violation["element_offset"] < 0  # the wrapped 32-bit row offset
+    assert broken.receipt["cpu_tier"]["sparse_launches"][0]["programs_run"] == 2
+
+    fixed = _run(triton_repos.scale_repo(tmp_path / "int64", triton_repos.SCALE_INT64), "tests/test_scale.py",
+                 tmp_path / "b", grid_argnames=["M", "N"], grid_rows=rows)
+    assert fixed.exit == 0 and fixed.receipt["cpu_tier"]["violations"] == []
+    # only two of 524289 programs ran: the test claims what the sanitizer checked, nothing more
+    assert fixed.stats.skipped == 1 and fixed.stats.executed == 0
