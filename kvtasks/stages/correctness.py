@@ -114,9 +114,9 @@ def repo_tests(ctx: Context) -> StageResult:
 def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
     fields = run_fields(run)
     executed = run.stats.executed
-    sanitized = cpu_tier.blocker(ctx, REPO_TESTS, run, base, fields)
-    if sanitized is not None:
-        return sanitized
+    tiered = cpu_tier.blocker(ctx, REPO_TESTS, run, base, fields) or cpu_tier.sparse_skip(REPO_TESTS, run, fields)
+    if tiered is not None:
+        return tiered
     if run.timed_out:
         stage = result(REPO_TESTS, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
     elif run.exit == 0 and executed > 0:

@@ -429,9 +429,9 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
         fields["cpu_tier"] = tier
     base = (ctx.earlier.get("baseline_control").stage.model_extra.get("s1_grid")
             if ctx.earlier.get("baseline_control") else None) or {}
-    sanitized = cpu_tier.blocker(ctx, NAME, run, base, fields)
-    if sanitized is not None:
-        return sanitized
+    tiered = cpu_tier.blocker(ctx, NAME, run, base, fields) or cpu_tier.sparse_skip(NAME, run, fields)
+    if tiered is not None:
+        return tiered
     independence = ctx.selected("grid_independence", "unknown")
     novel_axis = any(axis.hook_proof == "refused-invalid-value" and axis.independence == "adds-coverage"
                      for axis in plan.axes)

@@ -93,28 +93,6 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
     return json.loads(out.read_text()), log
 
 
-# What the CPU tier needs in the target's interpreter, and the versions the report records.
-_INTERPRETER_CHECK = (
-    "import json, numpy, torch, triton; from triton.runtime import interpreter; "
-    "print(json.dumps({'triton': triton.__version__, 'torch': torch.__version__, 'numpy': numpy.__version__, "
-    "'interpret': bool(triton.knobs.runtime.interpret) if hasattr(triton, 'knobs') else None}))"
-)
-
-
-def triton_interpreter(request: Request, run_dir: Path) -> tuple[dict | None, str]:
-    """The triton, torch and numpy versions PYTHON_BIN runs the interpreter with, or None and why not."""
-    env = {**target_env(request, run_dir, "probe", "triton-interpreter"), "TRITON_INTERPRET": "1"}
-    try:
-        done = subprocess.run([request.host.python_bin, "-c", _INTERPRETER_CHECK], cwd=run_dir, env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        return None, "importing triton and torch took longer than 300 s"
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return None, ((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
-    return json.loads(lines[-1]), ""
-
-
 def pytest_available(request: Request, run_dir: Path) -> bool:
     return pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
                            cwd=run_dir)
@@ -133,4 +111,4 @@ def isolation_facts(request: Request) -> dict:
     }
 
 
-__all__ = ["TargetRun", "run", "time_run", "probe_runtime", "triton_interpreter", "pytest_available", "isolation_facts", "NO_DEVICE"]
+__all__ = ["TargetRun", "run", "time_run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]

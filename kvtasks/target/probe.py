@@ -263,6 +263,9 @@ def _grid_marks(metafunc):
     return found
 
 
+if CONFIG["cpu_tier"]:
+    _cpu_tier()  # now, while pytest loads plugins: before any conftest.py touches torch or triton
+
 if "pytest" in sys.modules and CONFIG["grid_argnames"]:
     import pytest
 

@@ -132,11 +132,14 @@ def test_on_this_host_a_cpu_suite_is_not_required_and_still_inconclusive(repo, h
 
     out = tmp_path / "r.json"
     code = cli.main(["--repo", str(repo), "--patch", str(readme_patch(repo, tmp_path)),
-                     "--target", "tests/test_scale.py", "--out", str(out), "--quiet"])
+                     "--target", "tests/test_scale.py", "--out", str(out), "--quiet", "--cpu-tier", "auto"])
     result = Validation(code, out)
     assert result.stage("gpu_claim")["status"] == "skip"
     assert "reports no GPUs" in result.stage("gpu_claim")["note"]
     selection = result.report["test_selection"]
+    # numpy kernels: the Triton CPU tier has nothing to interpret, so auto leaves it off
+    assert selection["cpu_tier"] == "off" and "import triton" in selection["cpu_tier_reason"]
+    assert result.report["cpu_tier"] is None
     assert selection["gpu_requirement"] == "not-required" and "2 executed" in selection["gpu_requirement_basis"]
     assert result.stage("correctness_repo_tests")["status"] == "pass"
     assert result.report["arch_coverage"] == {} and result.verdict == "INCONCLUSIVE"

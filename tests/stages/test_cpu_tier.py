@@ -1,0 +1,119 @@
+"""Whole validations on the Triton CPU tier, on a host with no GPU."""
+from types import SimpleNamespace
+
+import pytest
+
+from kvtasks import cli
+from kvtasks.stages import Stage, StageResult, cpu_tier
+from kvtasks.target import triton_cpu
+from kvtasks.target.launch import ExecutionStats, TargetRun
+from tests import triton_repos
+from tests.kernel_repos import make_patch
+
+GRID = ["--shape-argnames", "M,N,dtype", "--grid", "4,100,f32;3,1000,f32;2,100,bf16",
+        "--expected-route", "softmax:softmax", "--shape-vars", "M,N", "--target", "tests/test_softmax.py"]
+
+
+@pytest.fixture
+def no_gpu(validate, gpu_host):
+    """After `validate` has set up its idle GPU: this host reports none."""
+    triton_repos.require_triton_cpu()
+    gpu_host(amd=[])
+
+
+def _tier_evidence_is_labelled(result):
+    tier = result.report["cpu_tier"]
+    assert tier["interpreter"] == "triton" and tier["sanitizer"] == "on"
+    assert tier["triton"] and tier["torch"] and tier["numpy"]
+    assert result.report["arch_coverage"] == {} and result.report["degraded_mode"] == "NO_GPU"
+    for name in ("baseline_control", "correctness_repo_tests", "correctness_grid", "execution_receipt"):
+        assert result.stage(name)["evidence_tier"] == "triton-interpreter (CPU)"
+    assert result.stage("correctness_grid")["interpreter_skipped_cells"] == {"2,100,bf16": triton_cpu.BF16_REASON}
+
+
+def test_an_unmasked_tail_blocks_through_the_grid_the_same_way_ten_times(tmp_path, validate, no_gpu):
+    repo = triton_repos.softmax_repo(tmp_path / "softmax")
+    patch = make_patch(repo, {"softmax.py": triton_repos.SOFTMAX_UNMASKED}, tmp_path / "unmask.patch")
+    outcomes = set()
+    for _ in range(10):
+        result = validate(repo, "--patch", str(patch), "--cpu-tier", "triton", "--no-perf", *GRID)
+        blockers = result.findings("blocker")
+        outcomes.add((result.code, result.verdict, tuple((f["stage"], f["detail"]) for f in blockers)))
+    assert len(outcomes) == 1, outcomes
+    assert result.verdict == "BLOCK" and result.code == 1
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # its own power-of-two tests pass
+    assert [f["stage"] for f in blockers] == ["correctness_grid"]
+    assert blockers[0]["detail"].startswith("out-of-bounds memory access on head and not on base: load out of "
+                                            "bounds in kernel softmax_kernel")
+    assert "argument in_ptr at element offset 400 of an allocation of 400 elements" in blockers[0]["detail"]
+    _tier_evidence_is_labelled(result)
+
+
+def test_the_fixed_kernel_passes_the_grid_and_the_verdict_waits_for_a_gpu(tmp_path, validate, no_gpu):
+    repo = triton_repos.softmax_repo(tmp_path / "softmax", triton_repos.SOFTMAX_UNMASKED)
+    patch = make_patch(repo, {"softmax.py": triton_repos.SOFTMAX_MASKED}, tmp_path / "mask.patch")
+    result = validate(repo, "--patch", str(patch), "--cpu-tier", "auto", *GRID)
+    assert result.report["test_selection"]["cpu_tier_reason"].startswith("auto: no GPU was claimed")
+    assert result.stage("correctness_grid")["status"] == "pass"
+    base_grid = result.stage("baseline_control")["s1_grid"]
+    assert base_grid["cpu_tier"]["violations"][0]["argument"] == "in_ptr"  # base had the bug
+    assert result.findings("blocker") == [] and result.findings("should-fix") == []
+    assert result.stage("perf")["status"] == "skip" and "interpreter" in result.stage("perf")["note"]
+    assert result.verdict == "INCONCLUSIVE"  # PASS needs a claimed GPU
+    _tier_evidence_is_labelled(result)
+
+
+def test_a_bad_cpu_tier_is_a_usage_error(tmp_path, capsys):
+    repo = triton_repos.softmax_repo(tmp_path / "softmax")
+    assert cli.main(["--repo", str(repo), "--target", "tests/test_softmax.py", "--cpu-tier", "cuda"]) == 2
+    assert "--cpu-tier must be one of off, triton, auto" in capsys.readouterr().err
+
+
+# -- judging, on recorded runs ---------------------------------------------------------------------
+
+def _run(runner="pytest", exit_code=1, violations=(), sparse=()):
+    receipt = {"cpu_tier": {"violations": list(violations), "sparse_launches": list(sparse), "bf16_skipped": [],
+                            "autotuned": {}, "launches": 1}}
+    return TargetRun(label="head-grid", runner=runner, command=[], exit=exit_code, duration_s=0.0, log="",
+                     stats=ExecutionStats(), receipt=receipt)
+
+
+OOB = {"kernel": "k", "op": "store", "argument": "out_ptr", "element_offset": 70, "extent_elements": 64,
+       "program": [1, 0, 0], "test": None}
+
+
+def _ctx(has_patch=True):
+    return SimpleNamespace(request=SimpleNamespace(has_patch=has_patch))
+
+
+@pytest.mark.parametrize("base,has_patch,blocks", [
+    ({"state": "ran", "exit": 0, "cpu_tier": {"violations": []}}, True, True),
+    ({"state": "ran", "exit": 1, "cpu_tier": {"violations": []}}, True, True),  # base red for another reason
+    ({"state": "ran", "exit": 1, "cpu_tier": {"violations": [OOB]}}, True, False),  # base has the same defect
+    ({"state": "target-not-present"}, True, True),  # a PR-added test shows it
+    ({"state": "hook-not-consumed"}, True, False),  # no comparable base run: ordinary attribution decides
+    ({"state": "ran", "exit": 0}, True, False),  # base ran without the tier
+    (None, False, True),  # no patch: the supplied checkout has it
+])
+def test_a_head_only_sanitizer_violation_is_a_blocker(base, has_patch, blocks):
+    stage = cpu_tier.blocker(_ctx(has_patch), "correctness_grid", _run(violations=[OOB]), base, {})
+    assert (stage is not None) == blocks
+    if blocks:
+        assert stage.stage.status == "fail" and stage.findings[0].severity == "blocker"
+        assert "store out of bounds in kernel k: argument out_ptr at element offset 70" in stage.findings[0].detail
+
+
+def test_a_failed_script_that_only_ran_sparse_launches_is_no_evidence():
+    sparse = [{"kernel": "k", "grid": [524289, 1, 1], "programs_run": 2, "test": None}]
+    stage = cpu_tier.sparse_skip("correctness_grid", _run("script", 1, sparse=sparse), {})
+    assert stage.stage.status == "skip" and "k (524289, 1, 1)" in stage.stage.note
+    assert cpu_tier.sparse_skip("correctness_grid", _run("script", 1, [OOB], sparse), {}) is None
+    assert cpu_tier.sparse_skip("correctness_grid", _run("script", 0, sparse=sparse), {}) is None
+
+
+def test_auto_leaves_the_tier_off_when_a_gpu_was_claimed():
+    claimed = StageResult(name="gpu_claim", stage=Stage(status="pass"))
+    ctx = SimpleNamespace(request=SimpleNamespace(cpu_tier="auto"), earlier={"gpu_claim": claimed})
+    decided = cpu_tier.run(ctx)
+    assert decided.selection == {"cpu_tier": "off", "cpu_tier_reason": "auto: a GPU was claimed, so kernels run on it"}
+    assert decided.facts == {"cpu_tier": None}
