@@ -59,6 +59,7 @@ DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 def test_softmax(M, N, dtype):
     torch.manual_seed(0)
     x = torch.randn(M, N, device="cuda", dtype=DTYPES[dtype])
+    assert x.is_cuda and torch.cuda.is_available()
     torch.testing.assert_close(softmax(x), torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
 '''
 

@@ -280,13 +280,15 @@ def _install_device_redirect():
             return torch.device("cpu")
         return device
 
+    is_cuda = torch.Tensor.is_cuda
+
     class CudaOnCpu(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             if func is torch.Tensor.cuda:
                 _state["redirected"] += 1
                 return args[0]
-            if func is torch.Tensor.is_cuda.__get__:
+            if getattr(func, "__self__", None) is is_cuda:  # the property's getter: a fresh wrapper each time
                 return True
             if "device" in kwargs and on_cpu(kwargs["device"]) is not kwargs["device"]:
                 kwargs["device"] = on_cpu(kwargs["device"])

@@ -1,4 +1,8 @@
 """Whole validations on the Triton CPU tier, on a host with no GPU."""
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +12,8 @@ from kvtasks.stages import Stage, StageResult, cpu_tier
 from kvtasks.target import triton_cpu
 from kvtasks.target.launch import ExecutionStats, TargetRun
 from tests import triton_repos
-from tests.kernel_repos import make_patch
+from tests.conftest import Validation
+from tests.kernel_repos import make_patch, snapshot
 
 GRID = ["--shape-argnames", "M,N,dtype", "--grid", "4,100,f32;3,1000,f32;2,100,bf16",
         "--expected-route", "softmax:softmax", "--shape-vars", "M,N", "--target", "tests/test_softmax.py"]
@@ -31,15 +36,35 @@ def _tier_evidence_is_labelled(result):
     assert result.stage("correctness_grid")["interpreter_skipped_cells"] == {"2,100,bf16": triton_cpu.BF16_REASON}
 
 
-def test_an_unmasked_tail_blocks_through_the_grid_the_same_way_ten_times(tmp_path, validate, no_gpu):
-    repo = triton_repos.softmax_repo(tmp_path / "softmax")
-    patch = make_patch(repo, {"softmax.py": triton_repos.SOFTMAX_UNMASKED}, tmp_path / "unmask.patch")
-    outcomes = set()
-    for _ in range(10):
-        result = validate(repo, "--patch", str(patch), "--cpu-tier", "triton", "--no-perf", *GRID)
-        blockers = result.findings("blocker")
-        outcomes.add((result.code, result.verdict, tuple((f["stage"], f["detail"]) for f in blockers)))
-    assert len(outcomes) == 1, outcomes
+def _validate_in_a_process(repo, patch, home, out):
+    done = subprocess.run([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch), "--out",
+                           str(out), "--quiet", "--cpu-tier", "triton", "--no-perf", *GRID],
+                          env={**os.environ, "KVTASKS_HOME": str(home)}, capture_output=True, text=True)
+    return Validation(done.returncode, out)
+
+
+def test_an_unmasked_tail_blocks_through_the_grid_the_same_way_ten_times(tmp_path, no_gpu):
+    # two clones validated five times each, side by side: the machine's cores, not the verdict, are shared
+    clones = []
+    for name in ("a", "b"):
+        repo = triton_repos.softmax_repo(tmp_path / f"softmax-{name}")
+        patch = make_patch(repo, {"softmax.py": triton_repos.SOFTMAX_UNMASKED}, tmp_path / f"unmask-{name}.patch")
+        clones.append((repo, patch, snapshot(repo)))
+
+    def five_validations(index):
+        repo, patch, _ = clones[index]
+        return [_validate_in_a_process(repo, patch, tmp_path / f"home-{index}", tmp_path / f"report-{index}-{n}.json")
+                for n in range(5)]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = [result for batch in pool.map(five_validations, range(2)) for result in batch]
+    for repo, _, before in clones:
+        assert snapshot(repo) == before, "the worktree was not handed back as supplied"
+    outcomes = {(result.code, result.verdict, tuple((f["stage"], f["detail"]) for f in result.findings("blocker")))
+                for result in results}
+    assert len(results) == 10 and len(outcomes) == 1, outcomes
+    result = results[-1]
+    blockers = result.findings("blocker")
     assert result.verdict == "BLOCK" and result.code == 1
     assert result.stage("correctness_repo_tests")["status"] == "pass"  # its own power-of-two tests pass
     assert [f["stage"] for f in blockers] == ["correctness_grid"]
