@@ -36,7 +36,7 @@ def _state(run: TargetRun) -> str:
     return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
 
 
-def run_fields(run: TargetRun) -> dict:
+def _run_fields(run: TargetRun) -> dict:
     fields = {"exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
               "timed_out": run.timed_out}
     tier = cpu_tier.run_evidence(run)
@@ -60,7 +60,7 @@ def baseline_control(ctx: Context) -> StageResult:
             ctx.say("baseline_control: running base-repo")
             runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo",
                                    **cpu_tier.launch_options(ctx)))
-            repo_tests = {"state": _state(runs[0]), **run_fields(runs[0])}
+            repo_tests = {"state": _state(runs[0]), **_run_fields(runs[0])}
         else:
             repo_tests = {"state": "target-not-present", "stats": None}
         s1_grid, grid_runs = grid.base_runs(ctx, runs[0] if runs else None)
@@ -112,7 +112,7 @@ def repo_tests(ctx: Context) -> StageResult:
 
 
 def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
-    fields = run_fields(run)
+    fields = _run_fields(run)
     executed = run.stats.executed
     tiered = cpu_tier.blocker(ctx, REPO_TESTS, run, base, fields) or cpu_tier.sparse_skip(REPO_TESTS, run, fields)
     if tiered is not None:

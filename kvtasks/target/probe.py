@@ -9,7 +9,8 @@ receipt is written on every exit path: session finish, the script's `finally`, a
 Cheap by design: only the route's own code object is watched. On Python >= 3.12 with
 sys.monitoring local events on that code object; on 3.10/3.11 the route is replaced, when its
 module is imported, by a wrapper that counts the call and profiles only for its duration to read
-the locals at return. Either way no other function pays anything. Standard library only.
+the locals at return. Either way no other function pays anything. Standard library only; on the
+Triton CPU tier it also loads the tier's hooks (a sibling module, named in CONFIG) as it is imported.
 """
 import atexit
 import functools
