@@ -89,14 +89,18 @@ def add(a, b):
     return out
 '''
 
+# The tutorials' idiom for the device: the active driver's torch device.
 AUTOTUNED_TEST = '''import torch
+import triton
 
 from add import add
 
+DEVICE = triton.runtime.driver.active.get_active_torch_device()
+
 
 def test_add():
-    a = torch.randn(1000, device="cuda")
-    b = torch.randn(1000, device="cuda")
+    a = torch.randn(1000, device=DEVICE)
+    b = torch.randn(1000, device=DEVICE)
     torch.testing.assert_close(add(a, b), a + b)
 '''
 

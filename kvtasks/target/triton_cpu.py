@@ -312,9 +312,6 @@ def _install_device_redirect():
         def get_current_device(self):
             return 0
 
-        def get_benchmarker(self):
-            return lambda kernel_call, quantiles=None, **_: (kernel_call(), [0.0] * len(quantiles or [0]))[1]
-
     triton.runtime.driver.set_active(InterpreterDriver())
 
 
