@@ -278,7 +278,7 @@ def summary_markdown(report: Report) -> str:
 
 def _tier_line(tier: dict | None) -> str:
     if not tier:
-        return "GPU (no CPU tier)"
+        return "none (targets ran on their own runtime, not the Triton interpreter)"
     return (f"{tier['evidence']}: triton {tier['triton']}, torch {tier['torch']}, sanitizer {tier['sanitizer']}; "
             "no architecture is credited and PASS needs a claimed GPU")
 
