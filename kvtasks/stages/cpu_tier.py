@@ -89,11 +89,12 @@ def launch_options(ctx: Context) -> dict:
 
 
 def run_evidence(run: TargetRun) -> dict | None:
-    """What the tier saw in one run (violations, sparse launches, bf16 skips), from its receipt."""
+    """What the tier saw in one run (the versions it imported, violations, sparse launches, bf16
+    skips), from its receipt."""
     seen = (run.receipt or {}).get("cpu_tier")
     if not seen:
         return None
-    return {"evidence": EVIDENCE, "violations": seen.get("violations", []),
+    return {"evidence": EVIDENCE, "versions": seen.get("versions", {}), "violations": seen.get("violations", []),
             "sparse_launches": seen.get("sparse_launches", []), "bf16_skipped": seen.get("bf16_skipped", []),
             "autotuned": seen.get("autotuned", {}), "launches": seen.get("launches", 0)}
 

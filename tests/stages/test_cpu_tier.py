@@ -30,6 +30,7 @@ def _tier_evidence_is_labelled(result):
     tier = result.report["cpu_tier"]
     assert tier["interpreter"] == "triton" and tier["sanitizer"] == "on"
     assert tier["triton"] and tier["torch"] and tier["numpy"]
+    assert result.stage("correctness_grid")["cpu_tier"]["versions"]["triton"] == tier["triton"]  # what the run imported
     assert result.report["arch_coverage"] == {} and result.report["degraded_mode"] == "NO_GPU"
     for name in ("baseline_control", "correctness_repo_tests", "correctness_grid", "execution_receipt"):
         assert result.stage(name)["evidence_tier"] == "triton-interpreter (CPU)"
