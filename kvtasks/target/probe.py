@@ -187,7 +187,6 @@ def install():
     if _state["installed"]:
         return
     _state["installed"] = True
-    _cpu_tier()
     modules = {route.partition(":")[0] for route in CONFIG["routes"]}
     for name in modules:
         if name in sys.modules:
@@ -265,7 +264,7 @@ def _grid_marks(metafunc):
 
 
 if CONFIG["cpu_tier"]:
-    _cpu_tier()  # now, while pytest loads plugins: before any conftest.py touches torch or triton
+    _cpu_tier()  # as the probe loads (pytest plugin or python -m): before any conftest.py or script touches torch
 
 if "pytest" in sys.modules and CONFIG["grid_argnames"]:
     import pytest
