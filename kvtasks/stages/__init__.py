@@ -6,7 +6,6 @@ evidence by the graph and composed and judged by report.py alone.
 """
 from __future__ import annotations
 
-import ast
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from kvtasks import sources
 from kvtasks.request import Request
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import HeadView, Worktree
@@ -85,16 +85,9 @@ class Context:
         (as candidate paths; a path that does not exist reads as None)."""
         path = PurePosixPath(self.request.target_path)
         paths = [str(path)] + [str(parent / "conftest.py") for parent in path.parents]
-        try:
-            tree = ast.parse(self.head_text(str(path)) or "")
-        except SyntaxError:
-            tree = None
-        for node in ast.walk(tree) if tree else []:
-            module = node.module if isinstance(node, ast.ImportFrom) and not node.level else None
-            names = [module] if module else [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            for name in names:
-                parts = name.split(".")
-                paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
+        for name in sources.imported_modules(sources.parse(self.head_text(str(path)))):
+            parts = name.split(".")
+            paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
         return list(dict.fromkeys(paths))
 
     def fact(self, name: str, default: Any = None) -> Any:

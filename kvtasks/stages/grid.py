@@ -10,10 +10,10 @@ nothing; axes (--axis NAME=--flag:v1;v2) add script flags under the same burden 
 """
 from __future__ import annotations
 
-import ast
 from dataclasses import asdict, dataclass, field
 
-from kvtasks import target
+from kvtasks import sources, target
+from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult, cpu_tier, result
 from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
@@ -44,10 +44,6 @@ def parse_grid(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in row.split(",")] for row in text.split(";") if row.strip()]
 
 
-def row_text(row) -> str:
-    return ",".join(str(cell).strip() for cell in row)
-
-
 def parse_axis(spec: str) -> Axis | None:
     name, _, rest = spec.partition("=")
     flag, _, values = rest.partition(":")
@@ -55,99 +51,6 @@ def parse_axis(spec: str) -> Axis | None:
     if not name.strip() or not flag.strip().startswith("-") or not cells:
         return None
     return Axis(name.strip(), flag.strip(), cells)
-
-
-# -- what the source says ------------------------------------------------------------------------
-
-def _literal_rows(node: ast.AST | None) -> list[str] | None:
-    """A literal list of cells or rows, each as grid text; None when the default is computed."""
-    if node is None:
-        return None
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError):
-        return None
-    if isinstance(value, (str, int, float)):
-        value = [value]
-    if not isinstance(value, (list, tuple)):
-        return None
-    rows = []
-    for item in value:
-        if isinstance(item, (list, tuple)):
-            rows.append(row_text(item))
-        else:
-            rows.append(row_text(str(item).split(",")))
-    return rows
-
-
-def argparse_flags(tree: ast.AST) -> dict[str, list[str] | None]:
-    """Every flag passed to add_argument, with its literal default rows (None if not literal)."""
-    flags = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-            default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
-            for arg in node.args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("-"):
-                    flags[arg.value] = _literal_rows(default)
-    return flags
-
-
-def reads_env(tree: ast.AST, variable: str) -> bool:
-    """os.getenv("V"), os.environ.get("V"), os.environ["V"], environ.get("V") or "V" in os.environ."""
-    def names_environ(node):
-        return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
-            (isinstance(node, ast.Name) and node.id == "environ")
-
-    def is_variable(node):
-        return isinstance(node, ast.Constant) and node.value == variable
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and is_variable(node.args[0]):
-            func = node.func
-            if isinstance(func, ast.Attribute) and (func.attr == "getenv" or
-                                                    (func.attr in ("get", "pop") and names_environ(func.value))):
-                return True
-            if isinstance(func, ast.Name) and func.id == "getenv":
-                return True
-        if isinstance(node, ast.Subscript) and names_environ(node.value) and is_variable(node.slice):
-            return True
-        if isinstance(node, ast.Compare) and is_variable(node.left) and any(names_environ(c) for c in node.comparators):
-            return True
-    return False
-
-
-def parametrize_marks(tree: ast.AST) -> list[tuple[list[str], list[str] | None]]:
-    """(argnames, literal default rows) of every @pytest.mark.parametrize in the source."""
-    marks = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parametrize" \
-                and node.args:
-            try:
-                names = ast.literal_eval(node.args[0])
-            except (ValueError, SyntaxError):
-                continue
-            names = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n) for n in names]
-            values = node.args[1] if len(node.args) > 1 else next(
-                (kw.value for kw in node.keywords if kw.arg == "argvalues"), None)
-            rows = _literal_rows(values)
-            if rows is None and isinstance(values, ast.Name):
-                rows = _module_literal(tree, values.id)
-            marks.append((names, rows))
-    return marks
-
-
-def _module_literal(tree: ast.AST, name: str) -> list[str] | None:
-    for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return _literal_rows(node.value)
-    return None
-
-
-def _parse(text: str | None) -> ast.AST | None:
-    try:
-        return ast.parse(text or "")
-    except SyntaxError:
-        return None
 
 
 # -- the default grid ------------------------------------------------------------------------------
@@ -194,7 +97,7 @@ class Plan:
 def channel(ctx: Context) -> StageResult:
     request = ctx.request
     runner = ctx.selected("runner", "none")
-    source_tree = _parse(ctx.head_text(request.target_path))
+    source_tree = sources.parse(ctx.head_text(request.target_path))
     tried, chosen, defaults, evidence = [], "", None, ""
 
     if request.shape_arg:
@@ -208,7 +111,7 @@ def channel(ctx: Context) -> StageResult:
             chosen, defaults, evidence = "cli", flags[request.shape_arg], f"add_argument({request.shape_arg!r})"
     if request.shape_env and not chosen:
         readers = [path for path in ctx.target_sources()
-                   if (tree := _parse(ctx.head_text(path))) is not None and reads_env(tree, request.shape_env)]
+                   if (tree := sources.parse(ctx.head_text(path))) is not None and reads_env(tree, request.shape_env)]
         if readers:
             chosen, evidence = "env", f"{request.shape_env} read in {', '.join(readers)}"
         else:

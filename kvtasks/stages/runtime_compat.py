@@ -8,12 +8,11 @@ environment fact: skip with reason runtime_mismatch, nothing blamed on the autho
 """
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from kvtasks import target
+from kvtasks import sources, target
 from kvtasks.stages import Context, StageResult, gpu_claim, result
 from kvtasks.worktree import GitFailed
 
@@ -44,18 +43,10 @@ def _infer_module(ctx: Context) -> str | None:
     def in_checkout(name: str) -> bool:
         return any((base / name / "__init__.py").is_file() or (base / f"{name}.py").is_file() for base in bases)
 
-    source = ctx.head_text(ctx.request.target_path) or ""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        tree = ast.Module(body=[], type_ignores=[])
-    for node in ast.walk(tree):
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-        for name in names:
-            top = name.split(".")[0]
-            if in_checkout(top) and top not in ("tests", "test", "conftest"):
-                return top
+    for name in sources.imported_modules(sources.parse(ctx.head_text(ctx.request.target_path))):
+        top = name.split(".")[0]
+        if in_checkout(top) and top not in ("tests", "test", "conftest"):
+            return top
     packages = [p.parent.name for base in bases for p in base.glob("*/__init__.py")
                 if p.parent.name not in ("tests", "test", "docs", "benchmarks", "bench", "examples")]
     return packages[0] if len(packages) == 1 else None
