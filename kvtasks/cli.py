@@ -55,6 +55,12 @@ def parser() -> argparse.ArgumentParser:
         "sanitizer; auto: only when no GPU was claimed and the target imports triton (default off)")
     add("--cpu-sparse-grid", default="4096", help="on the CPU tier, launches of more programs run only the first "
         "and last program of each axis (0 = never)")
+    add("--sensitivity-error", default="", help="the sensitivity run applies this relative error to the last "
+        "element of the route's output instead of 2*x + 1")
+    add("--sensitivity-mode", default="tail", help="tail (last element wrong), nan (whole output NaN) or both "
+        "(two runs); default tail")
+    add("--sensitivity-output", default="", help="the argument the route writes its output into (for routes that "
+        "return nothing): corrupted after each call")
     add("--no-network", action="store_true", help="run targets in a fresh network namespace (refused if impossible)")
     add("--label", default="run", help="run name (default run)")
     add("--out", default="validation_report.json", help="report path (default ./validation_report.json)")

@@ -29,7 +29,7 @@ from kvtasks import keys, report, target, worktree
 from kvtasks.gpu import picker
 from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, correctness, cpu_tier, gpu_claim, grid, merge_sim, perf, receipt,
-                            runtime_compat, selection, test_policy, timed)
+                            runtime_compat, selection, sensitivity, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
 
@@ -78,7 +78,8 @@ def _base(ctx: Context) -> list[StageResult]:
 
 def _head(ctx: Context) -> list[StageResult]:
     results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests), timed(ctx, grid.NAME, grid.head),
-               timed(ctx, receipt.NAME, receipt.run), timed(ctx, perf.NAME, perf.run)]
+               timed(ctx, sensitivity.NAME, sensitivity.run), timed(ctx, receipt.NAME, receipt.run),
+               timed(ctx, perf.NAME, perf.run)]
     after = gpu_claim.after_run(ctx)
     return results if after is None else [*results, after]
 
@@ -97,7 +98,7 @@ def _keys(request: Request, results: list[StageResult]) -> dict:
     base = keys.base_key(request, base_oid, selected, runtime)
     patch = facts["repo"].get("patch_sha256")
     return {"base_oid": base_oid, "patch_sha256": patch, "runtime_hash": runtime, "base_key": base,
-            "head_key": keys.head_key(base, patch)}
+            "head_key": keys.head_key(base, patch, request)}
 
 
 def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
@@ -214,7 +215,7 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
                 created.add(f"head:{head}")
                 yield {"basename": "head", "name": head, "actions": [(run_side, [request, workspace, "head", quiet])],
                        "task_dep": [f"base:{base}"], "uptodate": [False], "verbosity": 2,
-                       "doc": f"head correctness, grid and receipt for {request.label}"}
+                       "doc": f"head correctness, grid, sensitivity and receipt for {request.label}"}
             report_deps = [f"head:{head}"]
         yield {"basename": "report", "name": request.label, "task_dep": report_deps, "uptodate": [False],
                "actions": [(publish, [request, workspace, quiet, not batch])], "verbosity": 2,

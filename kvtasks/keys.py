@@ -8,7 +8,8 @@
   tier also the interpreter's triton/torch/numpy versions and the sparse-grid setting.
 - base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars and the
   runtime hash. No patch in it, so every PR against the same base shares it.
-- head key: the base key and the patch SHA-256.
+- head key: the base key, the patch SHA-256 and how the sensitivity run corrupts the route's output
+  (its runs are head evidence, stored under the head key).
 Every key is the SHA-256 of a canonical JSON document, so it is deterministic across runs and
 machines given the same inputs.
 """
@@ -76,5 +77,7 @@ def base_key(request: Request, base_oid: str, selection: dict, runtime: str) -> 
     })
 
 
-def head_key(base: str, patch: str | None) -> str:
-    return digest({"base_key": base, "patch_sha256": patch})
+def head_key(base: str, patch: str | None, request: Request) -> str:
+    return digest({"base_key": base, "patch_sha256": patch,
+                   "sensitivity": {"mode": request.sensitivity_mode, "error": request.sensitivity_error,
+                                   "output": request.sensitivity_output}})

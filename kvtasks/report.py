@@ -33,12 +33,14 @@ class Stages(BaseModel):
     baseline_control: Stage
     correctness_repo_tests: Stage
     correctness_grid: Stage
+    sensitivity: Stage
     execution_receipt: Stage
     perf: Stage | None = None
 
 
 # the stages whose runs the Triton CPU tier changes; each says so with evidence_tier
-TIERED_STAGES = ("baseline_control", "correctness_repo_tests", "correctness_grid", "execution_receipt", "perf")
+TIERED_STAGES = ("baseline_control", "correctness_repo_tests", "correctness_grid", "sensitivity", "execution_receipt",
+                 "perf")
 REQUIRED_STAGES = [name for name, field in Stages.model_fields.items() if field.is_required()]
 PIPELINE_STAGES = list(Stages.model_fields)
 
@@ -227,6 +229,11 @@ def pass_gate(report: Report) -> list[str]:
     stats = repo_tests.get("stats") or {}
     if repo_tests.get("exit") != 0 or stats.get("failures") or stats.get("errors") or not stats.get("executed"):
         missing.append("correctness_repo_tests is not a passing run with executed tests")
+    sensitivity = stages.sensitivity.model_dump()
+    modes = sensitivity.get("modes") or {}
+    if sensitivity.get("status") != "pass" or not modes or not all(
+            mode.get("status") == "pass" and mode.get("corrupted_calls") for mode in modes.values()):
+        missing.append("sensitivity: the suite was not shown to fail with the route's output corrupted")
     receipt = stages.execution_receipt.model_dump()
     if receipt.get("producer") != PRODUCER or not receipt.get("route") or not receipt.get("kernel_symbols") \
             or not receipt.get("executed_shapes") or not receipt.get("receipt_sha256"):

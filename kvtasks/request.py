@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 RUNNERS = ("pytest", "script")
 CPU_TIERS = ("off", "triton", "auto")
+SENSITIVITY_MODES = ("tail", "nan", "both")
 HEX40 = re.compile(r"[0-9a-f]{40}")
 PATCH_HEADER = re.compile(rb"^(diff --git |\+\+\+ )", re.MULTILINE)
 
@@ -112,6 +113,10 @@ class Request(BaseModel):
     cpu_tier: Literal["off", "triton", "auto"] = "off"
     cpu_sparse_grid: int = 4096  # launches with more programs run only their first and last; 0 = never
     no_network: tuple[str, ...] = ()  # the command prefix that gives targets no network; () = host network
+    # the sensitivity run: how the route's output is corrupted (None: the last element becomes 2*x + 1)
+    sensitivity_error: float | None = None
+    sensitivity_mode: Literal["tail", "nan", "both"] = "tail"
+    sensitivity_output: str = ""  # the argument the route writes its output into, corrupted after the call
     label: str = "run"
     out: str | None = None
     host: HostSettings = Field(default_factory=lambda: HostSettings.from_environ(os.environ))
@@ -132,6 +137,11 @@ class Request(BaseModel):
     @property
     def argnames(self) -> list[str]:
         return _names(self.shape_argnames)
+
+    @property
+    def sensitivity_modes(self) -> list[str]:
+        """The corrupted runs to make, one per mode: `both` is a tail run and a NaN run."""
+        return ["tail", "nan"] if self.sensitivity_mode == "both" else [self.sensitivity_mode]
 
     @property
     def has_patch(self) -> bool:
@@ -220,6 +230,24 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
     if not sparse.isdigit():
         raise UsageError(f"--cpu-sparse-grid must be a program count (0 = never sparse), got {sparse!r}")
 
+    sensitivity_mode = text("sensitivity_mode") or "tail"
+    if sensitivity_mode not in SENSITIVITY_MODES:
+        raise UsageError(f"--sensitivity-mode must be one of {', '.join(SENSITIVITY_MODES)}, got {sensitivity_mode!r}")
+    sensitivity_error = None
+    if text("sensitivity_error"):
+        try:
+            sensitivity_error = float(text("sensitivity_error"))
+        except ValueError:
+            sensitivity_error = -1.0
+        if not 0 < sensitivity_error < float("inf"):
+            raise UsageError(f"--sensitivity-error must be a positive relative error such as 1e-3, "
+                             f"got {text('sensitivity_error')!r}")
+        if sensitivity_mode == "nan":
+            raise UsageError("--sensitivity-error sizes the tail corruption; --sensitivity-mode nan makes no tail run")
+    sensitivity_output = text("sensitivity_output")
+    if sensitivity_output and not sensitivity_output.isidentifier():
+        raise UsageError(f"--sensitivity-output must name one argument of the route, got {sensitivity_output!r}")
+
     axis = options.get("axis") or ()
     if isinstance(axis, str):
         axis = tuple(part for part in axis.split("|") if part.strip())
@@ -256,6 +284,9 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         cpu_tier=cpu_tier,
         cpu_sparse_grid=int(sparse),
         no_network=no_network,
+        sensitivity_error=sensitivity_error,
+        sensitivity_mode=sensitivity_mode,
+        sensitivity_output=sensitivity_output,
         label=label,
         out=out,
         host=HostSettings.from_environ(environ),

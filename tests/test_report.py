@@ -45,7 +45,8 @@ def test_findings_decide_before_completeness(severities, verdict, code):
 
 def complete_run(**receipt) -> list[StageResult]:
     stages = [passing(name) for name in report.REQUIRED_STAGES
-              if name not in ("gpu_claim", "correctness_repo_tests", "execution_receipt")]
+              if name not in ("gpu_claim", "correctness_repo_tests", "execution_receipt", "sensitivity")]
+    stages.append(passing("sensitivity", modes={"tail": {"status": "pass", "corrupted_calls": 2}}))
     stages.append(passing("gpu_claim", hip_index=0, arch="gfx942", bdf="0000:01:00.0"))
     stages.append(passing("correctness_repo_tests", exit=0, stats={"executed": 3, "failures": 0, "errors": 0}))
     stages.append(passing("execution_receipt", **receipt))
@@ -69,6 +70,19 @@ def test_pass_gate_withholds_pass_and_names_what_is_missing():
     assert composed.verdict == "INCONCLUSIVE"
     withheld = [f.detail for f in composed.findings if f.stage == "report"][0]
     assert "--expected-route and --shape-vars" in withheld and "execution_receipt lacks" in withheld
+
+
+@pytest.mark.parametrize("modes", [{}, {"tail": {"status": "pass", "corrupted_calls": 0}},
+                                   {"tail": {"status": "pass", "corrupted_calls": 1}, "nan": {"status": "skip"}}])
+def test_pass_gate_needs_a_sensitivity_run_that_corrupted_and_failed(modes):
+    full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+            "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
+    run = complete_run(**full)
+    run[1].selection.update(expected_route="k:f", shape_vars="M")
+    run.append(passing("sensitivity", modes=modes))  # a later result replaces the passing one
+    composed = report.compose("x", run)
+    assert composed.verdict == "INCONCLUSIVE"
+    assert "sensitivity: the suite was not shown to fail" in composed.findings[-1].detail
 
 
 def test_summary_lists_every_stage_and_finding():

@@ -199,7 +199,8 @@ def _plan(ctx: Context) -> Plan | None:
 
 # -- runs ------------------------------------------------------------------------------------------
 
-def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = ()) -> TargetRun:
+def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = (),
+         sensitivity: dict | None = None) -> TargetRun:
     request = ctx.request
     grid_text = ";".join(row_text(row) for row in rows)
     argv, env_extra, argnames = [], {}, []
@@ -212,7 +213,15 @@ def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv:
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
     return target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
-                      env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [])
+                      env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
+                      sensitivity=sensitivity)
+
+
+def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict) -> TargetRun:
+    """The grid run once more, same channel, cells and axes, with the route's output corrupted
+    (the sensitivity stage's run; the caller lends the tree)."""
+    plan = _plan(ctx)
+    return _run(ctx, plan, label, plan.rows, axis_argv, sensitivity=sensitivity)
 
 
 def _poisoned(plan: Plan) -> list[list[str]]:

@@ -36,16 +36,19 @@ def target_env(request: Request, run_dir: Path, phase: str, label: str,
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
-        grid_rows: list[list[str]] = (), cpu_tier: dict | None = None) -> TargetRun:
+        grid_rows: list[list[str]] = (), cpu_tier: dict | None = None,
+        sensitivity: dict | None = None) -> TargetRun:
     """Run the target once under the label's phase (the part before the first '-'), with the route
     probe installed; the run carries its own receipt and observed_work. A grid reaches it through
     argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows). With
-    cpu_tier (its settings) Triton kernels run in the interpreter under the tier's hooks."""
+    cpu_tier (its settings) Triton kernels run in the interpreter under the tier's hooks; with
+    sensitivity (mode, error, output) the probe corrupts what the routes produce."""
     phase = label.split("-", 1)[0]
     routes = request.routes
     probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=request.shape_var_names,
                              receipt=run_dir / "runs" / f"receipt-{label}.json",
-                             grid_argnames=grid_argnames, grid_rows=grid_rows, cpu_tier=cpu_tier)
+                             grid_argnames=grid_argnames, grid_rows=grid_rows, cpu_tier=cpu_tier,
+                             sensitivity=sensitivity)
     env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
     if cpu_tier:

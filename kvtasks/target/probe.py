@@ -11,6 +11,12 @@ sys.monitoring local events on that code object; on 3.10/3.11 the route is repla
 module is imported, by a wrapper that counts the call and profiles only for its duration to read
 the locals at return. Either way no other function pays anything. Standard library only; on the
 Triton CPU tier it also loads the tier's hooks (a sibling module, named in CONFIG) as it is imported.
+
+A sensitivity run (CONFIG["sensitivity"] set) always uses the wrapper, on every Python, because it
+changes what the route hands back: each floating array or tensor it returns (alone, or in a tuple or
+list) is replaced by a copy whose last element is 2*x + 1, or x plus a relative error E, or all NaN;
+with an output argument named, that argument is corrupted in place after the call. numpy and torch
+are never imported here: a value is recognised through the module it came from, which is loaded.
 """
 import atexit
 import functools
@@ -20,9 +26,11 @@ import threading
 
 PRODUCER = "validate-kernel-pr.validation_probe"
 # kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
-CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "cpu_tier": {}}
+CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "cpu_tier": {}, "sensitivity": {}}
 
-_state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False}
+_state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False,
+          "corrupted_calls": 0, "max_relative_error": 0.0, "nan_elements": 0, "not_corrupted": {},
+          "test": "", "tests_corrupted": set(), "tests_failed": [], "tests_green": [], "corrupted_outside_tests": 0}
 _lock = threading.Lock()
 _MONITORING = sys.version_info >= (3, 12)
 _TOOL_ID = 4  # sys.monitoring ids 0-2 and 5 are taken by debuggers, coverage and profilers
@@ -106,13 +114,15 @@ def _watch_with_wrapper(route, owner, attribute, code):
     def route_call(*args, **kwargs):
         _count(route)
         if not CONFIG["shape_vars"]:
-            return target(*args, **kwargs)
-        previous = sys.getprofile()
-        sys.setprofile(read_return)
-        try:
-            return target(*args, **kwargs)
-        finally:
-            sys.setprofile(previous)
+            value = target(*args, **kwargs)
+        else:
+            previous = sys.getprofile()
+            sys.setprofile(read_return)
+            try:
+                value = target(*args, **kwargs)
+            finally:
+                sys.setprofile(previous)
+        return _corrupt_call(target, args, kwargs, value) if CONFIG["sensitivity"] else value
 
     setattr(owner, attribute, descriptor(route_call) if descriptor else route_call)
 
@@ -129,10 +139,171 @@ def _instrument(module):
             continue
         if code is None:
             _state["unresolved"].append(route)
-        elif _MONITORING:
+        elif _MONITORING and not CONFIG["sensitivity"]:
             _watch_with_monitoring(route, code)
         else:
             _watch_with_wrapper(route, owner, attribute, code)
+
+
+# -- the sensitivity run: corrupt what the route produced ------------------------------------------
+
+class _NotCorruptible(Exception):
+    """Why one value cannot be corrupted (its kind, in words)."""
+
+
+def _loaded(module, kind):
+    """module.kind when `module` is already imported, else None: a value of it proves it loaded."""
+    found = sys.modules.get(module)
+    return getattr(found, kind, None) if found is not None else None
+
+
+def _corrupt_element(element, read, write, scale):
+    """Replace one element; return the relative error injected (its change over |x|, or over the
+    output's largest finite magnitude where x is 0 or not finite)."""
+    import math
+
+    old = read(element)
+    finite = math.isfinite(old)
+    reference = abs(old) if finite and old != 0 else (scale() or 1.0)
+    error = CONFIG["sensitivity"].get("error")
+    if not finite:
+        new = 0.0
+    elif error is not None:
+        new = old + error * reference
+    else:
+        new = 2 * old + 1 if old != -1 else 1.0  # -1 is 2*x + 1's fixed point
+    write(element, new)
+    realized = read(element)
+    if not math.isfinite(realized):  # 2*x + 1 overflowed the dtype: a sign flip is as wrong and representable
+        write(element, -old)
+        realized = read(element)
+    return 1.0 if not finite else abs(realized - old) / reference
+
+
+def _corrupt_value(value, in_place):
+    """(the corrupted value, relative error, NaN elements written) or raise _NotCorruptible."""
+    mode = CONFIG["sensitivity"].get("mode", "tail")
+    ndarray, floating = _loaded("numpy", "ndarray"), _loaded("numpy", "floating")
+    tensor = _loaded("torch", "Tensor")
+    if ndarray is not None and isinstance(value, ndarray):
+        numpy = sys.modules["numpy"]
+        if not numpy.issubdtype(value.dtype, numpy.floating):
+            raise _NotCorruptible(f"{value.dtype} ndarray")
+        if value.size == 0:
+            raise _NotCorruptible("empty ndarray")
+        if in_place and not value.flags.writeable:
+            raise _NotCorruptible("read-only ndarray")
+        out = value if in_place else value.copy()
+        if mode == "nan":
+            out[...] = numpy.nan
+            return out, None, int(out.size)
+
+        def scale():
+            finite = numpy.abs(out[numpy.isfinite(out)])
+            return float(finite.max()) if finite.size else 0.0
+
+        index = (-1,) * out.ndim
+        error = _corrupt_element(index, lambda i: float(out[i]), lambda i, v: out.__setitem__(i, v), scale)
+        return out, error, 0
+    if tensor is not None and isinstance(value, tensor):
+        if not value.is_floating_point():
+            raise _NotCorruptible(f"{str(value.dtype).replace('torch.', '')} tensor")
+        if value.numel() == 0:
+            raise _NotCorruptible("empty tensor")
+        out = value if in_place else value.clone()
+        if mode == "nan":
+            out.data.fill_(float("nan"))
+            return out, None, int(out.numel())
+
+        def scale():
+            flat = out.detach().float().abs()
+            finite = flat[flat.isfinite()]
+            return float(finite.max()) if finite.numel() else 0.0
+
+        index = (-1,) * out.dim()
+        error = _corrupt_element(index, lambda i: float(out.data[i]), lambda i, v: out.data.__setitem__(i, v), scale)
+        return out, error, 0
+    if in_place:
+        raise _NotCorruptible(type(value).__name__)
+    if floating is not None and isinstance(value, floating) or isinstance(value, float):
+        if mode == "nan":
+            return type(value)(float("nan")), None, 1
+        box = [float(value)]
+        error = _corrupt_element(0, lambda i: box[i], lambda i, v: box.__setitem__(i, float(type(value)(v))),
+                                 lambda: abs(box[0]))
+        return type(value)(box[0]), error, 0
+    if isinstance(value, (tuple, list)) and value:
+        items, errors, nans, kinds = [], [], 0, []
+        for item in value:
+            try:
+                item, error, written = _corrupt_value(item, False)
+                errors.append(error or 0.0)
+                nans += written
+            except _NotCorruptible as why:
+                kinds.append(str(why))
+            items.append(item)
+        if not errors:
+            raise _NotCorruptible(f"{type(value).__name__} of {', '.join(dict.fromkeys(kinds))}")
+        rebuilt = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        return rebuilt, (max(errors) if mode != "nan" else None), nans
+    raise _NotCorruptible("nothing (None)" if value is None else type(value).__name__)
+
+
+def _output_argument(function, args, kwargs, name):
+    import inspect
+
+    try:
+        bound = inspect.signature(function).bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        bound = None
+    if bound is None or name not in bound.arguments:
+        raise _NotCorruptible(f"a call without an argument named {name!r}")
+    return bound.arguments[name]
+
+
+def _corrupt_call(function, args, kwargs, value):
+    """The sensitivity run's corruption of one route call; every outcome lands in the receipt."""
+    output = CONFIG["sensitivity"].get("output")
+    try:
+        if output:
+            _, error, written = _corrupt_value(_output_argument(function, args, kwargs, output), True)
+        else:
+            value, error, written = _corrupt_value(value, False)
+    except _NotCorruptible as why:
+        reason = f"argument {output}: {why}" if output else f"returned {why}"
+        with _lock:
+            _state["not_corrupted"][reason] = _state["not_corrupted"].get(reason, 0) + 1
+        return value
+    except Exception as exc:  # a value that refuses the write (an inference tensor, a view of a constant)
+        reason = f"the write failed: {type(exc).__name__}: {exc}"[:200]
+        with _lock:
+            _state["not_corrupted"][reason] = _state["not_corrupted"].get(reason, 0) + 1
+        return value
+    with _lock:
+        _state["corrupted_calls"] += 1
+        _state["nan_elements"] += written
+        if error is not None:
+            _state["max_relative_error"] = max(_state["max_relative_error"], error)
+        if _state["test"]:
+            _state["tests_corrupted"].add(_state["test"])
+        else:
+            _state["corrupted_outside_tests"] += 1
+    return value
+
+
+def _sensitivity_receipt():
+    settings = CONFIG["sensitivity"]
+    listed = 50  # names beyond this are counted, not listed
+    return {
+        "mode": settings.get("mode", "tail"), "error": settings.get("error"), "output": settings.get("output") or "",
+        "corrupted_calls": _state["corrupted_calls"],
+        "max_relative_error": _state["max_relative_error"] if settings.get("mode") != "nan" else None,
+        "nan_elements": _state["nan_elements"], "not_corrupted": dict(_state["not_corrupted"]),
+        "tests_corrupted": len(_state["tests_corrupted"]),
+        "tests_failed": _state["tests_failed"][:listed], "tests_failed_count": len(_state["tests_failed"]),
+        "tests_green": _state["tests_green"][:listed], "tests_green_count": len(_state["tests_green"]),
+        "corrupted_outside_tests": _state["corrupted_outside_tests"],
+    }
 
 
 class _InstrumentingLoader:
@@ -215,10 +386,12 @@ def write_receipt(exit_status=None):
             "executed_shapes": list(_state["shapes"]),
             "shape_vars": CONFIG["shape_vars"],
             "exit_status": exit_status if exit_status is not None else _state["exit"],
-            "mechanism": "sys.monitoring" if _MONITORING else "import-hook wrapper",
+            "mechanism": "sys.monitoring" if _MONITORING and not CONFIG["sensitivity"] else "import-hook wrapper",
         }
         if _state.get("tier") is not None:
             receipt["cpu_tier"] = _state["tier"].report()
+        if CONFIG["sensitivity"]:
+            receipt["sensitivity"] = _sensitivity_receipt()
     import json  # only now: every import before the target starts is paid by every run
 
     temporary = CONFIG["receipt"] + ".tmp"
@@ -277,6 +450,24 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
             rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
             replacement = pytest.mark.parametrize(",".join(names), rows).mark
             node.own_markers[node.own_markers.index(mark)] = replacement
+
+
+if CONFIG["sensitivity"]:
+    def pytest_runtest_logstart(nodeid, location):
+        _state["test"] = nodeid
+
+    def pytest_runtest_logreport(report):
+        """Which tests saw a corrupted route call, and whether they went red."""
+        nodeid = report.nodeid
+        if nodeid not in _state["tests_corrupted"]:
+            return
+        if report.failed and nodeid not in _state["tests_failed"]:
+            _state["tests_failed"].append(nodeid)
+        elif report.when == "call" and report.passed:  # a skipped test is neither red nor green
+            _state["tests_green"].append(nodeid)
+
+    def pytest_runtest_logfinish(nodeid, location):
+        _state["test"] = ""
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -157,3 +157,140 @@ def test_probe_module_names_are_random_per_run(tmp_path):
     first = receipts.prepare(tmp_path / "p", label="a", routes=[], shape_vars=[], receipt=tmp_path / "r1.json")
     second = receipts.prepare(tmp_path / "p", label="b", routes=[], shape_vars=[], receipt=tmp_path / "r2.json")
     assert first.name != second.name and first.nonce != second.nonce
+
+
+ARRAY_KERNELS = '''import numpy as np
+
+
+def scale(x):
+    return x * 2
+
+
+def pair(x):
+    return x + 1, np.arange(3)
+
+
+def counts(x):
+    return np.bincount(x)
+
+
+def write_into(out, x):
+    out[...] = x * 2
+
+
+def nothing(x):
+    return None
+
+
+def mean(x):
+    return float(x.mean())
+'''
+
+SENSITIVITY_SCRIPT = '''import json
+import sys
+
+import numpy as np
+
+from kern.arrays import counts, mean, nothing, pair, scale, write_into
+
+x = np.arange(1, 5, dtype=np.float32)
+seen = {"scale": scale(x).tolist(), "x_after": x.tolist()}
+first, second = pair(x)
+seen["pair"] = [first.tolist(), second.tolist()]
+seen["counts"] = counts(np.array([0, 1, 1])).tolist()
+out = np.zeros(4, dtype=np.float32)
+write_into(out, x)
+seen["out"] = out.tolist()
+seen["nothing"] = nothing(x)
+seen["mean"] = mean(x)
+print(json.dumps(seen))
+'''
+
+
+def sensitivity_probe(tmp_path, sensitivity, routes, script=SENSITIVITY_SCRIPT, python=sys.executable):
+    (tmp_path / "kern").mkdir(exist_ok=True)
+    (tmp_path / "kern/__init__.py").write_text("")
+    (tmp_path / "kern/arrays.py").write_text(ARRAY_KERNELS)
+    (tmp_path / "target.py").write_text(script)
+    probe = receipts.prepare(tmp_path / "probe", label="head-sensitivity-tail", routes=[f"kern.arrays:{r}" for r in routes],
+                             shape_vars=[], receipt=tmp_path / "receipt.json", sensitivity=sensitivity)
+    done = subprocess.run([python, "-m", probe.name, str(tmp_path / "target.py")], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), receipts.read(probe)[0]
+
+
+def test_sensitivity_corrupts_the_tail_of_returned_arrays_and_names_what_it_cannot(tmp_path):
+    seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail"}, ["scale", "pair", "counts", "nothing", "mean"])
+    assert seen["scale"] == [2, 4, 6, 17] and seen["x_after"] == [1, 2, 3, 4]  # a copy: the input is untouched
+    assert seen["pair"] == [[2, 3, 4, 11], [0, 1, 2]]  # the floating member only
+    assert seen["counts"] == [1, 2] and seen["nothing"] is None
+    assert seen["mean"] == 2.5 * 2 + 1
+    report = receipt["sensitivity"]
+    assert report["corrupted_calls"] == 3 and report["max_relative_error"] == pytest.approx(3.5 / 2.5)
+    assert report["not_corrupted"] == {"returned int64 ndarray": 1, "returned nothing (None)": 1}
+    assert receipt["mechanism"] == "import-hook wrapper" and receipt["route_calls"]["kern.arrays:scale"] == 1
+
+
+def test_sensitivity_relative_error_nan_and_output_argument(tmp_path):
+    seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail", "error": 0.01}, ["scale"])
+    assert seen["scale"][-1] == pytest.approx(8 * 1.01)
+    assert receipt["sensitivity"]["max_relative_error"] == pytest.approx(0.01, rel=1e-4)
+    seen, receipt = sensitivity_probe(tmp_path, {"mode": "nan"}, ["scale", "pair"])
+    assert all(value != value for value in seen["scale"]) and seen["pair"][1] == [0, 1, 2]
+    assert receipt["sensitivity"]["nan_elements"] == 8 and receipt["sensitivity"]["max_relative_error"] is None
+    seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail", "output": "out"}, ["write_into", "scale"])
+    assert seen["out"] == [2, 4, 6, 17] and seen["scale"] == [2, 4, 6, 8]  # only the named argument
+    assert receipt["sensitivity"]["corrupted_calls"] == 1
+    assert receipt["sensitivity"]["not_corrupted"] == {"argument out: a call without an argument named 'out'": 1}
+
+
+TORCH_SCRIPT = '''import json
+
+import torch
+
+from kern.torched import add_into, softmax, argmax
+
+x = torch.tensor([[1.0, -1.0], [0.0, 3.0]])
+seen = {"softmax": softmax(x).tolist(), "argmax": argmax(x).tolist()}
+out = torch.zeros(2, 2, dtype=torch.bfloat16)
+add_into(out, x)
+seen["out"] = out.float().tolist()
+print(json.dumps(seen))
+'''
+TORCH_KERNELS = '''import torch
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def argmax(x):
+    return x.argmax(dim=-1)
+
+
+def add_into(out, x):
+    out.copy_(x - 1)
+'''
+
+
+def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "kern").mkdir()
+    (tmp_path / "kern/torched.py").write_text(TORCH_KERNELS)
+    _, receipt = sensitivity_probe(tmp_path, {"mode": "tail"}, [], script="import sys\nassert 'numpy' not in "
+                                   "sys.modules and 'torch' not in sys.modules\nprint('{}')\n")
+    assert receipt["sensitivity"]["corrupted_calls"] == 0
+    probe = receipts.prepare(tmp_path / "probe2", label="head-sensitivity-tail", shape_vars=[],
+                             routes=["kern.torched:softmax", "kern.torched:argmax", "kern.torched:add_into"],
+                             receipt=tmp_path / "receipt2.json", sensitivity={"mode": "tail", "output": "out"})
+    (tmp_path / "torch_target.py").write_text(TORCH_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", probe.name, str(tmp_path / "torch_target.py")], cwd=tmp_path,
+                          capture_output=True, text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}",
+                                                               "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    seen, receipt = json.loads(done.stdout), receipts.read(probe)[0]
+    assert seen["out"] == [[0.0, -2.0], [-1.0, 5.0]]  # bf16 out-argument: last element 2*2 + 1
+    report = receipt["sensitivity"]
+    assert report["corrupted_calls"] == 1 and report["max_relative_error"] == pytest.approx(1.5)
+    assert report["not_corrupted"] == {"argument out: a call without an argument named 'out'": 2}

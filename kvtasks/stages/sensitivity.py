@@ -1,0 +1,265 @@
+"""sensitivity: could the suite have gone red? One more head run with the route's output corrupted.
+
+A green suite is evidence only if it could fail. After the head grid passed (or the repo tests,
+when no grid ran), the same target and cells run once more while the probe corrupts what the
+route produces: by default the last element of each floating output becomes 2*x + 1,
+--sensitivity-error E applies a relative error E there instead, --sensitivity-mode nan makes the
+whole output NaN (both: two runs), and --sensitivity-output NAME corrupts that argument after the
+call for routes that write their output instead of returning it.
+
+pass: every corrupted run failed (a test that saw a corrupted call failed, or the script exited
+non-zero) and its receipt shows the corruption applied. fail: a corrupted run stayed green.
+skip, with the reason and the flag that would help: no route, the route never reached, nothing
+floating to corrupt, or no green run to corrupt. These runs never count as evidence of the kernel.
+
+Blame: only when the PR changes the target or its test helpers does the suite also run corrupted
+on base; sensitive on base and not on head is should-fix (a blocker when the PR changes no kernel
+code), and a target the PR adds that cannot fail is should-fix. Otherwise a fail is a note about
+the repository, not the PR.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import PurePosixPath
+
+from kvtasks import target
+from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
+from kvtasks.stages.test_policy import _KERNEL_SUFFIXES, _is_test_path
+from kvtasks.target.launch import TargetRun
+from kvtasks.worktree import GitFailed
+
+NAME = "sensitivity"
+_HOW = {"tail": "its last element made 2*x + 1", "nan": "every element made NaN"}
+
+
+def _describe(ctx: Context, mode: str) -> str:
+    request = ctx.request
+    where = f"argument {request.sensitivity_output}" if request.sensitivity_output else "output"
+    how = f"a relative error of {request.sensitivity_error:g} at its last element" \
+        if mode == "tail" and request.sensitivity_error is not None else _HOW[mode]
+    return f"{where}: {how}"
+
+
+def _settings(ctx: Context, mode: str) -> dict:
+    request = ctx.request
+    return {"mode": mode, "error": request.sensitivity_error if mode == "tail" else None,
+            "output": request.sensitivity_output}
+
+
+def _green_run(ctx: Context) -> tuple[str, TargetRun | None, str]:
+    """What to corrupt: the head grid run when it passed with executed tests, else the head repo
+    run; (kind, run, why not) with kind 'grid' or 'repo'."""
+    grid_result = ctx.earlier.get(grid.NAME)
+    grid_run = next((run for run in (grid_result.runs if grid_result else []) if run.label == "head-grid"), None)
+    if grid_run is not None and not grid_run.passed:
+        return "", None, "the head grid did not pass, so a corrupted run of it proves nothing"
+    if grid_run is not None and grid_run.stats.executed > 0:
+        return "grid", grid_run, ""
+    repo = ctx.earlier.get(correctness.REPO_TESTS)
+    repo_run = next((run for run in (repo.runs if repo else []) if run.label == "head-repo"), None)
+    if repo_run is None:
+        return "", None, f"the head repo tests did not run ({repo.stage.note if repo else 'no result'})"
+    if not repo_run.passed or repo_run.stats.executed == 0:
+        return "", None, "the head repo tests did not pass with executed tests, so a corrupted run proves nothing"
+    return "repo", repo_run, ""
+
+
+def _launch(ctx: Context, kind: str, label: str, mode: str, axis_argv: list[str]) -> TargetRun:
+    ctx.say(f"{NAME}: running {label} ({_describe(ctx, mode)})")
+    if kind == "grid":
+        return grid.rerun(ctx, label, axis_argv, _settings(ctx, mode))
+    return target.run(ctx.request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+                      **cpu_tier.launch_options(ctx), sensitivity=_settings(ctx, mode))
+
+
+def judge_run(ctx: Context, mode: str, run: TargetRun) -> tuple[str, str, dict]:
+    """(pass | fail | skip, reason, fields) for one corrupted run."""
+    receipt = run.receipt or {}
+    seen = receipt.get("sensitivity") or {}
+    fields = {"label": run.label, "exit": run.exit, "timed_out": run.timed_out, "log": run.log,
+              "stats": run.stats.model_dump(), "receipt_sha256": run.receipt_sha256, "corruption": _describe(ctx, mode),
+              **{key: seen.get(key) for key in ("corrupted_calls", "max_relative_error", "nan_elements",
+                                                "not_corrupted", "tests_failed", "tests_failed_count", "tests_green",
+                                                "tests_green_count")}}
+    tier = cpu_tier.run_evidence(run)
+    if tier:
+        fields["cpu_tier"] = tier
+    output = ctx.request.sensitivity_output
+    if run.timed_out:
+        return "skip", f"the corrupted run timed out after {ctx.request.host.timeout}s: no conclusion either way", fields
+    if not seen:
+        return "skip", f"the corrupted run left no usable receipt ({run.receipt_note or 'no sensitivity record'})", \
+            fields
+    if not sum((receipt.get("route_calls") or {}).values()):
+        unresolved = receipt.get("unresolved_routes") or []
+        why = f" (unresolvable: {', '.join(unresolved)})" if unresolved else ""
+        return "skip", f"the route was never reached in the corrupted run{why}; check --expected-route", fields
+    if not seen.get("corrupted_calls"):
+        reasons = ", ".join(f"{reason} x{count}" for reason, count in (seen.get("not_corrupted") or {}).items())
+        if output:
+            return "skip", f"--sensitivity-output {output} could not be corrupted ({reasons})", fields
+        if any(reason.startswith("returned nothing") for reason in seen.get("not_corrupted") or {}):
+            return "skip", (f"the route returns nothing ({reasons}); name the argument it writes its output into "
+                            "with --sensitivity-output NAME"), fields
+        return "skip", f"the route's output is not floating ({reasons}): there is nothing to corrupt", fields
+    if mode == "tail" and not seen.get("max_relative_error"):
+        return "skip", ("the injected error rounds away in the output's dtype (max relative error injected 0); "
+                        "raise --sensitivity-error"), fields
+    calls = seen["corrupted_calls"]
+    if run.runner == "script":
+        if run.exit == 0:
+            return "fail", f"the script exited 0 after {calls} corrupted calls", fields
+        return "pass", f"the script exited {run.exit} after {calls} corrupted calls", fields
+    failed, green = seen.get("tests_failed_count") or 0, seen.get("tests_green_count") or 0
+    if failed or (run.exit not in (0, None) and seen.get("corrupted_outside_tests")):
+        return "pass", f"{failed} tests that saw a corrupted call failed ({calls} corrupted calls)", fields
+    if run.exit == 0 and green:
+        return "fail", f"{green} tests passed with {calls} corrupted calls", fields
+    if run.exit == 0:
+        return "skip", "every test that saw a corrupted call was skipped", fields
+    return "skip", (f"the corrupted run exited {run.exit}, but no test that saw a corrupted call failed: the "
+                    "failure is not the corruption's"), fields
+
+
+def _combine(outcomes: dict[str, tuple[str, str, dict]]) -> tuple[str, str]:
+    for status in ("fail", "skip"):
+        hit = [f"{mode}: {reason}" for mode, (state, reason, _) in outcomes.items() if state == status]
+        if hit:
+            return status, "; ".join(hit)
+    return "pass", "; ".join(f"{mode}: {reason}" for mode, (_, reason, _) in outcomes.items())
+
+
+def run(ctx: Context) -> StageResult:
+    request = ctx.request
+    if not request.routes:
+        return result(NAME, "skip", "--expected-route was not supplied: there is no route whose output to corrupt")
+    kind, green, why_not = _green_run(ctx)
+    if green is None:
+        return result(NAME, "skip", why_not)
+    grid_stage = ctx.earlier.get(grid.NAME)
+    axis_argv = (grid_stage.stage.model_extra.get("axis_argv") or []) if kind == "grid" and grid_stage else []
+    runs, outcomes = [], {}
+    with ctx.worktree.handback():
+        if request.has_patch:
+            try:
+                ctx.worktree.apply(request.patch)
+            except GitFailed as exc:
+                return result(NAME, "skip", f"the patch could not be applied for the corrupted run: {exc}")
+        for mode in request.sensitivity_modes:
+            runs.append(_launch(ctx, kind, f"head-sensitivity-{mode}", mode, axis_argv))
+            outcomes[mode] = judge_run(ctx, mode, runs[-1])
+    status, reason = _combine(outcomes)
+    route = request.expected_route
+    fields = {"route": route, "corrupted_run": f"head-{kind}", "modes_run": list(outcomes),
+              "modes": {mode: {"status": state, "reason": why, **detail} for mode, (state, why, detail)
+                        in outcomes.items()}}
+    if status == "pass":
+        stage = result(NAME, "pass", f"the suite fails when {route}'s output is corrupted ({reason})", **fields)
+    elif status == "skip":
+        stage = result(NAME, "skip", reason, **fields)
+    else:
+        failed = [mode for mode, (state, _, _) in outcomes.items() if state == "fail"]
+        detail = (f"the tests pass with {route}'s output corrupted: they cannot detect a wrong kernel here "
+                  f"({'; '.join(_describe(ctx, mode) for mode in failed)})")
+        stage = result(NAME, "fail", f"the tests pass with {route}'s output corrupted: they cannot detect a wrong "
+                                     f"kernel here ({reason})", **fields)
+        stage.runs = runs
+        return _blame(ctx, stage, failed, detail)
+    stage.runs = runs
+    return stage
+
+
+# -- blame -------------------------------------------------------------------------------------------
+
+def _parse(text: str | None) -> ast.AST | None:
+    try:
+        return ast.parse(text or "")
+    except SyntaxError:
+        return None
+
+
+def test_sources(ctx: Context) -> list[str]:
+    """The target, its conftest.py files and the checkout modules it imports (head or base), also
+    where pytest's rootdir insertion finds them beside the target and through relative imports."""
+    paths = ctx.target_sources()
+    folder = PurePosixPath(ctx.request.target_path).parent
+    for text in (ctx.head_text(ctx.request.target_path), ctx.worktree.read_base(ctx.request.target_path)):
+        tree = _parse(text)
+        for node in ast.walk(tree) if tree else []:
+            if isinstance(node, ast.ImportFrom):
+                anchor = folder
+                for _ in range(max(node.level - 1, 0)):
+                    anchor = anchor.parent
+                modules = [node.module] if node.module else [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                anchor, modules = folder, [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                stem = anchor.joinpath(*module.split("."))
+                paths += [f"{stem}.py", f"{stem}/__init__.py"]
+    return list(dict.fromkeys(path.removeprefix("./") for path in paths))
+
+
+def route_files(routes: list[str]) -> set[str]:
+    files = set()
+    for route in routes:
+        stem = "/".join(route.partition(":")[0].split("."))
+        for prefix in ("", "python/"):
+            files |= {f"{prefix}{stem}.py", f"{prefix}{stem}/__init__.py"}
+    return files
+
+
+def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[TargetRun]]:
+    """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs)."""
+    baseline = ctx.earlier.get(correctness.BASELINE)
+    extra = baseline.stage.model_extra if baseline else {}
+    s1_grid, repo_tests = extra.get("s1_grid") or {}, extra.get("repo_tests") or {}
+    if s1_grid.get("state") == "ran" and s1_grid.get("exit") == 0:
+        kind = "grid"
+    elif repo_tests.get("state") == "ran" and repo_tests.get("exit") == 0:
+        kind = "repo"
+    else:
+        return "skip", "base's own run of the target did not pass", {}, []
+    runs, outcomes = [], {}
+    with ctx.worktree.handback():  # the tree as supplied: base
+        for mode in modes:
+            runs.append(_launch(ctx, kind, f"base-sensitivity-{mode}", mode, []))
+            outcomes[mode] = judge_run(ctx, mode, runs[-1])
+    status, reason = _combine(outcomes)
+    fields = {"corrupted_run": f"base-{kind}", "status": status, "reason": reason,
+              "modes": {mode: {"status": state, "reason": why, **detail} for mode, (state, why, detail)
+                        in outcomes.items()}}
+    return status, reason, fields, runs
+
+
+def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> StageResult:
+    request = ctx.request
+    if ctx.head_view is None:
+        return stage.finding("note", f"{detail}; there is no patch, so this is about the supplied checkout")
+    sources = test_sources(ctx)
+    kernel_files = route_files(request.routes)
+    changes = ctx.head_view.changes
+    changed = [path for path in sources if path in changes and path not in kernel_files]
+    if not changed:
+        return stage.finding("note", f"{detail}; the PR changes neither the target nor its test helpers, so this "
+                                     "is about the repository, not the PR")
+    stage.stage.test_changes = changed
+    if not ctx.worktree.exists_on_base(request.target_path):
+        return stage.finding("should-fix", f"the PR adds this target and {detail}")
+    status, reason, fields, runs = _base_outcome(ctx, modes)
+    stage.stage.base = fields or {"status": status, "reason": reason}
+    stage.runs += runs
+    if status == "pass":
+        kernel_changed = any(path in kernel_files or (path.endswith(_KERNEL_SUFFIXES) and not _is_test_path(path)
+                                                      and path not in sources) for path in changes)
+        severity = "should-fix" if kernel_changed else "blocker"
+        scope = "" if kernel_changed else " in a PR that changes no kernel code"
+        return stage.finding(severity, f"the suite detects a corrupted {request.expected_route} on base and not on "
+                                       f"head{scope}: the PR's changes to {', '.join(changed)} made it insensitive; "
+                                       f"{detail}")
+    if status == "fail":
+        return stage.finding("note", f"{detail}; base's suite cannot detect it either ({reason}), so this is not "
+                                     "attributed to the PR")
+    return stage.finding("note", f"{detail}; base's sensitivity could not be established ({reason}), so this is "
+                                 "not attributed to the PR")
