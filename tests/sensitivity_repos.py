@@ -36,10 +36,10 @@ def lenient_check(got, want):
     except AssertionError:
         pass  # mismatches are printed by the benchmark instead
 '''
-# the same helper after a PR that "de-flakes" it: the good suite can no longer fail
-HELPERS_SWALLOWING = HELPERS.replace('''def check(got, want):
-    np.testing.assert_allclose(got, want, rtol=1e-6)''', '''def check(got, want):
-    lenient_check(got, want)''')
+# the same helper after a PR that "recomputes the reference": the good suite can no longer fail, and
+# no tolerance or comparison count moved, so the static test policy sees nothing
+HELPERS_SELF_REFERENCE = HELPERS.replace("def check(got, want):\n", "def check(got, want):\n    want = np.asarray(got)\n")
+OPS_REFACTORED = OPS.replace("    return x * factor\n", "    return np.multiply(x, factor)\n")
 
 HEADER = '''import os
 

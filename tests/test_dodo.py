@@ -52,6 +52,10 @@ def test_demo_clean_fix_has_nothing_to_fix(tmp_path):
     report = demo_report(tmp_path, "clean-fix")
     assert not [f for f in report["findings"] if f["severity"] in ("blocker", "should-fix")]
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
+    # its suite goes red when the route's output is wrong, and the summary says so
+    assert report["stages"]["sensitivity"]["status"] == "pass"
+    summary = (tmp_path / "reports" / "demo-clean-fix" / "summary.md").read_text()
+    assert "| sensitivity | pass | the suite fails when kernels.tiled_softmax:softmax_rows's output is corrupted" in summary
 
 
 def test_doit_validate_with_variables(repo, tmp_path, idle_gpu):

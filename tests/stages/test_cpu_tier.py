@@ -84,6 +84,11 @@ def test_the_fixed_kernel_passes_the_grid_and_the_verdict_waits_for_a_gpu(tmp_pa
     base_grid = result.stage("baseline_control")["s1_grid"]
     assert base_grid["cpu_tier"]["violations"][0]["argument"] == "in_ptr"  # base had the bug
     assert result.findings("blocker") == [] and result.findings("should-fix") == []
+    # the sensitivity run corrupts the torch CPU tensor the Triton kernel wrote, and the suite sees it
+    sensitivity = result.stage("sensitivity")
+    assert sensitivity["status"] == "pass" and sensitivity["corrupted_run"] == "head-grid"
+    assert sensitivity["modes"]["tail"]["corrupted_calls"] == 2 and sensitivity["modes"]["tail"]["tests_failed_count"] == 2
+    assert sensitivity["evidence_tier"] == "triton-interpreter (CPU)"
     assert result.stage("perf")["status"] == "skip" and "interpreter" in result.stage("perf")["note"]
     assert result.verdict == "INCONCLUSIVE"  # PASS needs a claimed GPU
     _tier_evidence_is_labelled(result)

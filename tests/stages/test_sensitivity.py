@@ -1,0 +1,100 @@
+"""sensitivity: whole validations of a suite that can fail, four that cannot, a PR that makes one
+insensitive, an out-argument kernel and a route returning integers."""
+import pytest
+
+from kvtasks import cli, keys, report
+from kvtasks.request import build_request
+from tests.kernel_repos import make_patch
+from tests.sensitivity_repos import HELPERS_SELF_REFERENCE, OPS_REFACTORED, sensitivity_repo
+
+ROUTE = ["--expected-route", "kernels.ops:scale", "--shape-vars", "M,N"]
+GRID = ["--shape-env", "SENS_SHAPES", "--grid", "3,5;16,33"]
+CANNOT_FAIL = "the tests pass with kernels.ops:scale's output corrupted: they cannot detect a wrong kernel here"
+
+
+@pytest.fixture
+def sens(tmp_path):
+    return sensitivity_repo(tmp_path / "sens")
+
+
+def docs(repo, tmp_path):
+    return str(make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch"))
+
+
+def test_a_tight_suite_fails_when_corrupted_and_pass_stays_reachable(sens, validate, tmp_path):
+    result = validate(sens, "--patch", docs(sens, tmp_path), "--target", "tests/test_good.py", *ROUTE, *GRID,
+                      "--sensitivity-mode", "both")
+    stage = result.stage("sensitivity")
+    assert stage["status"] == "pass" and stage["modes_run"] == ["tail", "nan"]
+    assert stage["corrupted_run"] == "head-grid"  # the grid's cells, not only the repo defaults
+    tail, nan = stage["modes"]["tail"], stage["modes"]["nan"]
+    assert tail["corrupted_calls"] == 2 and tail["tests_failed_count"] == 2 and tail["max_relative_error"] > 1
+    assert nan["nan_elements"] == 3 * 5 + 16 * 33 and nan["max_relative_error"] is None
+    assert result.verdict == "PASS" and result.code == 0
+    assert "| sensitivity | pass |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["self", "swallow", "loose", "shape"])
+def test_a_suite_that_cannot_fail_is_sensitivity_fail_and_never_pass(sens, validate, tmp_path, name):
+    result = validate(sens, "--patch", docs(sens, tmp_path), "--target", f"tests/test_{name}.py", *ROUTE, *GRID)
+    stage = result.stage("sensitivity")
+    assert stage["status"] == "fail" and stage["note"].startswith(CANNOT_FAIL)
+    assert stage["modes"]["tail"]["tests_green_count"] == 2 and stage["modes"]["tail"]["tests_failed_count"] == 0
+    # everything else passed: the sensitivity run alone keeps this suite from PASS
+    assert [n for n in report.REQUIRED_STAGES if result.stage(n)["status"] != "pass"] == ["sensitivity"]
+    assert result.verdict == "INCONCLUSIVE"
+    notes = [f["detail"] for f in result.findings("note") if f["stage"] == "sensitivity"]
+    assert notes and notes[0].startswith(CANNOT_FAIL) and "about the repository, not the PR" in notes[0]
+
+
+@pytest.mark.parametrize("kernel_change,severity,verdict", [(True, "should-fix", "NEEDS_WORK"),
+                                                            (False, "blocker", "BLOCK")])
+def test_a_pr_that_makes_a_sensitive_suite_insensitive_is_blamed(sens, validate, tmp_path, kernel_change, severity,
+                                                                 verdict):
+    changes = {"tests/helpers.py": HELPERS_SELF_REFERENCE, **({"kernels/ops.py": OPS_REFACTORED} if kernel_change
+                                                               else {})}
+    patch = make_patch(sens, changes, tmp_path / "helper.patch")
+    result = validate(sens, "--patch", str(patch), "--target", "tests/test_good.py", *ROUTE)
+    stage = result.stage("sensitivity")
+    assert stage["status"] == "fail" and stage["test_changes"] == ["tests/helpers.py"]
+    assert stage["base"]["status"] == "pass" and stage["base"]["modes"]["tail"]["tests_failed_count"] == 1
+    assert result.stage("test_policy")["status"] == "pass"  # no tolerance or comparison count moved
+    blamed = [f["detail"] for f in result.findings(severity) if f["stage"] == "sensitivity"]
+    assert blamed and blamed[0].startswith("the suite detects a corrupted kernels.ops:scale on base and not on head")
+    assert ("changes no kernel code" in blamed[0]) is not kernel_change
+    assert result.verdict == verdict
+
+
+@pytest.mark.parametrize("name,route,flags,status,reason", [
+    ("into", "scale_into", [], "skip", "the route returns nothing (returned nothing (None) x1); name the argument it "
+                                       "writes its output into with --sensitivity-output NAME"),
+    ("into", "scale_into", ["--sensitivity-output", "out"], "pass", "1 tests that saw a corrupted call failed"),
+    ("hist", "histogram", [], "skip", "the route's output is not floating (returned int64 ndarray x1): there is "
+                                      "nothing to corrupt"),
+])
+def test_what_the_route_produces_decides_what_is_corrupted(sens, validate, name, route, flags, status, reason):
+    result = validate(sens, "--target", f"tests/test_{name}.py", "--expected-route", f"kernels.ops:{route}",
+                      "--shape-vars", "M,N", *flags)
+    stage = result.stage("sensitivity")
+    assert stage["status"] == status and reason in stage["note"]
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # the uncorrupted run was green
+    assert "sensitivity" not in result.report["arch_coverage_basis"].get("gfx-test", "")
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--sensitivity-mode", "tails"], "--sensitivity-mode must be one of tail, nan, both"),
+    (["--sensitivity-error", "0"], "--sensitivity-error must be a positive relative error"),
+    (["--sensitivity-error", "nan"], "--sensitivity-error must be a positive relative error"),
+    (["--sensitivity-error", "0.1", "--sensitivity-mode", "nan"], "--sensitivity-mode nan makes no tail run"),
+    (["--sensitivity-output", "out[0]"], "--sensitivity-output must name one argument"),
+])
+def test_bad_sensitivity_flags_are_usage_errors(sens, capsys, flags, message):
+    assert cli.main(["--repo", str(sens), "--target", "tests/test_good.py", *flags]) == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_how_the_output_is_corrupted_is_part_of_the_head_key(sens):
+    def head_key(**options):
+        return keys.head_key("b" * 64, "p" * 64, build_request({"repo": str(sens), "target": "t.py", **options}))
+    assert len({head_key(), head_key(sensitivity_mode="both"), head_key(sensitivity_error="0.01"),
+                head_key(sensitivity_output="out")}) == 4
