@@ -89,7 +89,7 @@ def test_schema_subcommand_prints_the_report_schema(capsys):
     stages = schema["$defs"]["Stages"]
     assert set(stages["required"]) == {"merge_sim", "gpu_claim", "runtime_compat", "test_policy",
                                        "baseline_control", "correctness_repo_tests", "correctness_grid",
-                                       "execution_receipt"}
+                                       "sensitivity", "execution_receipt"}
     assert {"verdict", "process_exit_code", "repo", "stages", "findings"} <= set(schema["required"])
 
 

@@ -251,8 +251,9 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
     stage.stage.base = fields or {"status": status, "reason": reason}
     stage.runs += runs
     if status == "pass":
-        kernel_changed = any(path in kernel_files or (path.endswith(_KERNEL_SUFFIXES) and not _is_test_path(path)
-                                                      and path not in sources) for path in changes)
+        # test_policy's rule (a code file outside the tests), and the route's own module whatever its name
+        kernel_changed = any(path in kernel_files or (path.endswith(_KERNEL_SUFFIXES) and not _is_test_path(path))
+                             for path in changes)
         severity = "should-fix" if kernel_changed else "blocker"
         scope = "" if kernel_changed else " in a PR that changes no kernel code"
         return stage.finding(severity, f"the suite detects a corrupted {request.expected_route} on base and not on "
