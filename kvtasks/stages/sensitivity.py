@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from pathlib import PurePosixPath
 
-from kvtasks import target
+from kvtasks import sources, target
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
 from kvtasks.stages.test_policy import _KERNEL_SUFFIXES, _is_test_path
 from kvtasks.target.launch import TargetRun
@@ -171,20 +171,13 @@ def run(ctx: Context) -> StageResult:
 
 # -- blame -------------------------------------------------------------------------------------------
 
-def _parse(text: str | None) -> ast.AST | None:
-    try:
-        return ast.parse(text or "")
-    except SyntaxError:
-        return None
-
-
 def test_sources(ctx: Context) -> list[str]:
     """The target, its conftest.py files and the checkout modules it imports (head or base), also
     where pytest's rootdir insertion finds them beside the target and through relative imports."""
     paths = ctx.target_sources()
     folder = PurePosixPath(ctx.request.target_path).parent
     for text in (ctx.head_text(ctx.request.target_path), ctx.worktree.read_base(ctx.request.target_path)):
-        tree = _parse(text)
+        tree = sources.parse(text)
         for node in ast.walk(tree) if tree else []:
             if isinstance(node, ast.ImportFrom):
                 anchor = folder
@@ -237,10 +230,10 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
     request = ctx.request
     if ctx.head_view is None:
         return stage.finding("note", f"{detail}; there is no patch, so this is about the supplied checkout")
-    sources = test_sources(ctx)
+    suite_files = test_sources(ctx)
     kernel_files = route_files(request.routes)
     changes = ctx.head_view.changes
-    changed = [path for path in sources if path in changes and path not in kernel_files]
+    changed = [path for path in suite_files if path in changes and path not in kernel_files]
     if not changed:
         return stage.finding("note", f"{detail}; the PR changes neither the target nor its test helpers, so this "
                                      "is about the repository, not the PR")
