@@ -171,7 +171,7 @@ def run(ctx: Context) -> StageResult:
 
 # -- blame -------------------------------------------------------------------------------------------
 
-def test_sources(ctx: Context) -> list[str]:
+def suite_sources(ctx: Context) -> list[str]:
     """The target, its conftest.py files and the checkout modules it imports (head or base), also
     where pytest's rootdir insertion finds them beside the target and through relative imports."""
     paths = ctx.target_sources()
@@ -230,7 +230,7 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
     request = ctx.request
     if ctx.head_view is None:
         return stage.finding("note", f"{detail}; there is no patch, so this is about the supplied checkout")
-    suite_files = test_sources(ctx)
+    suite_files = suite_sources(ctx)
     kernel_files = route_files(request.routes)
     changes = ctx.head_view.changes
     changed = [path for path in suite_files if path in changes and path not in kernel_files]
