@@ -444,11 +444,16 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_generate_tests(metafunc):
-        """Replace the cells of the parametrize mark that binds the grid's argnames with the grid."""
+        """Replace the cells of the parametrize mark that binds the grid's argnames with the grid.
+
+        Each grid row is a tuple of cell values, one per name. The names go to pytest as a list,
+        never as one "a,b" string: a string naming one argument makes pytest take each row whole
+        as that argument's value (a 1-tuple), while a list always unpacks a row into its names.
+        """
         for node, mark, names in _grid_marks(metafunc):
             order = [CONFIG["grid_argnames"].index(name) for name in names]
             rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
-            replacement = pytest.mark.parametrize(",".join(names), rows).mark
+            replacement = pytest.mark.parametrize(list(names), rows).mark
             node.own_markers[node.own_markers.index(mark)] = replacement
 
 

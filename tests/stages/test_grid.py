@@ -6,7 +6,8 @@ from kvtasks.request import build_request
 from kvtasks.stages import Context, StageResult
 from kvtasks.stages.grid import argparse_flags, channel, default_grid, parametrize_marks, reads_env
 from kvtasks.worktree import Worktree
-from tests.kernel_repos import (ENV_TEST, TILED_HEADS_ASSERT, TILED_TAIL_BUG, git, make_patch, tiled_repo)
+from tests.kernel_repos import (ENV_TEST, PYTEST_HEADER, TILED_HEADS_ASSERT, TILED_TAIL_BUG, check, git, make_patch,
+                                tiled_repo)
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
 
@@ -52,6 +53,21 @@ def test_pytest_argnames_channel_replaces_the_parametrize_cells(tiled, validate,
     assert grid["status"] == "fail" and grid["stats"]["executed"] == 2 and grid["stats"]["failures"] == 2
     assert result.verdict == "BLOCK"
     assert result.stage("execution_receipt")["shape_namespace"].startswith("pytest parametrize cells")
+
+
+def test_a_one_name_grid_hands_each_cell_over_as_the_value_itself(tiled, validate, tmp_path):
+    # pytest's convention: one argname takes the value itself, never a 1-tuple of it
+    (tiled / "tests/test_rows.py").write_text(PYTEST_HEADER + '''
+
+@pytest.mark.parametrize("M", [3])
+def test_rows(M):
+''' + check("M", "64", '"f32"'))
+    git(tiled, "add", "-A")
+    git(tiled, "commit", "-qm", "a one-name parametrize")
+    result = validate(tiled, "--target", "tests/test_rows.py", "--shape-argnames", "M", "--grid", "128;256")
+    assert result.report["test_selection"]["grid_channel"] == "pytest"
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "pass" and grid["stats"]["executed"] == 2 and grid["hook_probe_exit"] != 0, grid["note"]
 
 
 def test_cli_channel_on_a_script_target(tiled, validate, tmp_path):
