@@ -319,7 +319,9 @@ def head(ctx: Context) -> StageResult:
         run = _run(ctx, plan, "head-grid", plan.rows, axis_argv)
         runs.append(run)
 
-    stage = _judge(ctx, plan, run, head_repo, probe_fields, axis_argv)
+    independence, independence_reason = _run_independence(ctx, plan)
+    stage = _judge(ctx, plan, run, head_repo, probe_fields, axis_argv, independence)
+    stage.selection.update(grid_independence=independence, grid_independence_reason=independence_reason)
     if axis_state != plan.axis_state:
         stage.selection.update(axis_state=axis_state, axis_state_reason=axis_reason,
                                axes=[asdict(axis) for axis in plan.axes])
@@ -329,12 +331,24 @@ def head(ctx: Context) -> StageResult:
     return stage
 
 
+def _run_independence(ctx: Context, plan: Plan) -> tuple[str, str]:
+    """test_selection.grid_independence, the one answer for the run that happened: the shape cells'
+    answer from channel selection, raised when a proven axis asks for values outside its default."""
+    independence = ctx.selected("grid_independence", "unknown")
+    reason = ctx.selected("grid_independence_reason", "")
+    novel = [axis.name for axis in plan.axes
+             if axis.hook_proof == "refused-invalid-value" and axis.independence == "adds-coverage"]
+    if novel and independence != "adds-coverage":
+        return "adds-coverage", f"the proven axis {', '.join(novel)} asks for values outside its flag's default"
+    return independence, reason
+
+
 def _limited(plan: Plan) -> dict[str, str]:
     return {cell: triton_cpu.BF16_REASON for cell in plan.interpreter_skipped}
 
 
 def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, fields: dict,
-           axis_argv: list[str]) -> StageResult:
+           axis_argv: list[str], independence: str) -> StageResult:
     fields = {**fields, "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), "axis_argv": axis_argv}
     tier = cpu_tier.run_evidence(run)
     if tier:
@@ -344,13 +358,6 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     tiered = cpu_tier.blocker(ctx, NAME, run, base, fields) or cpu_tier.sparse_skip(NAME, run, fields)
     if tiered is not None:
         return tiered
-    independence = ctx.selected("grid_independence", "unknown")
-    novel_axis = any(axis.hook_proof == "refused-invalid-value" and axis.independence == "adds-coverage"
-                     for axis in plan.axes)
-    if novel_axis and independence != "adds-coverage":
-        independence = "adds-coverage"
-        fields["independence_note"] = "a proven axis asks for values outside the flag's default"
-    fields["grid_independence"] = independence
     executed, observed = run.stats.executed, run.stats.observed_work
     if run.passed and executed > 0:
         if independence == "duplicates-target-defaults":

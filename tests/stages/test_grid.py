@@ -121,7 +121,8 @@ def test_a_failed_channel_guess_is_explained(tiled, validate, tmp_path):
     assert "--shape-argnames M,N: the parametrize mark binds more names (M,N,dtype_str)" in reason
 
 
-def test_axis_reaches_the_public_api_assert(tiled, validate, tmp_path):
+def test_axis_reaches_the_public_api_assert_and_is_the_grids_one_independence(tiled, validate, tmp_path):
+    # the shape cells are the target's own defaults; the proven axis alone adds coverage
     patch = make_patch(tiled, {"kernels/tiled.py": TILED_HEADS_ASSERT}, tmp_path / "heads.patch")
     result = validate(tiled, "--patch", str(patch), "--target", "bench/check_tiled.py", "--shape-arg", "--shapes",
                       "--grid", "4,64,f32;8,128,f32", "--axis", "num_heads=--num-heads:16;32", *ROUTE)
@@ -132,8 +133,10 @@ def test_axis_reaches_the_public_api_assert(tiled, validate, tmp_path):
     assert axis["hook_proof"] == "refused-invalid-value" and axis["independence"] == "adds-coverage"
     assert axis["target_default"] == ["64", "128"]
     grid = result.stage("correctness_grid")
-    assert grid["axis_argv"] == ["--num-heads", "16", "32"] and grid["grid_independence"] == "adds-coverage"
-    assert grid["status"] == "fail"
+    assert grid["axis_argv"] == ["--num-heads", "16", "32"] and grid["status"] == "fail"
+    # one answer, in the field the seed names; the stage carries no second one to disagree with it
+    assert selection["grid_independence"] == "adds-coverage" and "num_heads" in selection["grid_independence_reason"]
+    assert "grid_independence" not in grid
     assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
 
 
