@@ -262,19 +262,22 @@ def summary_markdown(report: Report) -> str:
     perf = report.stages.perf.model_dump() if report.stages.perf is not None else {}
     if perf.get("rows"):
         lines += ["", f"### Perf: head/base per row (> 1 is better for head; {perf.get('repeats', {}).get('order', '')})",
-                  "", "| column | row | base rounds | head rounds | head/base | 95% interval | base spread |",
+                  *(["", f"Statistics: {perf['statistics']}."] if perf.get("statistics") else []),
+                  "", "| column | row | base rounds | head rounds | head/base (best of n) | round-pair range | "
+                      "base spread |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         for row in perf["rows"]:
-            low, high = row["interval"]
             lines.append(f"| {_cell(row['column'])} | {_cell(row['row'])} | {_rounds(row['base'])} | "
-                         f"{_rounds(row['head'])} | {row['ratio']:.3f} | {low:.3f}-{high:.3f} | "
+                         f"{_rounds(row['head'])} | {row['ratio']:.3f} | {_span(row.get('round_range'))} | "
                          f"{row['base_spread']:.3f} |")
-        lines += ["", "| column | median head/base | 95% interval | noise floor | rows | eligible |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += ["", "| column | median head/base | bounds on the median | confidence of each bound | noise floor | "
+                      "rows | eligible |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for name, column in perf.get("columns", {}).items():
-            low, high = column["interval"]
-            lines.append(f"| {_cell(name)} | {column['median_ratio']:.3f} | {low:.3f}-{high:.3f} | "
-                         f"{column['noise_floor']:.3f} | {column['samples']} | {column['eligible']} |")
+            confidence = column.get("interval_confidence")
+            lines.append(f"| {_cell(name)} | {column['median_ratio']:.3f} | {_span(column['interval'])} | "
+                         f"{'-' if confidence is None else f'{confidence:.1%}'} | {column['noise_floor']:.3f} | "
+                         f"{column['samples']} | {column['eligible']} |")
     lines += ["", "### Findings", ""]
     if report.findings:
         lines += [f"- **{f.severity}** ({f.stage}): {_cell(f.detail)}" for f in report.findings]
@@ -288,6 +291,11 @@ def _tier_line(tier: dict | None) -> str:
         return "none (targets ran on their own runtime, not the Triton interpreter)"
     return (f"{tier['evidence']}: triton {tier['triton']}, torch {tier['torch']}, sanitizer {tier['sanitizer']}; "
             "no architecture is credited and PASS needs a claimed GPU")
+
+
+def _span(bounds: list[float] | None) -> str:
+    """low-high; evidence stored before a field existed shows a dash, never a made-up number."""
+    return f"{bounds[0]:.3f}-{bounds[1]:.3f}" if bounds else "-"
 
 
 def _rounds(values: list[float]) -> str:

@@ -6,16 +6,20 @@ On by default; a skip means "not measured", never "no regression". The timed ent
 module. Rounds alternate base, head, base, head ... (PERF_REPEAT per side) in one lend of the
 tree, so drift cancels; whatever a bench writes into the tree is removed between runs.
 
-Statistics (numpy): per matched row and column the oriented ratio (> 1: head is better) of each
-side's best round (noise only ever adds time), with a bootstrap interval over its rounds; a noise
-floor from the spread between base rounds (second best against best: an A/A test); a column's
-ratio is the median over its rows, with a bootstrap interval over rows; the headline is the worst
-eligible column. A regression is claimed only when the headline is below PERF_THRESHOLD and the
-column's interval ends below 1 by more than the noise floor.
+Statistics (numpy), chosen to be honest at PERF_REPEAT=3, where a bootstrap over three rounds has
+only ten distinct resamples: per matched row and column the oriented ratio (> 1: head is better)
+of each side's best round (best of n: noise only ever adds time), shown with the range of the
+ratio over every pairing of a base round with a head round; a noise floor from the spread between
+base rounds (second best against best: an A/A test); a column's ratio is the median over its rows,
+with exact distribution-free bounds on that median (order statistics of the row ratios: each end a
+one-sided bound at 95% or more from five rows on; fewer rows state the lower confidence they
+have); the headline is the worst eligible column. A regression is claimed only when the headline
+is below PERF_THRESHOLD and the column's upper bound is below 1 by more than the noise floor.
 """
 from __future__ import annotations
 
 import ast
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -28,12 +32,21 @@ from kvtasks.stages import Context, StageResult, correctness, cpu_tier, gpu_clai
 from kvtasks.worktree import GitFailed
 
 NAME = "perf"
-BOOTSTRAP = 2000
+CONFIDENCE = 0.95
+METHOD = ("per row: best of n rounds per side, with the range over every base/head round pairing and the base "
+          "rounds' spread (the A/A noise floor); per column: the median over rows, with exact distribution-free "
+          "bounds on it (order statistics; each end's one-sided confidence is stated)")
 _LATENCY = re.compile(r"(?<![a-z])(us|usecs?|microseconds?|ms|msecs?|milliseconds?|ns|nsecs?|seconds?|secs?|"
                       r"latency|time|elapsed|duration|µs|μs)(?![a-z])")
 _THROUGHPUT = re.compile(r"(?<![a-z])(tflops?|gflops?|mflops?|flops|tb/s|gb/s|mb/s|bw|bandwidth|throughput|"
                          r"tokens/s|samples/s|ops/s)(?![a-z])")
-_PERF_LINE = re.compile(r"([\w.\-]+)\s+avg:\s*([0-9.eE+-]+)\s*(us|ms|ns|µs|μs)")
+_PERF_METRIC = re.compile(r"([\w.\-]+)\s+avg:\s*([0-9.eE+-]+)\s*(us|ms|ns|µs|μs)(?![a-z])")
+# a header naming an error, a ratio or a unit heads a measured column: never part of a row's identity
+_MEASURED = re.compile(r"(?<![a-z])(errs?|errors?|rel|relative|abs|diffs?|delta|mismatch(es)?|[rm]?mse|mae|ratio|"
+                       r"speed-?ups?|vs|util|utili[sz]ation|pct|percent|bytes|[kmgt]i?b|watts?|[mg]hz)(?![a-z])"
+                       r"|%|\(x\)|\[x\]")
+_NUMBER_WITH_UNIT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*(%|x|[a-zµμ]+/s|us|ms|ns|s|µs|μs|"
+                               r"[kmgt]i?b|flops?|[kmgt]flops?)", re.IGNORECASE)
 _HARNESSES = (("--scenario", "bench", "--scenario bench", "the target exposes --scenario bench"),
               ("perftest", None, "", "perftest harness"), ("@benchmark", None, "", "@benchmark harness"),
               ("triton.testing.perf_report", None, "", "triton.testing.perf_report harness"),
@@ -41,12 +54,28 @@ _HARNESSES = (("--scenario", "bench", "--scenario bench", "the target exposes --
 
 
 def column_kind(header: str) -> str:
+    """latency, throughput, measured (an error, a ratio, a unit: compared by nothing) or key."""
     lowered = header.lower().strip()
     if _LATENCY.search(lowered):
         return "latency"
     if _THROUGHPUT.search(lowered):
         return "throughput"
+    if _MEASURED.search(lowered):
+        return "measured"
     return "key"
+
+
+def _measured_cell(cell: str) -> bool:
+    """A value someone measured: a fraction, scientific notation, nan/inf, or a number with a unit.
+    Integers (shapes, counts, 256.0 from a pandas frame), dtype names and short words are not."""
+    text = cell.replace(",", "").strip()
+    if _NUMBER_WITH_UNIT.fullmatch(text):
+        return True
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return not math.isfinite(value) or "e" in text.lower() or value != int(value)
 
 
 def _number(cell: str) -> float | None:
@@ -61,15 +90,46 @@ def _number(cell: str) -> float | None:
 
 # -- scraping: {(table signature, row key): {column: (kind, value)}} ------------------------------
 
-def _table(headers: list[str], rows: list[list[str]], tables: dict) -> None:
+def _row_keys(rows: list[list[str]], kinds: list[str]) -> list[str]:
+    return [" / ".join(c.strip() for c, k in zip(cells, kinds) if k == "key") or f"#{position}"
+            for position, cells in enumerate(rows)]
+
+
+def _kinds(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Each column's kind. A key column holding measured values (a rel-err column under a header
+    that does not say so) is measured too: base and head differ there by construction. Only when
+    the rows could no longer be told apart without those columns (a dropout p of 0.0 and 0.1) are
+    they settings after all, and stay in the key."""
     kinds = [column_kind(h) for h in headers]
-    if not any(kind != "key" for kind in kinds):
+    demoted = [("measured" if kind == "key" and any(_measured_cell(cells[index]) for cells in rows) else kind)
+               for index, kind in enumerate(kinds)]
+    if len(set(_row_keys(rows, demoted))) < len(set(_row_keys(rows, kinds))):
+        return kinds
+    return demoted
+
+
+def _table(headers: list[str], rows: list[list[str]], tables: dict) -> None:
+    kinds = _kinds(headers, rows)
+    if not any(kind in ("latency", "throughput") for kind in kinds):
         return
     signature = "|".join(h.strip().lower() for h, k in zip(headers, kinds) if k == "key")
-    for position, cells in enumerate(rows):
-        key = " / ".join(c.strip() for c, k in zip(cells, kinds) if k == "key") or f"#{position}"
-        values = {h.strip(): (k, _number(c)) for h, k, c in zip(headers, kinds, cells) if k != "key"}
+    for key, cells in zip(_row_keys(rows, kinds), rows):
+        values = {h.strip(): (k, _number(c)) for h, k, c in zip(headers, kinds, cells) if k in ("latency", "throughput")}
         tables[(signature, key)] = {h: kv for h, kv in values.items() if kv[1] is not None}
+
+
+def _perf_line(line: str, tables: dict) -> bool:
+    """aiter's perftest convention: `[perf] <row key> NAME avg: V unit, NAME avg: V unit`, one line per row.
+    The key is everything before the first metric, wherever its name also occurs inside the key
+    (`torch` in `torch.bfloat16`); every line of a run joins the one table "[perf]"."""
+    text = line.split("[perf]", 1)[1]
+    metrics = list(_PERF_METRIC.finditer(text))
+    if not metrics:
+        return False
+    key = re.sub(r"\s+", " ", text[:metrics[0].start()]).strip(" ,;")
+    tables[("[perf]", key)] = {f"{m.group(1)} {m.group(3)}": ("latency", float(m.group(2))) for m in metrics
+                               if _number(m.group(2)) is not None}
+    return True
 
 
 def scrape(text: str) -> dict:
@@ -80,6 +140,9 @@ def scrape(text: str) -> dict:
     while index < len(lines):
         line = lines[index].strip()
         following = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if "[perf]" in line and _perf_line(line, tables):
+            index += 1
+            continue
         if line.count("|") >= 2 and re.fullmatch(r"[|:\-\s]+", following or "x") and "-" in following:
             headers = [h for h in line.strip("|").split("|")]
             rows, index = [], index + 2
@@ -94,7 +157,8 @@ def scrape(text: str) -> dict:
                 and not any(_number(c) for c in line.split(",")):
             headers = line.split(",")
             rows, index = [], index + 1
-            while index < len(lines) and lines[index].strip().count(",") == len(headers) - 1:
+            while index < len(lines) and lines[index].strip().count(",") == len(headers) - 1 \
+                    and "[perf]" not in lines[index]:
                 rows.append(lines[index].strip().split(","))
                 index += 1
             _table(headers, rows, tables)
@@ -111,11 +175,6 @@ def scrape(text: str) -> dict:
                 _table(headers, rows, tables)
                 continue
             index -= 1
-        if "[perf]" in line:
-            metrics = _PERF_LINE.findall(line)
-            if metrics:
-                key = re.sub(r"\s+", " ", line.split("[perf]", 1)[1].split(metrics[0][0])[0]).strip(" ,")
-                tables[("[perf]", key)] = {f"{name} {unit}": ("latency", float(value)) for name, value, unit in metrics}
         index += 1
     return tables
 
@@ -152,8 +211,28 @@ def _spread(base: np.ndarray, kind: str) -> float:
     return float(abs(ordered[1] / ordered[0] - 1))
 
 
-def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_rows: int,
-            seed: int = 0) -> Comparison:
+def median_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Exact bounds on the median over rows: (low, high, the confidence of each bound).
+
+    Of n values, the k-th smallest lies below the median of the population they come from with
+    probability 1 - P(Binomial(n, 1/2) < k), whatever its distribution; the k-th largest lies above
+    it with the same probability. k is the largest whose confidence still reaches `confidence`;
+    with fewer than five rows even (min, max) falls short, and the confidence says how far.
+    Each bound is one-sided because each decision is: a regression needs the upper bound below 1.
+    """
+    ordered = sorted(float(value) for value in values)
+    count = len(ordered)
+
+    def bound_confidence(k: int) -> float:
+        return 1 - sum(math.comb(count, below) for below in range(k)) / 2 ** count
+
+    k = 1
+    while k < (count + 1) // 2 and bound_confidence(k + 1) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[count - k], bound_confidence(k)
+
+
+def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_rows: int) -> Comparison:
     """Match rows across sides and judge the worst eligible column (see the module docstring)."""
     base_cells, head_cells = _samples(base_logs), _samples(head_logs)
     if not base_cells or not head_cells:
@@ -161,7 +240,6 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
     shared = sorted(set(base_cells) & set(head_cells))
     if not shared:
         return Comparison("insufficient", "the two sides measured different rows")
-    rng = np.random.default_rng(seed)
     columns: dict[str, list] = {}
     rows = []
     for cell in shared:
@@ -170,11 +248,10 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
             continue
         base, head = np.array(base_cells[cell][1]), np.array(head_cells[cell][1])
         ratio = float(_oriented(_best(base, kind), _best(head, kind), kind))
-        draws = _oriented(_best(base[rng.integers(0, len(base), (BOOTSTRAP, len(base)))], kind),
-                          _best(head[rng.integers(0, len(head), (BOOTSTRAP, len(head)))], kind), kind)
-        low, high = np.percentile(draws, [2.5, 97.5])
+        pairings = _oriented(base[:, None], head[None, :], kind)
         rows.append({"row": row, "column": column, "kind": kind, "base": base.tolist(), "head": head.tolist(),
-                     "ratio": round(ratio, 4), "interval": [round(float(low), 4), round(float(high), 4)],
+                     "ratio": round(ratio, 4),
+                     "round_range": [round(float(pairings.min()), 4), round(float(pairings.max()), 4)],
                      "base_spread": round(_spread(base, kind), 4)})
         columns.setdefault(column, []).append((ratio, _spread(base, kind)))
     matched = len({r["row"] for r in rows})
@@ -183,12 +260,11 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
                           matched_rows=matched)
     summary = {}
     for column, cells in columns.items():
-        ratios = np.array([ratio for ratio, _ in cells])
-        # the column's interval: its median over rows, rows resampled with replacement
-        medians = np.median(ratios[rng.integers(0, len(ratios), (BOOTSTRAP, len(ratios)))], axis=1)
-        low, high = np.percentile(medians, [2.5, 97.5])
+        ratios = [ratio for ratio, _ in cells]
+        low, high, confidence = median_interval(ratios)
         summary[column] = {"median_ratio": round(float(np.median(ratios)), 4), "samples": len(cells),
-                           "eligible": len(cells) >= min_rows, "interval": [round(float(low), 4), round(float(high), 4)],
+                           "eligible": len(cells) >= min_rows, "interval": [round(low, 4), round(high, 4)],
+                           "interval_confidence": round(confidence, 4),
                            "noise_floor": round(float(np.median([spread for _, spread in cells])), 4)}
     eligible = {name: col for name, col in summary.items() if col["eligible"]}
     if not eligible:
@@ -196,15 +272,16 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
     worst = min(eligible, key=lambda name: eligible[name]["median_ratio"])
     column = eligible[worst]
     low, high = column["interval"]
+    interval = f"interval {low:.3f}-{high:.3f}, each end exact at {column['interval_confidence']:.1%}"
     verdict = Comparison("ok", "", rows, summary, worst, column["median_ratio"], (low, high), column["noise_floor"],
                          matched)
     if column["median_ratio"] < threshold and high < 1 - column["noise_floor"]:
         verdict.status = "regression"
-        verdict.reason = (f"{worst}: head/base {column['median_ratio']:.3f} (95% interval {low:.3f}-{high:.3f}, "
-                          f"noise floor {column['noise_floor']:.3f}) is below {threshold} over {matched} rows")
+        verdict.reason = (f"{worst}: head/base {column['median_ratio']:.3f} ({interval}, noise floor "
+                          f"{column['noise_floor']:.3f}) is below {threshold} over {matched} rows")
     elif column["median_ratio"] < threshold:
-        verdict.reason = (f"{worst}: head/base {column['median_ratio']:.3f} is below {threshold}, but the interval "
-                          f"{low:.3f}-{high:.3f} does not clear the noise floor {column['noise_floor']:.3f}")
+        verdict.reason = (f"{worst}: head/base {column['median_ratio']:.3f} is below {threshold}, but the "
+                          f"{interval} does not clear the noise floor {column['noise_floor']:.3f}")
     else:
         verdict.reason = f"worst column {worst}: head/base {column['median_ratio']:.3f} over {matched} rows"
     return verdict
@@ -366,7 +443,7 @@ def run(ctx: Context) -> StageResult:
         artifacts += ctx.worktree.to_base()
     fields.update(bench_artifacts=sorted(set(artifacts)), base_log=logs["base"][0].log, head_log=logs["head"][0].log,
                   repeats={"base": len(logs["base"]), "head": len(logs["head"]), "order": "interleaved base/head",
-                           "reduction": "best round per side; bootstrap intervals; noise floor from base rounds"})
+                           "reduction": "best round per side"}, statistics=METHOD)
     failed = [f"{t.label} exit {t.exit}{' (timed out)' if t.timed_out else ''}" for t in runs if not t.passed]
     if failed:
         stage = _skip(f"a failed repeat poisons its side (a truncated run can look fast): {', '.join(failed)}", **fields)
@@ -405,7 +482,9 @@ def _compose(ctx: Context, comparison: Comparison, fields: dict, transplanted: b
     if comparison.status == "insufficient":
         return _skip(comparison.reason, **fields)
     fields.update(worst_column=comparison.worst_column, median_ratio=comparison.headline,
-                  interval=list(comparison.interval), noise_floor=comparison.noise_floor)
+                  interval=list(comparison.interval),
+                  interval_confidence=comparison.columns[comparison.worst_column]["interval_confidence"],
+                  noise_floor=comparison.noise_floor)
     if comparison.status == "regression":
         worst = sorted((r for r in comparison.rows if r["column"] == comparison.worst_column), key=lambda r: r["ratio"])
         fields["regressed_rows"] = [r for r in worst if r["ratio"] < ctx.request.host.perf_threshold][:5]

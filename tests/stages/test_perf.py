@@ -3,7 +3,7 @@ import re
 import numpy as np
 import pytest
 
-from kvtasks.stages.perf import best_of, column_kind, compare, scrape
+from kvtasks.stages.perf import best_of, column_kind, compare, median_interval, scrape
 from tests.kernel_repos import make_patch, make_repo
 
 KERNEL = "COST = 1.0\n\n\ndef op(n):\n    return n\n"
@@ -57,6 +57,64 @@ def test_head_25_percent_slower_needs_work_with_the_rows(tmp_path, validate, mon
     summary = (result.out.parent / "summary.md").read_text()
     assert "| time (us) | 0 / 128 |" in summary
     assert re.search(r"\| time \(us\) \| 0\.[78]\d\d \| 0\.\d+-0\.\d+ \|", summary)
+    assert "Statistics: per row: best of n rounds per side" in summary and "bootstrap" not in summary
+
+
+# aiter's perftest convention: one [perf] line per shape; `torch` is both a metric and part of the dtype
+AITER_BENCH = '''import os
+import random
+
+from kernels.op import COST, op
+
+if __name__ == "__main__":
+    jitter = random.Random(os.getpid())
+    for m in range(6):
+        op(m)
+        base = 10.0 * (m + 1)
+        print(f"[perf] dim: ({64 * (m + 1)}, 1024), dtype: torch.bfloat16, "
+              f"torch avg: {base * (1 + jitter.uniform(0, 0.01)):.2f} us, "
+              f"ck avg: {base * COST * (1 + jitter.uniform(0, 0.01)):.2f} us")
+'''
+# a measured error column beside the timing: its value differs on every run, base or head
+ERROR_COLUMN_BENCH = '''import os
+import random
+
+from kernels.op import COST, op
+
+if __name__ == "__main__":
+    jitter = random.Random(os.getpid())
+    print("| M | N | kernel us | rel err |")
+    print("|---|---|---|---|")
+    for m in range(6):
+        op(m)
+        print(f"| {m} | 128 | {10.0 * (m + 1) * COST * (1 + jitter.uniform(0, 0.01)):.3f} | "
+              f"{jitter.uniform(1e-4, 9e-4):.2e} |")
+'''
+
+
+def slower_head(tmp_path, bench):
+    repo = make_repo(tmp_path / "perf-repo", {"kernels/__init__.py": "", "kernels/op.py": KERNEL,
+                                              "tests/test_op.py": TEST, "bench/bench_op.py": bench})
+    return repo, make_patch(repo, {"kernels/op.py": KERNEL.replace("COST = 1.0", "COST = 1.25")},
+                            tmp_path / "slow.patch")
+
+
+def test_aiter_perf_lines_are_rows_of_one_table(tmp_path, validate):
+    repo, patch = slower_head(tmp_path, AITER_BENCH)
+    perf = validate(repo, "--patch", str(patch), *PERF).stage("perf")
+    assert perf["status"] == "fail" and perf["matched_rows"] == 6, perf["note"]
+    assert perf["worst_column"] == "ck us" and perf["median_ratio"] == pytest.approx(0.8, abs=0.02)
+    assert perf["columns"]["torch us"]["median_ratio"] == pytest.approx(1.0, abs=0.02)
+    assert {row["row"] for row in perf["rows"]} == {f"dim: ({64 * m}, 1024), dtype: torch.bfloat16"
+                                                    for m in range(1, 7)}
+
+
+def test_a_measured_error_column_never_breaks_row_identity(tmp_path, validate):
+    repo, patch = slower_head(tmp_path, ERROR_COLUMN_BENCH)
+    perf = validate(repo, "--patch", str(patch), *PERF).stage("perf")
+    assert perf["status"] == "fail" and perf["matched_rows"] == 6, perf["note"]
+    assert perf["worst_column"] == "kernel us" and {row["row"] for row in perf["rows"]} == {
+        f"{m} / 128" for m in range(6)}
 
 
 def test_head_unchanged_passes(tmp_path, validate):
@@ -134,6 +192,39 @@ def test_scrapers_read_every_format():
     assert scrape(triton)[("n", "512.0")] == {"Triton (GB/s)": ("throughput", 120.0),
                                               "Torch (GB/s)": ("throughput", 95.5)}
     assert column_kind("TFLOPS") == "throughput" and column_kind("us") == "latency" and column_kind("dtype") == "key"
+
+
+def test_row_identity_rests_on_shape_cells_never_on_measured_values():
+    unlabelled = "| M | dtype | flydsl | us |\n|---|---|---|---|\n| 64 | bf16 | 3.1e-04 | 12.5 |\n| 128 | bf16 | 0.002 | 20 |\n"
+    assert set(scrape(unlabelled)) == {("m|dtype", "64 / bf16"), ("m|dtype", "128 / bf16")}
+    ratio = "| N | speedup | ms |\n|---|---|---|\n| 256.0 | 1 | 0.5 |\n| 512.0 | 2 | 0.9 |\n"
+    assert set(scrape(ratio)) == {("n", "256.0"), ("n", "512.0")}  # a header naming a ratio, integral or not
+    # fractions that alone tell the rows apart are a setting (a dropout p), not a measurement
+    setting = "| M | p | us |\n|---|---|---|\n| 64 | 0.0 | 12.5 |\n| 64 | 0.1 | 20 |\n"
+    assert set(scrape(setting)) == {("m|p", "64 / 0.0"), ("m|p", "64 / 0.1")}
+    assert column_kind("max abs diff") == column_kind("rel_err") == column_kind("mem (MB)") == "measured"
+
+
+def test_three_rounds_report_best_of_n_and_exact_bounds_not_a_bootstrap():
+    rounds = [[1.0, 1.02, 1.05], [2.0, 2.1, 2.01], [3.0, 3.3, 3.03], [4.0, 4.1, 4.2], [5.0, 5.5, 5.05], [6, 6.1, 6.3]]
+    slower = [1.25, 1.2, 1.3, 1.1, 1.22, 1.28]
+
+    def logs(scale):
+        return [{("t", f"r{row}"): {"us": ("latency", values[n] * scale[row])} for row, values in enumerate(rounds)}
+                for n in range(3)]
+
+    result = compare(logs([1] * 6), logs(slower), 0.95, 3)
+    first = next(row for row in result.rows if row["row"] == "r0")
+    assert "interval" not in first and first["ratio"] == pytest.approx(1 / 1.25)
+    # every base round against every head round: best 1.0 against worst 1.05 * 1.25, and the reverse
+    assert first["round_range"] == pytest.approx([1.0 / (1.05 * 1.25), 1.05 / 1.25], abs=1e-4)
+    ratios = sorted(1 / s for s in slower)
+    column = result.columns["us"]
+    # six rows: the smallest and largest ratio bound the median, each at exactly 1 - 1/64
+    assert column["interval"] == pytest.approx([ratios[0], ratios[-1]], abs=1e-4)
+    assert column["interval_confidence"] == pytest.approx(1 - 1 / 64, abs=1e-4)
+    assert result.status == "regression" and "each end exact at 98.4%" in result.reason
+    assert median_interval(range(20))[:2] == (5, 14) and median_interval([1, 2, 3])[2] == pytest.approx(0.875)
 
 
 def test_statistics_do_not_call_noise_a_regression():
