@@ -307,14 +307,21 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
 
 
 def list_cache(workspace: Workspace, base_oid: str | None = None) -> None:
-    """Stored evidence, oldest first; with a base OID, only the evidence about that commit."""
+    """Stored evidence, oldest first; with a base OID, only the evidence about that commit.
+
+    Keys and labels are printed whole, so any of them can be pasted into `doit report label=`;
+    each column is as wide as its longest value."""
     wanted = workspace.store.keys_for_base(base_oid) if base_oid else None
-    print(f"{'kind':<8} {'key':<16} {'labels':<30} {'size':>10} {'age':>8}")
+    rows = [("kind", "key", "labels", "size", "age")]
     for entry in workspace.store.entries():
-        if wanted is not None and f"{entry['kind']}:{entry['key']}" not in wanted:
-            continue
-        print(f"{entry['kind']:<8} {entry['key'][:16]:<16} {','.join(entry['labels'])[:30]:<30} "
-              f"{entry['size']:>10} {entry['age_s'] / 86400:>7.1f}d")
+        if wanted is None or f"{entry['kind']}:{entry['key']}" in wanted:
+            rows.append((entry["kind"], entry["key"], ",".join(entry["labels"]), str(entry["size"]),
+                         f"{entry['age_s'] / 86400:.1f}d"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        left = [cell.ljust(width) for cell, width in zip(row[:3], widths)]
+        right = [cell.rjust(width) for cell, width in zip(row[3:], widths[3:])]
+        print(" ".join(left + right))
 
 
 def parse_age(text: str) -> float:

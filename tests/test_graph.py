@@ -177,13 +177,23 @@ def test_a_killed_batch_resumes_without_rerunning_the_base(tiled, home, tmp_path
 
 
 def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
-    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "pr-1", *GRID)
+    label = "pr-1-the-tail-tile-fix-rebased-onto-the-nightly-base"  # longer than any fixed column
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", label, *GRID)
     listing = doit(home, "cache")
-    assert listing.returncode == 0 and "base" in listing.stdout and "pr-1" in listing.stdout
-    base_oid = Store(home / "cache").label("pr-1")["base_oid"]
-    rows = [line for line in doit(home, "cache", f"base={base_oid}").stdout.splitlines() if "pr-1" in line]
-    assert [row.split()[0] for row in rows] == ["prepare", "base", "head"]
-    assert "pr-1" not in doit(home, "cache", "base=" + "0" * 40).stdout
+    assert listing.returncode == 0 and "base" in listing.stdout and label in listing.stdout
+    record = Store(home / "cache").label(label)
+    lines = [line for line in doit(home, "cache", f"base={record['base_oid']}").stdout.splitlines() if line.strip()]
+    header = next(line for line in lines if line.split()[:2] == ["kind", "key"])
+    rows = [line for line in lines if label in line]
+    assert [row.split() for row in rows] == [
+        [kind, key, label, *row.split()[3:]] for kind, key, row in
+        zip(("prepare", "base", "head"), (label, record["base_key"], record["head_key"]), rows)]
+    assert {row.rindex(label) for row in rows} == {header.index("labels")}  # columns as wide as their values
+    pasted = rows[0].split()[2]
+    rebuilt = doit(home, "report", f"label={pasted}")
+    verdict = json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
+    assert rebuilt.returncode == 0 and f"{label}: {verdict}" in rebuilt.stdout
+    assert label not in doit(home, "cache", "base=" + "0" * 40).stdout
     kept = doit(home, "cache-gc", "older=30d")
     assert "removed 0 evidence entries" in kept.stdout
     assert len(Store(home / "cache").entries()) == 3
