@@ -2,7 +2,8 @@
 
 Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE or a usage error (no report written).
 Evidence and published reports live under $KVTASKS_HOME (default ~/.cache/kvtasks), never in the
-worktree; the report is also written to --out (default ./validation_report.json).
+worktree; the report is also written to --out (default ./validation_report.json, unless that lies
+inside the worktree: then the workspace's reports/<label>/ is the only copy, and a line says so).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from kvtasks import graph, report
 from kvtasks.request import UsageError, build_request
 
+DEFAULT_OUT = "validation_report.json"
 
 def workspace_root() -> Path:
     configured = os.environ.get("KVTASKS_HOME", "").strip()
@@ -63,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
         "return nothing): corrupted after each call")
     add("--no-network", action="store_true", help="run targets in a fresh network namespace (refused if impossible)")
     add("--label", default="run", help="run name (default run)")
-    add("--out", default="validation_report.json", help="report path (default ./validation_report.json)")
+    add("--out", help=f"report path (default ./{DEFAULT_OUT}; run from inside the worktree, only the workspace's "
+        "reports/<label>/ copy is written)")
     add("--quiet", action="store_true", help="no progress lines and no summary")
     return p
 
@@ -89,12 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     options = vars(parser().parse_args(_normalise(argv)))
     quiet = options.pop("quiet")
+    if options["out"] is None:
+        options["default_out"] = DEFAULT_OUT
     try:
         request = build_request(options)
     except UsageError as exc:
         print(f"validate-kernel-pr: error: {exc}", file=sys.stderr)
         return 2
-    return graph.run(request, graph.Workspace(workspace_root()), quiet=quiet)
+    workspace = graph.Workspace(workspace_root())
+    if "default_out" in options and request.out is None:
+        print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written only to "
+              f"{workspace.report_paths(request)[0]}", file=sys.stderr)
+    return graph.run(request, workspace, quiet=quiet)
 
 
 if __name__ == "__main__":

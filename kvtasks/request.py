@@ -157,7 +157,9 @@ LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 def build_request(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Request:
     """Check every option and return a Request, or raise UsageError naming the first problem.
 
-    `options` uses the flag names with underscores; empty strings mean "not given".
+    `options` uses the flag names with underscores; empty strings mean "not given". `default_out`
+    is the report copy a front door writes when `out` is not given, dropped where it would land
+    inside the worktree; an `out` given there is a usage error.
     """
     environ = os.environ if environ is None else environ
 
@@ -220,6 +222,11 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         if out_path.is_relative_to(repo):
             raise UsageError(f"--out {out!r} lies inside the worktree; the next run would find it dirty")
         out = str(out_path)
+    elif text("default_out"):
+        # a front door's own default (the CLI's ./validation_report.json, run from inside the
+        # worktree) is no mistake of the caller's: inside the worktree it is simply not written
+        default_path = Path(text("default_out")).expanduser().resolve()
+        out = None if default_path.is_relative_to(repo) else str(default_path)
 
     no_network = network_namespace() if _truthy(options.get("no_network")) else ()
 

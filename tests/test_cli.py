@@ -111,6 +111,22 @@ def test_summary_is_written_beside_the_report_and_printed(repo, home, tmp_path, 
     assert code == 2
 
 
+def test_the_default_out_from_inside_the_worktree_goes_only_to_the_workspace(repo, home, monkeypatch, capsys):
+    monkeypatch.chdir(repo / "tests")  # a common habit: running from inside the checkout
+    before = snapshot(repo)
+    code = cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--label", "inside", "--quiet"])
+    published = home / "reports" / "inside" / "validation_report.json"
+    said = [line for line in capsys.readouterr().err.splitlines() if "validation_report.json" in line]
+    assert said == [f"validate-kernel-pr: ./validation_report.json would lie inside the worktree, so the report is "
+                    f"written only to {published}"]
+    assert code == json.loads(published.read_text())["process_exit_code"] == 2  # INCONCLUSIVE, not a usage error
+    assert snapshot(repo) == before
+    # the caller naming that same path is still told no
+    assert usage(capsys, ["--repo", str(repo), "--target", "tests/test_scale.py", "--out", "validation_report.json"]) \
+        == (2, ["validate-kernel-pr: error: --out 'validation_report.json' lies inside the worktree; the next run "
+                "would find it dirty"])
+
+
 def test_a_stale_report_never_survives_a_new_run(repo, home, tmp_path, capsys):
     out = tmp_path / "validation_report.json"
     out.write_text('{"verdict": "PASS"}')
