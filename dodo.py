@@ -5,6 +5,8 @@
     doit batch manifest=FILE            every PR of a TOML/JSON manifest against one base
     doit report [label=L]               rebuild reports from stored evidence; runs nothing
     doit cache [base=OID] | doit cache-gc older=30d
+Only validate and batch build requests (the demo repository, the worktree lock); doit's own
+commands (list, help, info, forget) see the front doors described and touch nothing.
 """
 import os
 import sys
@@ -63,7 +65,10 @@ elif COMMAND == "batch":
     _name, _requests = graph.manifest_requests(_manifest, _request)
     graph.hold_worktrees(_requests)
     globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
-else:
+elif COMMAND == "validate":
     _requests = [_single_request()]
     graph.hold_worktrees(_requests)
     globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET))
+else:
+    # doit's own commands (list, help, info, forget, ...) import this file too: describe, build nothing
+    globals().update(graph.catalogue())

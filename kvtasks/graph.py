@@ -242,6 +242,24 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
     return namespace
 
 
+FRONT_DOORS = {
+    "validate": "validate one PR (no variables: the embedded demo; demo=NAME picks another demo PR)",
+    "batch": "validate every PR of manifest=FILE against one base",
+    "report": "rebuild reports from stored evidence (label=L for one); runs no target, no git",
+    "cache": "list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
+    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d); nothing else",
+}
+
+
+def catalogue() -> dict:
+    """Task creators that only describe the front doors, for doit's own commands (list, help, info,
+    forget, ...): loading them builds no demo repository, takes no worktree and runs nothing."""
+    def described(name: str, doc: str):
+        return lambda: {"basename": name, "actions": None, "doc": doc}
+
+    return {f"task_{name.replace('-', '_')}": described(name, doc) for name, doc in FRONT_DOORS.items()}
+
+
 def hold_worktrees(requests: list[Request]) -> None:
     """Take each worktree for this validator before anything runs; a busy one is refused at once."""
     for repo in dict.fromkeys(request.repo for request in requests):

@@ -69,6 +69,23 @@ def test_doit_validate_with_variables(repo, tmp_path, idle_gpu):
     assert snapshot(repo) == before
 
 
+def test_doits_own_commands_build_no_demo_and_take_no_worktree(repo, tmp_path):
+    from kvtasks import worktree
+
+    worktree.hold_exclusively(repo)  # a validator is busy with this worktree
+    try:
+        listing = doit(tmp_path, "list")
+        answers = [doit(tmp_path, *command) for command in (
+            ["help", "validate"], ["forget", "validate"],
+            ["forget", "validate", f"repo={repo}", "target=tests/test_scale.py"])]
+    finally:
+        worktree.release_exclusive(repo)
+    assert [done.returncode for done in [listing, *answers]] == [0] * 4, [done.stderr for done in answers]
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["batch", "cache", "cache-gc", "report",
+                                                                          "validate"]
+    assert not (tmp_path / "cache" / "demo").exists() and not (tmp_path / "reports").exists()
+
+
 def test_doit_usage_error_is_one_line_exit_2(repo, tmp_path):
     done = doit(tmp_path, "validate", f"repo={repo}", "target=tests/test_scale.py", "head_sha=nothex")
     assert done.returncode == 2
