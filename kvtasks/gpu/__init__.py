@@ -29,6 +29,7 @@ class BackendUnavailable(Exception):
 
 class Backend(Protocol):
     vendor: str
+    source: str | None  # where the management library came from, when not from an installed package
 
     def devices(self) -> list[Device]: ...
 

@@ -23,6 +23,7 @@ def _text(value) -> str:
 
 class NvidiaBackend:
     vendor = "nvidia"
+    source = None
 
     def __init__(self, nvml):
         self._nvml = nvml

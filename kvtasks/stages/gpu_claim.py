@@ -65,6 +65,7 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
     try:
         before = backend.activity(device)
         visible = backend.visible_devices(device)
+        source = backend.source
     finally:
         backend.close()
     window = windows.get(device.index)
@@ -72,11 +73,12 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
     index_field = "hip_index" if device.vendor == "amd" else "cuda_index"
     smi_field = "amd_smi_index" if device.vendor == "amd" else "nvml_index"
     stage = result(
-        NAME, "pass", f"{device.model} ({device.arch}) at {device.bdf} locked via {lease.path.name}",
+        NAME, "pass", f"{device.model} ({device.arch}) at {device.bdf} locked via {lease.path.name}"
+                      f"{f'; {source}' if source else ''}",
         host=socket.gethostname(), vendor=device.vendor, **{index_field: device.index, smi_field: device.smi_index},
         bdf=device.bdf, model=device.model, arch=device.arch,
         gfx_activity_before_pct=None if before is None else round(before),
-        idleness_basis=basis, lock=str(lease.path), picker=picker_name,
+        idleness_basis=basis, lock=str(lease.path), picker=picker_name, **({"smi_source": source} if source else {}),
     )
     if basis == "vram-only":
         stage.finding("note", "GPU activity is unavailable on this host; the device was judged idle by VRAM only")

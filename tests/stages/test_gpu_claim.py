@@ -1,8 +1,11 @@
+import json
+import shutil
 import sys
 
 import pytest
 
-from tests.conftest import IDLE_AMD
+from kvtasks import cli
+from tests.conftest import FAKES, IDLE_AMD
 from tests.kernel_repos import git, make_patch
 from tests.processes import lock_held_elsewhere
 
@@ -39,6 +42,30 @@ def test_claim_records_every_field_and_credits_the_arch(repo, validate, tmp_path
     assert result.report["degraded_mode"] is None
     assert result.report["arch_coverage"] == {"gfx-test": "runtime"}
     assert result.report["arch_coverage_basis"]["gfx-test"].startswith("pytest-junit-executed:2")
+
+
+@pytest.fixture
+def rocm_install(tmp_path, monkeypatch):
+    """A ROCm install whose share/amd_smi holds the (fake) amdsmi, and no amdsmi wheel anywhere."""
+    folder = tmp_path / "rocm-7.1" / "share" / "amd_smi"
+    folder.mkdir(parents=True)
+    shutil.copy(FAKES / "amdsmi.py", folder / "amdsmi.py")
+    config = tmp_path / "amdsmi.json"
+    config.write_text(json.dumps({"devices": [IDLE_AMD]}))
+    monkeypatch.setenv("KVTASKS_FAKE_AMDSMI", str(config))
+    monkeypatch.setenv("ROCM_PATH", str(folder.parent.parent))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # whatever kvtasks appends is gone afterwards
+    yield folder
+    sys.modules.pop("amdsmi", None)
+
+
+def test_amd_smi_from_a_rocm_install_is_found_and_named(repo, home, tmp_path, rocm_install):
+    out = tmp_path / "out" / "validation_report.json"
+    cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--quiet"])
+    claim = json.loads(out.read_text())["stages"]["gpu_claim"]
+    assert claim["status"] == "pass" and claim["hip_index"] == 57, claim["note"]
+    assert claim["note"].endswith(f"; AMD SMI from the ROCm install at {rocm_install}")
+    assert claim["smi_source"] == f"AMD SMI from the ROCm install at {rocm_install}"
 
 
 def test_the_target_sees_only_the_claimed_device(repo, validate, tmp_path):
