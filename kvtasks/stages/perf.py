@@ -114,7 +114,8 @@ def _table(headers: list[str], rows: list[list[str]], tables: dict) -> None:
         return
     signature = "|".join(h.strip().lower() for h, k in zip(headers, kinds) if k == "key")
     for key, cells in zip(_row_keys(rows, kinds), rows):
-        values = {h.strip(): (k, _number(c)) for h, k, c in zip(headers, kinds, cells) if k in ("latency", "throughput")}
+        values = {h.strip(): (k, _number(c)) for h, k, c in zip(headers, kinds, cells)
+                  if k in ("latency", "throughput")}
         tables[(signature, key)] = {h: kv for h, kv in values.items() if kv[1] is not None}
 
 

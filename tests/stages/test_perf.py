@@ -195,7 +195,8 @@ def test_scrapers_read_every_format():
 
 
 def test_row_identity_rests_on_shape_cells_never_on_measured_values():
-    unlabelled = "| M | dtype | flydsl | us |\n|---|---|---|---|\n| 64 | bf16 | 3.1e-04 | 12.5 |\n| 128 | bf16 | 0.002 | 20 |\n"
+    unlabelled = ("| M | dtype | flydsl | us |\n|---|---|---|---|\n| 64 | bf16 | 3.1e-04 | 12.5 |\n"
+                  "| 128 | bf16 | 0.002 | 20 |\n")
     assert set(scrape(unlabelled)) == {("m|dtype", "64 / bf16"), ("m|dtype", "128 / bf16")}
     ratio = "| N | speedup | ms |\n|---|---|---|\n| 256.0 | 1 | 0.5 |\n| 512.0 | 2 | 0.9 |\n"
     assert set(scrape(ratio)) == {("n", "256.0"), ("n", "512.0")}  # a header naming a ratio, integral or not
