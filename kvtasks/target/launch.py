@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 from typing import Literal, Mapping
 
-from junitparser import JUnitXml, TestSuite
+from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
 PYTEST_NOTHING_COLLECTED = 5
+FAILED_TESTS_KEPT = 50
 _KILL_GRACE_S = 5.0
 
 
@@ -29,6 +30,9 @@ class ExecutionStats(BaseModel):
     junit_xml: str | None = None
     basis: str = ""
     note: str = ""
+    # which test ids failed or errored (the first FAILED_TESTS_KEPT): a published page names the failing
+    # grid cells from them, after the run's folder may be gone
+    failed_tests: list[str] = []
 
 
 class TargetRun(BaseModel):
@@ -155,10 +159,13 @@ def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
     errors = sum(suite.errors or 0 for suite in suites)
     skipped = sum(suite.skipped or 0 for suite in suites)
     note = "pytest collected no tests" if exit_code == PYTEST_NOTHING_COLLECTED else ""
+    failed = [f"{case.classname}::{case.name}" if case.classname else case.name
+              for suite in suites for case in suite if any(isinstance(r, (Failure, Error)) for r in case.result)]
     return ExecutionStats(
         tests=tests, failures=failures, errors=errors, skipped=skipped,
         # a collection or fixture error never counts as an executed test
         executed=max(0, tests - skipped - errors), junit_xml=str(junit), basis="pytest-junit", note=note,
+        failed_tests=failed[:FAILED_TESTS_KEPT],
     )
 
 
