@@ -3,7 +3,8 @@
     doit validate                       the embedded demo (demo=NAME picks another demo PR)
     doit validate repo=W patch=P head_sha=H target=T [label=L out=F ...]
     doit batch manifest=FILE            every PR of a TOML/JSON manifest against one base
-    doit report [label=L]               rebuild reports from stored evidence; runs nothing
+    doit report [label=L]               rebuild reports and their HTML pages from stored evidence; runs nothing
+    doit serve [port=8000]              serve reports/ on localhost
     doit cache [base=OID] | doit cache-gc older=30d
 Only validate and batch build requests (the demo repository, the worktree lock); doit's own
 commands (list, help, info, forget) see the front doors described and touch nothing.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from doit import get_var
 
-from kvtasks import demo, graph
+from kvtasks import demo, graph, pages
 from kvtasks.request import UsageError, build_request
 
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
@@ -50,6 +51,13 @@ if COMMAND == "report":
     def task_report():
         """Rebuild reports from stored evidence (label=L for one); runs no target, no git."""
         yield from graph.report_tasks(WORKSPACE, get_var("label"))
+elif COMMAND == "serve":
+    def task_serve():
+        """Serve reports/ (the HTML pages and JSON) on localhost; port=0 picks a free port."""
+        port = get_var("port", "8000")
+        if not port.isdigit() or int(port) > 65535:
+            graph.fail_usage(f"port= takes a port number, e.g. port=8000; got {port!r}")
+        return {"actions": [(pages.serve, [WORKSPACE.reports, int(port)])], "uptodate": [False], "verbosity": 2}
 elif COMMAND == "cache":
     def task_cache():
         """List stored evidence: key, kind, labels, size, age (base=OID: only that commit's)."""

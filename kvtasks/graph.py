@@ -25,7 +25,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import keys, report, target, worktree
+from kvtasks import keys, pages, report, target, worktree
 from kvtasks.gpu import picker
 from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, correctness, cpu_tier, gpu_claim, grid, merge_sim, perf, receipt,
@@ -44,8 +44,12 @@ class Workspace:
     def store(self) -> Store:
         return Store(self.root / "cache")
 
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
     def report_paths(self, request: Request) -> list[Path]:
-        paths = [self.root / "reports" / request.label / "validation_report.json"]
+        paths = [self.reports / request.label / pages.REPORT]
         if request.out:
             paths.append(Path(request.out))
         return paths
@@ -107,6 +111,7 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
         # a run owns its output paths: a stale report must never stand in for this run's
         path.unlink(missing_ok=True)
         path.with_name("summary.md").unlink(missing_ok=True)
+    (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
     tree = Worktree(request.repo, journal=store.journal)
     recovered = tree.recover()
     ctx = Context(request=request, worktree=tree, run_dir=store.run_dir("prepare", request.label), quiet=quiet)
@@ -175,11 +180,15 @@ def publish(request: Request, workspace: Workspace, quiet: bool, verdict_is_resu
     composed = compose(workspace, request.label)
     paths = workspace.report_paths(request)
     report.publish(composed, paths)
+    page = pages.write_report_page(paths[0].parent)
+    if verdict_is_result:  # a batch draws the index once, after its last PR
+        pages.write_index(workspace.reports)
     store.set_label(request.label, {"verdict": composed.verdict, "exit": composed.process_exit_code,
                                     "report": str(paths[0])})
     if not quiet:
         print(report.summary_markdown(composed))
         print(f"report: {paths[-1]}")
+        print(f"page: {page}")
     if not verdict_is_result:
         return None
     message = f"verdict {composed.verdict} (exit {composed.process_exit_code}): {paths[-1]}"
@@ -300,10 +309,13 @@ def write_index(requests: list[Request], workspace: Workspace, name: str):
         record = store.label(request.label) or {}
         rows.append(f"| {request.label} | {composed.verdict} | {count['blocker']} | {count['should-fix']} | "
                     f"{headline if headline is not None else 'not measured'} | {record.get('report', '')} |")
-    index = workspace.root / "reports" / name / "index.md"
+    index = workspace.reports / name / "index.md"
     index.parent.mkdir(parents=True, exist_ok=True)
     index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(rows) + "\n")
     print(index.read_text())
+    labels = [request.label for request in requests]
+    batch_page = pages.write_batch_page(workspace.reports, name, labels, report.utc_now())
+    print(f"pages: {batch_page} and {pages.write_index(workspace.reports)}")
     worst = 1 if 1 in codes else 2 if 2 in codes else 0
     if worst:
         return (TaskFailed if worst == 1 else TaskError)(f"batch {name}: exit {worst} ({index})")
@@ -313,8 +325,15 @@ def write_index(requests: list[Request], workspace: Workspace, name: str):
 def regenerate(workspace: Workspace, label: str) -> None:
     """Rebuild reports/<label>/ from stored evidence: no target runs, no git."""
     composed = compose(workspace, label)
-    report.publish(composed, [workspace.root / "reports" / label / "validation_report.json"])
+    folder = workspace.reports / label
+    report.publish(composed, [folder / pages.REPORT])
+    pages.write_report_page(folder)
     print(f"{label}: {composed.verdict}")
+
+
+def redraw_tables(workspace: Workspace) -> None:
+    pages.rewrite_tables(workspace.reports)
+    print(f"index: {workspace.reports / pages.PAGE}")
 
 
 def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
@@ -322,6 +341,10 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
     for name in labels:
         yield {"basename": "report", "name": name, "actions": [(regenerate, [workspace, name])], "uptodate": [False],
                "verbosity": 2, "doc": f"rebuild the report for {name} from stored evidence"}
+    # a label starts with a letter or digit, so this name never collides with one
+    yield {"basename": "report", "name": "_index", "actions": [(redraw_tables, [workspace])], "uptodate": [False],
+           "task_dep": [f"report:{name}" for name in labels], "verbosity": 2,
+           "doc": "redraw reports/index.html and every batch page from the published reports"}
 
 
 def list_cache(workspace: Workspace, base_oid: str | None = None) -> None:

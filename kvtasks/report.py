@@ -251,7 +251,7 @@ def summary_markdown(report: Report) -> str:
         f"- patch sha256: `{report.repo.patch_sha256 or 'none'}`",
         f"- target: `{report.test_selection.target}` (runner: {report.test_selection.runner})",
         f"- degraded mode: {report.degraded_mode or 'none'}",
-        f"- evidence tier: {_tier_line(report.cpu_tier)}",
+        f"- evidence tier: {tier_line(report.cpu_tier)}",
         "",
         "| stage | status | reason |",
         "| --- | --- | --- |",
@@ -286,7 +286,7 @@ def summary_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tier_line(tier: dict | None) -> str:
+def tier_line(tier: dict | None) -> str:
     if not tier:
         return "none (targets ran on their own runtime, not the Triton interpreter)"
     return (f"{tier['evidence']}: triton {tier['triton']}, torch {tier['torch']}, sanitizer {tier['sanitizer']}; "
