@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 import time
@@ -38,3 +39,13 @@ def lock_held_elsewhere(path: Path) -> Iterator[None]:
     finally:
         holder.kill()
         holder.wait()
+
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def doit(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """This project's dodo.py run as a user runs it, with cache/ and reports/ under `home`."""
+    env = {**os.environ, "KVTASKS_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), *args], cwd=PROJECT,
+                          env=env, capture_output=True, text=True, timeout=timeout)

@@ -117,6 +117,9 @@ def test_doit_report_rebuilds_identical_json_without_the_worktree(tiled, validat
     done = doit(home, "report", "label=pr-5")
     assert done.returncode == 0, done.stderr
     assert published.read_bytes() == original
+    # the pages are redrawn from the published JSON too
+    assert "PASS · pr-5" in (home / "reports" / "pr-5" / "index.html").read_text()
+    assert 'data-label="pr-5"' in (home / "reports" / "index.html").read_text()
     assert len(Store(home / "cache").launches()) == launches
     every = doit(home, "report")
     assert every.returncode == 0 and "pr-5: PASS" in every.stdout

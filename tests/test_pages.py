@@ -1,0 +1,252 @@
+"""The HTML pages beside the reports: what they show, and a real batch's pages in a headless browser."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from kvtasks import demo, pages, report
+from kvtasks.stages import StageResult, cpu_tier, result
+from kvtasks.target.launch import pytest_stats
+from tests.kernel_repos import make_patch
+from tests.processes import PROJECT, doit
+
+# Debian's browser and its driver (.ci/run installs both); selenium's own driver manager is never used
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+HOSTILE_SCRIPT = "<script>window.kvtasksPwned = 1</script>"
+HOSTILE_ATTRIBUTE = "<img src=x onerror=window.kvtasksPwned=2>"
+REPO = {"worktree": "/w", "base": "b" * 40, "head": "c" * 40, "kind": "unknown", "patch_sha256": "d" * 64}
+CELLS = ["64,2000,f32", "4096,192,f32", "7,4097,f16"]
+TIER = {"interpreter": "triton", "evidence": cpu_tier.EVIDENCE, "reason": "--cpu-tier triton", "triton": "3.5.0",
+        "torch": "2.13.0", "numpy": "2.1.0", "sanitizer": "on"}
+
+
+def compose(label: str, *stages: StageResult, **facts) -> report.Report:
+    run = StageResult(name="run", facts={"repo": REPO, **facts})
+    selection = StageResult(name="selection", selection={"target": "tests/test_k.py", "runner": "pytest",
+                                                         "runner_reason": "defines collectable tests",
+                                                         "grid_cells": CELLS, "grid_channel": "env"})
+    return report.compose(label, [run, selection, *stages])
+
+
+def publish(reports: Path, composed: report.Report, **extra) -> Path:
+    """Publish as a validation does (the JSON, summary.md), plus any field a later report version adds."""
+    folder = reports / composed.label
+    report.publish(composed, [folder / pages.REPORT])
+    if extra:
+        path = folder / pages.REPORT
+        path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
+    pages.write_report_page(folder)
+    return folder
+
+
+def section(html: str, title: str) -> str:
+    return html.split(f"<h2>{title}</h2>")[1].split("<h2>")[0]
+
+
+def grid_failing_one_cell() -> StageResult:
+    violation = {"kernel": "tiled_k", "op": "store", "argument": "out", "element_offset": 4097,
+                 "extent_elements": 4096, "program": [0, 3], "test": "tests/test_k.py::test_k[7-4097-f16]"}
+    grid = result("correctness_grid", "fail", "exit 1 on the grid", cells=CELLS, channel="env", exit=1,
+                  stats={"executed": 3, "failures": 1, "failed_tests": ["tests.test_k::test_k[7-4097-f16]"]},
+                  cpu_tier={"evidence": cpu_tier.EVIDENCE, "violations": [violation]})
+    return grid.finding("blocker", "out-of-bounds memory access on head and not on base")
+
+
+def measured_perf(ratios=(1.01, 0.97, 0.9)) -> StageResult:
+    rows = [{"column": "us", "row": f"M={2 ** (10 + i)}", "kind": "time", "base": [10.0, 10.2],
+             "head": [10.0 / r, 10.1 / r], "ratio": r, "interval": [round(r - 0.02, 4), round(r + 0.02, 4)],
+             "base_spread": 0.02}
+            for i, r in enumerate(ratios)]
+    return result("perf", "pass", "worst column us", rows=rows, threshold=0.95, noise_floor=0.02,
+                  columns={"us": {"median_ratio": 0.97, "samples": 3, "eligible": True, "interval": [0.9, 1.01],
+                                  "noise_floor": 0.02}}, worst_column="us", median_ratio=0.97)
+
+
+def test_a_report_page_shows_stages_findings_grid_sanitizer_perf_and_tier(tmp_path):
+    changed = {"kernels/k.py": "M", "docs/<b>notes</b>.md": "A"}
+    folder = publish(tmp_path, compose(
+        "pr-1", result("merge_sim", "pass", "patch applies cleanly", changed_paths=changed),
+        result("baseline_control", "pass", "base ran", s1_grid={"state": "ran", "exit": 0, "stats": {"executed": 3}}),
+        grid_failing_one_cell(), measured_perf(),
+        result("sensitivity", "pass", "the suite failed when the route's output was corrupted"),
+        cpu_tier=TIER))
+    html = (folder / pages.PAGE).read_text()
+    published = json.loads((folder / pages.REPORT).read_text())
+
+    # the stage table is the report's own stage list, stages added after this page was written included
+    assert re.findall(r'<tr id="stage-([^"]+)"', html) == list(published["stages"])
+    assert "sensitivity" in published["stages"] and "evidence tier</th>" in html
+    assert 'class="banner verdict-BLOCK"' in html and "b" * 40 in html and "c" * 40 in html and "d" * 64 in html
+    assert "triton-interpreter (CPU): triton 3.5.0, torch 2.13.0" in html
+    # each grid cell, on each side: the failing one is named by its test id, the others are not blamed
+    grid = section(html, "Independent grid")
+    cells = dict(re.findall(r"<tr><td><code>([^<]+)</code></td>\s*(.*?)</tr>", grid, re.S))
+    assert set(cells) == set(CELLS)
+    assert "failed" in cells["7,4097,f16"] and "tests.test_k::test_k[7-4097-f16]" in cells["7,4097,f16"]
+    assert cells["64,2000,f32"].count(">passed<") == 1 and "no failing test names it" in cells["64,2000,f32"]
+    # the sanitizer's finding, where it was seen
+    sanitizer = section(html, "Bounds sanitizer")
+    assert "correctness_grid" in sanitizer and "tiled_k" in sanitizer and "4097" in sanitizer and "4096" in sanitizer
+    # perf: a row table and an inline chart with a point per row, the one below threshold marked
+    chart = re.search(r"<svg class=\"perf-chart\".*?</svg>", html, re.S).group(0)
+    assert chart.count("<circle") == 3 and chart.count('class="below"') == 1 and 'class="threshold"' in chart
+    assert "<td>0.900</td>" in html
+    # PR-supplied file names are text
+    assert "docs/&lt;b&gt;notes&lt;/b&gt;.md" in html and "<b>notes</b>" not in html
+    assert "<script" not in html  # a report page carries no script at all
+
+
+def test_a_report_page_says_what_did_not_run(tmp_path):
+    folder = publish(tmp_path, compose("halted", result("merge_sim", "fail", "conflict").finding("blocker", "conflict"),
+                                       halt="the patch does not apply"))
+    html = (folder / pages.PAGE).read_text()
+    assert "The sanitizer did not run" in html and "Not measured: not run: the patch does not apply" in html
+    assert "none (targets ran on their own runtime" in html
+
+
+def test_index_columns_sorting_keys_and_per_arch_verdicts_only_when_reported(tmp_path):
+    publish(tmp_path, compose("pr-fast", measured_perf((1.2, 1.1, 1.3))))
+    publish(tmp_path, compose("pr-slow", grid_failing_one_cell(), measured_perf()))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / pages.REPORT).write_text("{ not json")
+    index = pages.write_index(tmp_path).read_text()
+    rows = dict(re.findall(r'<tr class="verdict-[A-Z_]+" data-label="([^"]+)">(.*?)</tr>', index, re.S))
+    assert list(rows) == ["pr-slow", "pr-fast", "broken"]  # worst verdict first; unreadable last
+    slow = rows["pr-slow"]
+    assert "0.970" in slow and "1 blocker" in slow and 'href="pr-slow/index.html"' in slow
+    assert 'href="pr-slow/validation_report.json"' in slow and "UNREADABLE" in rows["broken"]
+    assert "gfx942" not in index
+
+    publish(tmp_path, compose("fleet", measured_perf()),
+            arch_runs={"gfx942": {"verdict": "PASS", "node": "n1"}, "gfx90a": {"verdict": "BLOCK", "node": "n2"}})
+    index = pages.write_index(tmp_path).read_text()
+    assert re.search(r"<th data-sort><button type=\"button\">gfx90a</button></th>\s*<th data-sort><button "
+                     r"type=\"button\">gfx942</button></th>", index)
+    fleet = re.search(r'data-label="fleet">(.*?)</tr>', index, re.S).group(1)
+    assert fleet.index("verdict-BLOCK\">BLOCK") < fleet.index("verdict-PASS\">PASS")
+    assert "not run" in re.search(r'data-label="pr-fast">(.*?)</tr>', index, re.S).group(1)
+    assert "Per architecture" in (tmp_path / "fleet" / pages.PAGE).read_text()
+
+
+def test_failing_test_ids_are_kept_from_junit(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite name="pytest" tests="3" failures="1" errors="1" skipped="0">'
+                     '<testcase classname="tests.test_k" name="test_k[64-2000-f32]"/>'
+                     '<testcase classname="tests.test_k" name="test_k[7-4097-f16]"><failure message="m"/></testcase>'
+                     '<testcase classname="tests.test_k" name="test_j"><error message="e"/></testcase>'
+                     "</testsuite></testsuites>")
+    assert pytest_stats(junit, 1).failed_tests == ["tests.test_k::test_k[7-4097-f16]", "tests.test_k::test_j"]
+
+
+def test_doit_serve_serves_the_pages_on_localhost_only(tmp_path):
+    home = tmp_path / "home"
+    publish(home / "reports", compose("pr-1", grid_failing_one_cell()))
+    server = subprocess.Popen([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "serve", "port=0"],
+                              cwd=PROJECT, env={**os.environ, "KVTASKS_HOME": str(home)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = ""
+        while "http://" not in line:
+            line = server.stdout.readline()
+            assert line, "doit serve exited before serving"
+        url = re.search(r"http://\S+/", line).group(0)
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "index.html", timeout=10) as index:
+            assert 'data-label="pr-1"' in index.read().decode()
+        with urllib.request.urlopen(url + "pr-1/index.html", timeout=10) as page:
+            assert "BLOCK · pr-1" in page.read().decode()
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=20)
+    assert doit(home, "serve", "port=http").returncode == 2
+
+
+# -- a real batch in a real browser ----------------------------------------------------------------
+
+@pytest.fixture
+def browser(tmp_path):
+    if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
+        if os.environ.get("CI") == "true":
+            pytest.fail("Debian's chromium and chromium-driver are missing: .ci/run installs them")
+        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    yield driver
+    driver.quit()
+
+
+def demo_batch(home: Path, tmp_path: Path) -> Path:
+    """The demo's hidden tail bug (BLOCK) and clean fix (INCONCLUSIVE without a GPU), and a PR that
+    comments out shape rows whose text is markup (NEEDS_WORK): the row text reaches the report."""
+    repo, heads = demo.materialize(home)
+    test = (repo / "tests" / "test_softmax.py").read_text()
+    last_row = '    (8, 100, "f16"),\n'
+    hostile_rows = f'{last_row}    # (7, 100, "{HOSTILE_SCRIPT}"),\n    # (9, 100, "{HOSTILE_ATTRIBUTE}"),\n'
+    hostile = make_patch(repo, {"tests/test_softmax.py": test.replace(last_row, hostile_rows)},
+                         tmp_path / "hostile.patch")
+    manifest = tmp_path / "nightly.json"
+    manifest.write_text(json.dumps({**demo.OPTIONS, "repo": str(repo), "prs": [
+        {"label": "demo", "patch": str(demo.patch_path("hidden-tail-bug")), "head_sha": heads["hidden-tail-bug"]},
+        {"label": "clean-fix", "patch": str(demo.patch_path("clean-fix")), "head_sha": heads["clean-fix"]},
+        {"label": "hostile", "patch": str(hostile)}]}))
+    return manifest
+
+
+def test_a_batch_s_pages_in_a_headless_browser(home, tmp_path, browser):
+    done = doit(home, "batch", f"manifest={demo_batch(home, tmp_path)}")
+    reports = home / "reports"
+    verdicts = {label: json.loads((reports / label / pages.REPORT).read_text())["verdict"]
+                for label in ("demo", "clean-fix", "hostile")}
+    assert verdicts == {"demo": "BLOCK", "clean-fix": "INCONCLUSIVE", "hostile": "NEEDS_WORK"}, done.stdout
+    assert done.returncode == 1
+
+    for index in (reports / "index.html", reports / "nightly" / "batch.html"):
+        browser.get(index.as_uri())
+        rows = {row.get_attribute("data-label"): row
+                for row in browser.find_elements(By.CSS_SELECTOR, "table.reports tbody tr")}
+        assert {label: row.find_element(By.CSS_SELECTOR, "td.verdict").text for label, row in rows.items()} == verdicts
+        # unticking a verdict hides exactly its rows; ticking it again brings them back
+        browser.find_element(By.CSS_SELECTOR, "label[for=show-BLOCK]").click()
+        assert {label: row.is_displayed() for label, row in rows.items()} == \
+            {"demo": False, "clean-fix": True, "hostile": True}
+        browser.find_element(By.CSS_SELECTOR, "label[for=show-BLOCK]").click()
+        assert all(row.is_displayed() for row in rows.values())
+        # sorting by a column reorders the rows, and a second click reverses them
+        for order in (["clean-fix", "demo", "hostile"], ["hostile", "demo", "clean-fix"]):
+            browser.find_element(By.XPATH, "//th/button[text()='PR']").click()
+            assert [row.get_attribute("data-label")
+                    for row in browser.find_elements(By.CSS_SELECTOR, "table.reports tbody tr")] == order
+
+    # a link reaches the PR's page
+    browser.find_element(By.CSS_SELECTOR, "tr[data-label=demo] a.page").click()
+    assert browser.current_url == (reports / "demo" / "index.html").as_uri()
+    assert browser.find_element(By.ID, "verdict").text.startswith("BLOCK · demo")
+    grid = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in browser.find_elements(By.CSS_SELECTOR, "table.grid tbody tr")]
+    failed_cells = [cell for cell, base, head in grid if head.startswith("failed") and base == "passed"]
+    assert failed_cells == ["64,2000,f32", "7,4097,f16"]
+    browser.set_window_size(1280, browser.execute_script("return document.documentElement.scrollHeight") + 140)
+    screenshot = reports / "demo" / "screenshot.png"
+    assert browser.save_screenshot(str(screenshot))
+    print(f"screenshot of the demo's BLOCK page: {screenshot}")
+
+    # a PR-supplied string holding markup is shown as text and never runs
+    browser.get((reports / "hostile" / "index.html").as_uri())
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert HOSTILE_SCRIPT in body and HOSTILE_ATTRIBUTE in body
+    assert browser.execute_script("return window.kvtasksPwned === undefined")
+    assert not browser.find_elements(By.CSS_SELECTOR, "img")
