@@ -56,7 +56,7 @@ def write_report_page(folder: Path) -> Path:
                    stages=[(name, stage) for name, stage in stages.items() if stage is not None],
                    findings=sorted(report.get("findings") or [], key=lambda f: _rank(SEVERITIES, f.get("severity"))),
                    counts=finding_counts(report), repo_fields=_repo_fields(report),
-                   arch_runs=arch_verdicts(report), grid=grid_view(report), violations=sanitizer_violations(report),
+                   arch_runs=_arch_rows(report), grid=grid_view(report), violations=sanitizer_violations(report),
                    perf=perf_view(stages.get("perf")), has_summary=(folder / "summary.md").is_file(),
                    has_png=(folder / "perf.png").is_file())
 
@@ -78,13 +78,24 @@ def _repo_fields(report: dict) -> list[tuple[str, Any]]:
     return list(repo.items())
 
 
-def arch_verdicts(report: dict) -> dict[str, str]:
-    """arch -> verdict from the report's per-arch runs, when the run had several; else empty."""
+def arch_runs(report: dict) -> dict[str, dict]:
+    """arch -> that arch's run, from the report's per-arch runs when a run had several; else empty."""
     runs = report.get("arch_runs") or {}
     if isinstance(runs, list):
         runs = {run.get("arch", "?"): run for run in runs if isinstance(run, dict)}
-    return {str(arch): str((run or {}).get("verdict", "?")) if isinstance(run, dict) else str(run)
-            for arch, run in runs.items()}
+    return {str(arch): run if isinstance(run, dict) else {"verdict": run} for arch, run in runs.items()}
+
+
+def arch_verdicts(report: dict) -> dict[str, str]:
+    return {arch: str(run.get("verdict", "?")) for arch, run in arch_runs(report).items()}
+
+
+def _arch_rows(report: dict) -> list[dict]:
+    """Per arch: its verdict, and the run's plain facts (node, GPU model, ...) as one line."""
+    return [{"arch": arch, "verdict": str(run.get("verdict", "?")),
+             "facts": "; ".join(f"{key}: {value}" for key, value in run.items()
+                                if key not in ("arch", "verdict") and isinstance(value, (str, int, float)))}
+            for arch, run in arch_runs(report).items()]
 
 
 def _cell_tokens(cell: str) -> list[str]:
