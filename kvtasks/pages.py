@@ -176,14 +176,14 @@ _CHART_WIDTH, _LABEL_WIDTH, _ROW_HEIGHT, _MARGIN = 720, 260, 22, 30
 
 
 def perf_view(perf: dict | None) -> dict | None:
-    """The perf rows and an inline SVG chart's geometry: head/base per row with its interval, the
-    line at 1, PERF_THRESHOLD dashed and the noise band shaded."""
+    """The perf rows and an inline SVG chart's geometry: head/base per row (best of n) with the range
+    over its base/head round pairs, the line at 1, PERF_THRESHOLD dashed and the noise band shaded."""
     rows = (perf or {}).get("rows") or []
     if not rows:
         return None
     threshold = perf.get("threshold")
     noise = perf.get("noise_floor") or 0.0
-    values = [v for row in rows for v in (row["ratio"], *row.get("interval", []))] + [1 - noise, 1 + noise]
+    values = [v for row in rows for v in (row["ratio"], *(row.get("round_range") or []))] + [1 - noise, 1 + noise]
     if threshold is not None:
         values.append(threshold)
     low, high = min(values), max(values)
@@ -196,7 +196,7 @@ def perf_view(perf: dict | None) -> dict | None:
 
     points = []
     for position, row in enumerate(rows):
-        interval = row.get("interval") or [row["ratio"], row["ratio"]]
+        interval = row.get("round_range") or [row["ratio"], row["ratio"]]
         points.append({"label": f"{row.get('column', '')}: {row.get('row', '')}", "ratio": row["ratio"],
                        "x": x(row["ratio"]), "low": x(interval[0]), "high": x(interval[1]),
                        "y": _MARGIN + position * _ROW_HEIGHT + _ROW_HEIGHT // 2,
@@ -204,6 +204,7 @@ def perf_view(perf: dict | None) -> dict | None:
     height = _MARGIN * 2 + len(rows) * _ROW_HEIGHT
     ticks = [round(low + (high - low) * step / 4, 3) for step in range(5)]
     return {"rows": rows, "columns": perf.get("columns") or {}, "headline": perf.get("median_ratio"),
+            "statistics": perf.get("statistics"),
             "worst_column": perf.get("worst_column"), "threshold": threshold, "noise_floor": noise,
             "chart": {"width": _CHART_WIDTH, "height": height, "points": points, "one": x(1.0),
                       "threshold": x(threshold) if threshold is not None else None,

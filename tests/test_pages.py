@@ -14,7 +14,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from kvtasks import demo, pages, report
-from kvtasks.stages import StageResult, cpu_tier, result
+from kvtasks.stages import StageResult, cpu_tier, perf, result
 from kvtasks.target.launch import pytest_stats
 from tests.kernel_repos import make_patch
 from tests.processes import PROJECT, doit
@@ -62,13 +62,20 @@ def grid_failing_one_cell() -> StageResult:
 
 
 def measured_perf(ratios=(1.01, 0.97, 0.9)) -> StageResult:
-    rows = [{"column": "us", "row": f"M={2 ** (10 + i)}", "kind": "time", "base": [10.0, 10.2],
-             "head": [10.0 / r, 10.1 / r], "ratio": r, "interval": [round(r - 0.02, 4), round(r + 0.02, 4)],
-             "base_spread": 0.02}
-            for i, r in enumerate(ratios)]
-    return result("perf", "pass", "worst column us", rows=rows, threshold=0.95, noise_floor=0.02,
-                  columns={"us": {"median_ratio": 0.97, "samples": 3, "eligible": True, "interval": [0.9, 1.01],
-                                  "noise_floor": 0.02}}, worst_column="us", median_ratio=0.97)
+    """Perf evidence as the perf stage composes it: two rounds a side of a markdown table, scraped
+    and compared; head/base of row i is ratios[i]."""
+    def log(scale):
+        lines = ["| M | kernel us |", "| --- | --- |",
+                 *(f"| {2 ** (10 + i)} | {10.0 * scale(ratio):.6f} |" for i, ratio in enumerate(ratios))]
+        return perf.scrape("\n".join(lines))
+
+    compared = perf.compare([log(lambda r: 1.0), log(lambda r: 1.02)], [log(lambda r: 1 / r), log(lambda r: 1.01 / r)],
+                            threshold=0.95, min_rows=3)
+    worst = compared.columns[compared.worst_column]
+    return result("perf", "pass", compared.reason, rows=compared.rows, threshold=0.95,
+                  noise_floor=compared.noise_floor, columns=compared.columns, worst_column=compared.worst_column,
+                  median_ratio=compared.headline, interval=list(compared.interval),
+                  interval_confidence=worst["interval_confidence"], statistics=perf.METHOD)
 
 
 def test_a_report_page_shows_stages_findings_grid_sanitizer_perf_and_tier(tmp_path):
@@ -100,6 +107,9 @@ def test_a_report_page_shows_stages_findings_grid_sanitizer_perf_and_tier(tmp_pa
     chart = re.search(r"<svg class=\"perf-chart\".*?</svg>", html, re.S).group(0)
     assert chart.count("<circle") == 3 and chart.count('class="below"') == 1 and 'class="threshold"' in chart
     assert "<td>0.900</td>" in html
+    # the statistics as issue 20 made them honest: best of n with the round-pair range, no 95% claim per row
+    assert "Statistics: per row: best of n rounds per side" in html and "95% interval" not in html
+    assert re.search(r"<td>0\.900</td><td>0\.\d+–0\.\d+</td>", html)
     # PR-supplied file names are text
     assert "docs/&lt;b&gt;notes&lt;/b&gt;.md" in html and "<b>notes</b>" not in html
     assert "<script" not in html  # a report page carries no script at all
