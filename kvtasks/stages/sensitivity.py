@@ -111,10 +111,12 @@ def judge_run(ctx: Context, mode: str, run: TargetRun) -> tuple[str, str, dict]:
             return "fail", f"the script exited 0 after {calls} corrupted calls", fields
         return "pass", f"the script exited {run.exit} after {calls} corrupted calls", fields
     failed, green = seen.get("tests_failed_count") or 0, seen.get("tests_green_count") or 0
-    if failed or (run.exit not in (0, None) and seen.get("corrupted_outside_tests")):
+    if failed or (run.exit not in (0, None) and seen.get("corrupted_outside_tests")):  # a red collection counts
         return "pass", f"{failed} tests that saw a corrupted call failed ({calls} corrupted calls)", fields
-    if run.exit == 0 and green:
-        return "fail", f"{green} tests passed with {calls} corrupted calls", fields
+    outside = seen.get("corrupted_outside_tests") or 0
+    if run.exit == 0 and (green or outside):
+        where = f", {outside} of them outside any test (at collection)" if outside else ""
+        return "fail", f"{green} tests passed with {calls} corrupted calls{where}", fields
     if run.exit == 0:
         return "skip", "every test that saw a corrupted call was skipped", fields
     return "skip", (f"the corrupted run exited {run.exit}, but no test that saw a corrupted call failed: the "

@@ -1,9 +1,13 @@
 """sensitivity: whole validations of a suite that can fail, four that cannot, a PR that makes one
 insensitive, an out-argument kernel and a route returning integers."""
+from types import SimpleNamespace
+
 import pytest
 
 from kvtasks import cli, keys, report
 from kvtasks.request import build_request
+from kvtasks.stages import sensitivity
+from kvtasks.target.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import make_patch
 from tests.sensitivity_repos import HELPERS_SELF_REFERENCE, OPS_REFACTORED, sensitivity_repo
 
@@ -98,3 +102,28 @@ def test_how_the_output_is_corrupted_is_part_of_the_head_key(sens):
         return keys.head_key("b" * 64, "p" * 64, build_request({"repo": str(sens), "target": "t.py", **options}))
     assert len({head_key(), head_key(sensitivity_mode="both"), head_key(sensitivity_error="0.01"),
                 head_key(sensitivity_output="out")}) == 4
+
+
+# -- judging, on recorded runs ---------------------------------------------------------------------
+
+def _recorded(exit_code=0, timed_out=False, **seen):
+    sensitivity = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed_count": 0, "tests_green_count": 0,
+                   "corrupted_outside_tests": 0, **seen}
+    return TargetRun(label="head-sensitivity-tail", runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
+                     duration_s=1.0, log="", stats=ExecutionStats(),
+                     receipt={"route_calls": {"kernels.ops:scale": 2}, "sensitivity": sensitivity})
+
+
+@pytest.mark.parametrize("run,status,reason", [
+    (_recorded(0, corrupted_outside_tests=2), "fail", "0 tests passed with 2 corrupted calls, 2 of them outside any test"),
+    (_recorded(1, corrupted_outside_tests=2), "pass", "0 tests that saw a corrupted call failed"),
+    (_recorded(1, tests_green_count=2), "skip", "no test that saw a corrupted call failed"),
+    (_recorded(0), "skip", "every test that saw a corrupted call was skipped"),
+    (_recorded(None, timed_out=True), "skip", "timed out"),
+    (_recorded(1, max_relative_error=0.0, tests_failed_count=1), "skip", "rounds away"),
+])
+def test_a_corrupted_run_counts_only_when_the_corruption_explains_it(sens, run, status, reason):
+    ctx = SimpleNamespace(request=build_request({"repo": str(sens), "target": "tests/test_good.py",
+                                                 "sensitivity_error": "1e-9"}))
+    judged, why, _ = sensitivity.judge_run(ctx, "tail", run)
+    assert (judged, reason in why) == (status, True), why
