@@ -57,6 +57,10 @@ def parser() -> argparse.ArgumentParser:
         "sanitizer; auto: only when no GPU was claimed and the target imports triton (default off)")
     add("--cpu-sparse-grid", default="4096", help="on the CPU tier, launches of more programs run only the first "
         "and last program of each axis (0 = never)")
+    add("--cpu-device-capability", default="8.0", help="on the CPU tier, the compute capability torch.cuda "
+        "reports (MAJOR.MINOR, default 8.0): it picks a repository's kernel paths and is recorded as an assumption")
+    add("--python-path", action="append", default=[], help="repeatable: a checkout folder (relative to it) put on "
+        "the target's import path after the roots its packaging declares")
     add("--sensitivity-error", default="", help="the sensitivity run applies this relative error to the last "
         "element of the route's output instead of 2*x + 1")
     add("--sensitivity-mode", default="tail", help="tail (last element wrong), nan (whole output NaN) or both "

@@ -5,9 +5,10 @@
 - runtime_hash: the interpreter (path, version, installed distributions: numpy, torch, triton ...),
   the runtime package's resolved path, PYLIB's content identity (every file's path and SHA-256)
   and the claimed GPU's vendor, arch and model ("no-gpu" when none was claimed); on the Triton CPU
-  tier also the interpreter's triton/torch/numpy versions and the sparse-grid setting.
-- base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars and the
-  runtime hash. No patch in it, so every PR against the same base shares it.
+  tier also the interpreter's triton/torch/numpy versions, the sparse-grid setting and the assumed
+  compute capability.
+- base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars, --python-path
+  and the runtime hash. No patch in it, so every PR against the same base shares it.
 - head key: the base key, the patch SHA-256 and how the sensitivity run corrupts the route's output
   (its runs are head evidence, stored under the head key).
 Every key is the SHA-256 of a canonical JSON document, so it is deterministic across runs and
@@ -56,7 +57,8 @@ def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None, c
         "pylib": tree_identity(request.host.pylib),
         "gpu": {key: (gpu or {}).get(key) for key in ("vendor", "arch", "model")} if gpu else "no-gpu",
         "cpu_tier": {key: cpu_tier.get(key) for key in ("interpreter", "triton", "torch", "numpy",
-                                                        "sparse_grid_programs")} if cpu_tier else None,
+                                                        "sparse_grid_programs", "device_capability")}
+        if cpu_tier else None,
     })
 
 
@@ -73,6 +75,7 @@ def base_key(request: Request, base_oid: str, selection: dict, runtime: str) -> 
         "shape_env": request.shape_env,
         "shape_arg": request.shape_arg,
         "shape_argnames": request.shape_argnames,
+        "python_path": list(request.python_path),
         "runtime_hash": runtime,
     })
 

@@ -17,6 +17,7 @@ RUNNERS = ("pytest", "script")
 CPU_TIERS = ("off", "triton", "auto")
 SENSITIVITY_MODES = ("tail", "nan", "both")
 HEX40 = re.compile(r"[0-9a-f]{40}")
+CAPABILITY = re.compile(r"\d{1,2}\.\d")
 PATCH_HEADER = re.compile(rb"^(diff --git |\+\+\+ )", re.MULTILINE)
 
 
@@ -112,6 +113,8 @@ class Request(BaseModel):
     no_perf: bool = False
     cpu_tier: Literal["off", "triton", "auto"] = "off"
     cpu_sparse_grid: int = 4096  # launches with more programs run only their first and last; 0 = never
+    cpu_device_capability: str = "8.0"  # what torch.cuda.get_device_capability() answers on the tier
+    python_path: tuple[str, ...] = ()  # checkout folders put on the target's path after the packaging's roots
     no_network: tuple[str, ...] = ()  # the command prefix that gives targets no network; () = host network
     # the sensitivity run: how the route's output is corrupted (None: the last element becomes 2*x + 1)
     sensitivity_error: float | None = None
@@ -255,6 +258,20 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
     if sensitivity_output and not sensitivity_output.isidentifier():
         raise UsageError(f"--sensitivity-output must name one argument of the route, got {sensitivity_output!r}")
 
+    capability = text("cpu_device_capability") or "8.0"
+    if not CAPABILITY.fullmatch(capability):
+        raise UsageError(f"--cpu-device-capability must be MAJOR.MINOR (e.g. 8.0, 9.0), got {capability!r}")
+
+    python_path = options.get("python_path") or ()
+    if isinstance(python_path, str):
+        python_path = tuple(part for part in python_path.split(os.pathsep) if part.strip())
+    for folder in python_path:
+        resolved = (repo / str(folder).strip()).resolve()
+        if Path(str(folder).strip()).is_absolute() or not resolved.is_relative_to(repo):
+            raise UsageError(f"--python-path {folder!r} must be a folder inside the checkout, relative to it")
+        if not resolved.is_dir():
+            raise UsageError(f"--python-path {folder!r} is not a folder of the checkout")
+
     axis = options.get("axis") or ()
     if isinstance(axis, str):
         axis = tuple(part for part in axis.split("|") if part.strip())
@@ -290,6 +307,8 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         no_perf=_truthy(options.get("no_perf")),
         cpu_tier=cpu_tier,
         cpu_sparse_grid=int(sparse),
+        cpu_device_capability=capability,
+        python_path=tuple(str(folder).strip().rstrip("/") for folder in python_path),
         no_network=no_network,
         sensitivity_error=sensitivity_error,
         sensitivity_mode=sensitivity_mode,

@@ -39,6 +39,12 @@ def usage(capsys, argv):
      "lies inside the worktree"),
     ("grid arity", lambda r, p, o: ["--repo", r, "--target", "t.py", "--shape-argnames", "M,N", "--grid", "1,2,3",
                                     "--out", o], "--shape-argnames names 2"),
+    ("capability", lambda r, p, o: ["--repo", r, "--target", "t.py", "--cpu-device-capability", "sm90", "--out", o],
+     "--cpu-device-capability must be MAJOR.MINOR"),
+    ("python path escapes", lambda r, p, o: ["--repo", r, "--target", "t.py", "--python-path", "../x", "--out", o],
+     "--python-path '../x' must be a folder inside the checkout"),
+    ("python path missing", lambda r, p, o: ["--repo", r, "--target", "t.py", "--python-path", "lib", "--out", o],
+     "--python-path 'lib' is not a folder of the checkout"),
 ])
 def test_usage_errors_exit_2_with_one_line_and_no_report(case, argv_of, message, repo, patch, home, tmp_path, capsys):
     out = tmp_path / "report.json"

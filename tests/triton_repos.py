@@ -162,3 +162,83 @@ def require_triton_cpu() -> None:
     missing = [name for name in ("torch", "triton") if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"the Triton CPU tier needs {' and '.join(missing)} (pip install -e '.[triton-cpu]')")
+
+
+# A repository laid out the way real ones are: the package under src/ (pyproject says so), a
+# benchmark/ package beside it, pytest addopts that need pytest-cov, a CUDA capability query at
+# import and a properties query at collection, libdevice.rsqrt, and autotune configs that differ
+# only in num_warps (which the interpreter cannot tell apart).
+PACKAGED_PYPROJECT = '''[project]
+name = "tiny-kernels"
+version = "0.1.0"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+
+[tool.pytest.ini_options]
+addopts = "--cov=tiny_kernels --cov-report=term"
+'''
+
+PACKAGED_INIT = '''import torch
+
+from tiny_kernels.norm import rms_norm
+
+# which kernel paths this package takes follows the GPU's architecture
+TF32 = torch.cuda.get_device_capability()[0] >= 8
+'''
+
+RMS_NORM = '''import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": block}, num_warps=warps) for block in (32, 64) for warps in (2, 4, 8)],
+                 key=["n_cols"])
+@triton.jit
+def rms_norm_kernel(out_ptr, in_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(in_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+        acc += x * x
+    inverse = libdevice.rsqrt(tl.sum(acc, 0) / n_cols + eps)
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(in_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+        tl.store(out_ptr + row * n_cols + offs, x * inverse, mask=offs < n_cols)
+
+
+def rms_norm(x, eps=1e-6):
+    M, N = x.shape
+    out = torch.empty_like(x)
+    rms_norm_kernel[(M,)](out, x, N, eps)
+    return out
+'''
+
+# The bug direction: the store loses its mask, so the last row's tail is written past the output.
+RMS_NORM_UNMASKED_STORE = RMS_NORM.replace("tl.store(out_ptr + row * n_cols + offs, x * inverse, mask=offs < n_cols)",
+                                           "tl.store(out_ptr + row * n_cols + offs, x * inverse)")
+
+PACKAGED_TEST = '''import pytest
+import torch
+
+from tiny_kernels import rms_norm
+
+MULTIPROCESSORS = torch.cuda.get_device_properties(0).multi_processor_count  # asked at collection
+
+
+@pytest.mark.parametrize("M,N", [(4, 100), (2, 64)])
+def test_rms_norm(M, N):
+    x = torch.randn(M, N, device="cuda")
+    expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms_norm(x), expected, rtol=1e-5, atol=1e-5)
+'''
+
+
+def packaged_repo(path: Path, kernel: str = RMS_NORM) -> Path:
+    return make_repo(path, {"pyproject.toml": PACKAGED_PYPROJECT, "src/tiny_kernels/__init__.py": PACKAGED_INIT,
+                            "src/tiny_kernels/norm.py": kernel, "benchmark/__init__.py": "",
+                            "benchmark/bench_norm.py": "from tiny_kernels import rms_norm\n",
+                            "tests/test_norm.py": PACKAGED_TEST})

@@ -33,14 +33,39 @@ def gate(ctx: Context) -> str | None:
 
 
 def _state(run: TargetRun) -> str:
+    if run.usage_error:
+        return "usage-error"
     return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
 
 
 def _run_fields(run: TargetRun) -> dict:
     fields = {"exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
               "timed_out": run.timed_out}
+    if run.addopts_dropped:
+        fields["pytest_addopts_dropped"] = run.addopts_dropped
     tier = cpu_tier.run_evidence(run)
     return fields if tier is None else {**fields, "cpu_tier": tier}
+
+
+def addopts_note(run: TargetRun) -> str:
+    dropped = run.addopts_dropped
+    return (f"pytest refused the repository's configuration ({dropped['error']}), so the target ran once more with "
+            f"-o addopts=, which drops all of {dropped['file'] or 'its config file'}'s addopts: "
+            f"{dropped['dropped'] or '(none found)'}")
+
+
+def _base_said(repo_tests: dict, s1_grid: dict) -> str:
+    """What the base control saw, in words: its states, a red exit, and what the sanitizer raised."""
+    said = f"repo tests: {repo_tests['state']}"
+    if repo_tests.get("exit") not in (None, 0):
+        said += f", exit {repo_tests['exit']}"
+    said += f"; grid: {s1_grid['state']}"
+    if s1_grid.get("exit") not in (None, 0):
+        said += f", exit {s1_grid['exit']}"
+    violations = [v for part in (repo_tests, s1_grid) for v in ((part.get("cpu_tier") or {}).get("violations") or [])]
+    if violations:
+        said += f"; the bounds sanitizer raised on base: {cpu_tier.describe(violations[0])}"
+    return said
 
 
 def baseline_control(ctx: Context) -> StageResult:
@@ -73,8 +98,8 @@ def baseline_control(ctx: Context) -> StageResult:
                        repo_tests=repo_tests, s1_grid=s1_grid, artifacts=artifacts)
         stage.finding("note", "the base run did not leave a clean worktree, so head failures cannot be attributed")
     else:
-        stage = result(BASELINE, "pass", f"base control ran cleanly (repo tests: {repo_tests['state']}, "
-                                         f"grid: {s1_grid['state']})", repo_tests=repo_tests, s1_grid=s1_grid)
+        stage = result(BASELINE, "pass", f"base control ran and left the tree clean ({_base_said(repo_tests, s1_grid)})",
+                       repo_tests=repo_tests, s1_grid=s1_grid)
     stage.runs = runs
     return stage
 
@@ -102,7 +127,12 @@ def repo_tests(ctx: Context) -> StageResult:
                          **cpu_tier.launch_options(ctx))
         artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
 
-    stage = _judge_head(ctx, run, baseline.stage.model_extra.get("repo_tests") if baseline else None)
+    base = baseline.stage.model_extra.get("repo_tests") if baseline else None
+    stage = _judge_head(ctx, run, base)
+    cpu_tier.credit_fixes(stage, run, base)
+    cpu_tier.observe(stage, run)
+    if run.addopts_dropped:
+        stage.finding("note", addopts_note(run))
     if artifacts:
         stage.stage.artifacts = artifacts
         stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "
@@ -117,6 +147,9 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
     tiered = cpu_tier.blocker(ctx, REPO_TESTS, run, base, fields) or cpu_tier.sparse_skip(REPO_TESTS, run, fields)
     if tiered is not None:
         return tiered
+    if run.usage_error:
+        stage = result(REPO_TESTS, "skip", f"{run.stats.note}; nothing is attributed", **fields)
+        return stage.finding("note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
     if run.timed_out:
         stage = result(REPO_TESTS, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
     elif run.exit == 0 and executed > 0:

@@ -15,6 +15,7 @@ import ast
 
 from kvtasks import target
 from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
 
 NAME = "cpu_tier"
@@ -34,32 +35,78 @@ def _imports_triton(source: str | None) -> bool:
     return False
 
 
-def run(ctx: Context) -> StageResult:
+def wanted(ctx: Context) -> tuple[bool, str]:
+    """Whether the tier is asked for here, and why, before anything is known about what is installed
+    (the runtime probe asks too: it imports the checkout under the tier's hooks)."""
     request = ctx.request
     if request.cpu_tier == "off":
-        return _off("--cpu-tier is off")
-    if request.cpu_tier == "auto":
-        claim = ctx.earlier.get(gpu_claim.NAME)
-        if claim is not None and claim.stage.status == "pass":
-            return _off("auto: a GPU was claimed, so kernels run on it")
-        importers = [path for path in ctx.target_sources() if _imports_triton(ctx.head_text(path))]
-        if not importers:
-            return _off("auto: neither the target, its conftest.py files nor the checkout modules it imports "
-                        "import triton")
-        why = f"auto: no GPU was claimed and {', '.join(importers)} import triton"
-    else:
-        why = "--cpu-tier triton"
-    installed = _versions(ctx.fact("runtime_fingerprint") or {})
+        return False, "--cpu-tier is off"
+    if request.cpu_tier == "triton":
+        return True, "--cpu-tier triton"
+    claim = ctx.earlier.get(gpu_claim.NAME)
+    if claim is not None and claim.stage.status == "pass":
+        return False, "auto: a GPU was claimed, so kernels run on it"
+    importers = [path for path in ctx.target_sources() if _imports_triton(ctx.head_text(path))]
+    if not importers:
+        return False, ("auto: neither the target, its conftest.py files nor the checkout modules it imports "
+                       "import triton")
+    return True, f"auto: no GPU was claimed and {', '.join(importers)} import triton"
+
+
+def settings(ctx: Context) -> dict:
+    """What the in-target hooks are installed with."""
+    return {"sparse_programs": ctx.request.cpu_sparse_grid, "device_capability": ctx.request.cpu_device_capability}
+
+
+def known_bad(installed: dict[str, str]) -> str | None:
+    """Why this triton/numpy pair cannot run the interpreter, or None."""
+    triton, numpy = _release(installed.get("triton")), _release(installed.get("numpy"))
+    if triton[:2] == (3, 5) and numpy[:2] >= (2, 4):
+        return (f"triton {installed['triton']} with numpy {installed['numpy']} is a known-bad pair: numpy 2.4 breaks "
+                "the interpreter on every loop with a runtime bound ('only 0-dimensional arrays can be converted to "
+                "Python scalars'); install numpy<2.4 (the triton-cpu extra pins it)")
+    return None
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    parts = []
+    for part in (version or "").split("+")[0].split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def run(ctx: Context) -> StageResult:
+    request = ctx.request
+    on, why = wanted(ctx)
+    if not on:
+        return _off(why)
+    fingerprint = ctx.fact("runtime_fingerprint")
+    if fingerprint is None:
+        compat = ctx.earlier.get("runtime_compat")
+        said = compat.stage.note if compat is not None and compat.stage is not None else "it did not run"
+        return _off(f"{why}, but the runtime probe did not run ({said}), so what {request.host.python_bin} has "
+                    "installed is unknown")
+    installed = _versions(fingerprint)
     missing = [name for name in ("triton", "torch", "numpy") if name not in installed]
     if missing:
-        stage_result = _off(f"{why}, but {request.host.python_bin} has no {', '.join(missing)} installed "
-                            "(or runtime compatibility was not established)")
+        stage_result = _off(f"{why}, but {request.host.python_bin} has no {', '.join(missing)} installed")
         return stage_result.finding("note", f"the Triton CPU tier was asked for and could not run: "
                                             f"{', '.join(missing)} missing; install kvtasks[triton-cpu] into PYTHON_BIN")
+    bad = known_bad(installed)
+    if bad:
+        stage_result = _off(f"{why}, but {bad}")
+        return stage_result.finding("note", f"the Triton CPU tier was asked for and could not run (an environment "
+                                            f"fact, not the PR's): {bad}")
+    capability = request.cpu_device_capability
     tier = {"interpreter": "triton", "evidence": EVIDENCE, "reason": why, "triton": installed["triton"],
             "torch": installed["torch"], "numpy": installed["numpy"], "sanitizer": "on",
-            "device_redirect": "cuda -> cpu", "autotune": "every config once, first kept",
-            "sparse_grid_programs": request.cpu_sparse_grid}
+            "device_redirect": "cuda -> cpu", "autotune": "every config once per kernel and autotune key, first kept",
+            "sparse_grid_programs": request.cpu_sparse_grid, "device_capability": capability,
+            "assumptions": [f"compute capability {capability} (--cpu-device-capability, default "
+                            f"{triton_cpu.DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
+                            "get_device_capability() decides which kernel paths a repository takes"]}
     return StageResult(name=NAME, selection={"cpu_tier": "triton", "cpu_tier_reason": why}, facts={"cpu_tier": tier})
 
 
@@ -85,7 +132,7 @@ def launch_options(ctx: Context) -> dict:
     the tier's in-target settings."""
     if not active(ctx):
         return {"visible_devices": gpu_claim.visible_devices(ctx), "cpu_tier": None}
-    return {"visible_devices": target.NO_DEVICE, "cpu_tier": {"sparse_programs": ctx.request.cpu_sparse_grid}}
+    return {"visible_devices": target.NO_DEVICE, "cpu_tier": settings(ctx)}
 
 
 def run_evidence(run: TargetRun) -> dict | None:
@@ -94,9 +141,30 @@ def run_evidence(run: TargetRun) -> dict | None:
     seen = (run.receipt or {}).get("cpu_tier")
     if not seen:
         return None
+    autotuned = seen.get("autotuned", {})
     return {"evidence": EVIDENCE, "versions": seen.get("versions", {}), "violations": seen.get("violations", []),
             "sparse_launches": seen.get("sparse_launches", []), "bf16_skipped": seen.get("bf16_skipped", []),
-            "autotuned": seen.get("autotuned", {}), "launches": seen.get("launches", 0)}
+            "autotuned": autotuned, "autotune_seconds": round(sum(k.get("seconds", 0) for k in autotuned.values()), 3),
+            "launches": seen.get("launches", 0), "device_capability": seen.get("device_capability"),
+            "cuda_queries": seen.get("cuda_queries", {}), "libdevice": seen.get("libdevice", {})}
+
+
+def observe(stage: StageResult, run: TargetRun) -> None:
+    """Notes for what the tier did in a run that a reader should know: the autotune sweeps and their
+    cost, and libdevice functions it could not run."""
+    seen = run_evidence(run)
+    if not seen:
+        return
+    missing = sorted((seen["libdevice"] or {}).get("without_equivalent") or {})
+    if missing:
+        stage.finding("note", f"{stage.name}: libdevice {', '.join(missing)} has no equivalent in the Triton "
+                              "interpreter; kernels calling it cannot run on the CPU tier")
+    if seen["autotuned"]:
+        sweeps = "; ".join(f"{kernel}: {k['configs_run']} configs over {k['keys']} autotune keys"
+                           + (f" ({k['duplicates_skipped']} differing only in launch options skipped)"
+                              if k["duplicates_skipped"] else "") for kernel, k in seen["autotuned"].items())
+        stage.finding("note", f"{stage.name}: autotune ran every config once per kernel and key, "
+                              f"{seen['autotune_seconds']:.2f}s in all ({sweeps})")
 
 
 def _signature(violation: dict) -> tuple:
@@ -134,16 +202,29 @@ def blocker(ctx: Context, name: str, run: TargetRun, base: dict | None, fields: 
 
 
 def sparse_skip(name: str, run: TargetRun, fields: dict) -> StageResult | None:
-    """A skip for a failed script run that ran sparse launches the sanitizer passed: its outputs
-    were never computed in full, so its failure is no evidence (pytest runs say so per test)."""
+    """A skip for a script run that ran sparse launches the sanitizer passed, whatever its exit:
+    their outputs were never computed in full, so neither a pass nor a failure is evidence (pytest
+    runs say so per test)."""
     seen = run_evidence(run)
-    if not seen or run.runner != "script" or run.passed or not seen["sparse_launches"] or seen["violations"]:
+    if not seen or run.runner != "script" or not seen["sparse_launches"] or seen["violations"]:
         return None
     launches = ", ".join(f"{s['kernel']} {tuple(s['grid'])}" for s in seen["sparse_launches"][:3])
-    stage = result(name, "skip", f"the script failed after sparse launches ({launches}): only their first and last "
-                                 "programs ran, so its outputs prove nothing; the bounds sanitizer found nothing",
-                   **fields)
+    ended = "exited 0" if run.passed else f"failed (exit {run.exit})"
+    stage = result(name, "skip", f"the script {ended} after sparse launches ({launches}): only their first and last "
+                                 "programs ran, so its outputs were not computed in full and prove nothing; the bounds "
+                                 "sanitizer found nothing", **fields)
     return stage.finding("note", f"{name}: sparse-grid launches were checked for bounds only")
+
+
+def credit_fixes(stage: StageResult, head: TargetRun, base: dict | None) -> None:
+    """A positive note when base violated bounds and head, run under the tier, no longer does."""
+    seen = run_evidence(head)
+    if not seen or not base or not base.get("cpu_tier"):
+        return
+    on_head = {_signature(v) for v in seen["violations"]}
+    fixed = {_signature(v): v for v in base["cpu_tier"].get("violations") or [] if _signature(v) not in on_head}
+    for violation in fixed.values():
+        stage.finding("note", f"this PR fixes an out-of-bounds {violation['op']} that base has: {describe(violation)}")
 
 
 def describe(violation: dict) -> str:

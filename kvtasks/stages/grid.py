@@ -322,6 +322,10 @@ def head(ctx: Context) -> StageResult:
     independence, independence_reason = _run_independence(ctx, plan)
     stage = _judge(ctx, plan, run, head_repo, probe_fields, axis_argv, independence)
     stage.selection.update(grid_independence=independence, grid_independence_reason=independence_reason)
+    baseline = ctx.earlier.get("baseline_control")
+    base_grid = baseline.stage.model_extra.get("s1_grid") if baseline else None
+    cpu_tier.credit_fixes(stage, run, base_grid)
+    cpu_tier.observe(stage, run)
     if axis_state != plan.axis_state:
         stage.selection.update(axis_state=axis_state, axis_state_reason=axis_reason,
                                axes=[asdict(axis) for axis in plan.axes])

@@ -3,7 +3,9 @@ runtime that is actually installed?
 
 Profiles: aiter (imports from the checkout), FlyDSL (the pinned package from PYLIB when given,
 its version compared with the checkout's python/flydsl), and a generic one for any other kernel
-repository (`--runtime-module`, else inferred from what the target imports). A mismatch is an
+repository (`--runtime-module`, else inferred from what the target imports, then from the
+packaging). The checkout's import roots (a src/ layout, --python-path) come first on the path and
+are recorded in runtime_identity. On the Triton CPU tier the probe imports under the tier's hooks. A mismatch is an
 environment fact: skip with reason runtime_mismatch, nothing blamed on the author.
 """
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from kvtasks import sources, target
-from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, result
+from kvtasks.target import layout
 from kvtasks.worktree import GitFailed
 
 NAME = "runtime_compat"
@@ -36,19 +39,25 @@ class Profile:
 
 
 def _infer_module(ctx: Context) -> str | None:
-    """The first checkout package the target imports; else the checkout's only top-level package."""
+    """The first checkout package the target imports; else the package the checkout's packaging
+    declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
+    tests, examples or scripts."""
     worktree = ctx.worktree.path
-    bases = [worktree / "python", worktree] if (worktree / "python").is_dir() else [worktree]
+    roots = [worktree / root for root in target.import_roots(ctx.request)]
+    bases = [*roots, *([worktree / "python"] if (worktree / "python").is_dir() else []), worktree]
 
     def in_checkout(name: str) -> bool:
-        return any((base / name / "__init__.py").is_file() or (base / f"{name}.py").is_file() for base in bases)
+        return not layout.is_tooling(name) and any(
+            (base / name / "__init__.py").is_file() or (base / f"{name}.py").is_file() for base in bases)
 
     for name in sources.imported_modules(sources.parse(ctx.head_text(ctx.request.target_path))):
-        top = name.split(".")[0]
-        if in_checkout(top) and top not in ("tests", "test", "conftest"):
-            return top
-    packages = [p.parent.name for base in bases for p in base.glob("*/__init__.py")
-                if p.parent.name not in ("tests", "test", "docs", "benchmarks", "bench", "examples")]
+        if in_checkout(name.split(".")[0]):
+            return name.split(".")[0]
+    declared = [name for name in layout.declared_packages(worktree) if in_checkout(name)]
+    if declared:
+        return declared[0]
+    packages = [p.parent.name for base in bases for p in base.glob("*/__init__.py") if in_checkout(p.parent.name)]
+    packages = list(dict.fromkeys(packages))
     return packages[0] if len(packages) == 1 else None
 
 
@@ -110,9 +119,16 @@ def run(ctx: Context) -> StageResult:
                 ctx.worktree.apply(ctx.request.patch)
             except GitFailed as exc:
                 return _mismatch(f"the patch did not apply for the runtime probe: {exc}")
+        # on the CPU tier the module is imported the way the target will be: under the tier's hooks
+        tiered = cpu_tier.settings(ctx) if cpu_tier.wanted(ctx)[0] else None
+        import_roots = target.import_roots(ctx.request)
         seen, log = target.probe_runtime(ctx.request, run_dir=ctx.run_dir, module=chosen.module, roots=chosen.roots,
-                                         visible_devices=gpu_claim.visible_devices(ctx))
-    fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root}
+                                         visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=tiered)
+    fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root,
+              "import_roots": import_roots}
+    if tiered is not None:
+        fields["cpu_tier_hooks"] = "installed" if seen and not seen.get("cpu_tier_error") else \
+            f"not installed: {(seen or {}).get('cpu_tier_error') or 'the probe died'}"
     if seen is None:
         return _mismatch(f"the runtime probe died: {log[-300:]}", **fields)
     stage = _judge(chosen, seen, fields, ctx)
@@ -143,6 +159,7 @@ def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResu
         "native_artifacts_basis": "shared libraries mapped by this import, restricted to the roots; an empty list "
                                   "only means this import loaded none, not evidence about the target",
         "roots": chosen.roots,
+        "import_roots": fields["import_roots"],
     }
     stage = result(NAME, "pass", f"{chosen.module} imports from {seen['module_path']} "
                                  f"(python {seen['python_version']}, {len(seen['native_artifacts'])} native artifacts)",

@@ -8,18 +8,27 @@ from pathlib import Path
 from typing import Mapping
 
 from kvtasks.request import Request
-from kvtasks.target import environment, receipts, runtime_probe
+from kvtasks.target import environment, layout, receipts, runtime_probe, triton_cpu
 from kvtasks.target.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
 NO_DEVICE = {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": ""}
 
 
+def import_roots(request: Request) -> list[str]:
+    """The checkout's import roots as the tree is now: what its packaging declares (a src/ layout),
+    then --python-path, relative to the checkout."""
+    return list(dict.fromkeys([*layout.import_roots(Path(request.repo)), *request.python_path]))
+
+
 def python_path(request: Request) -> list[str]:
-    """The checkout first, then PYLIB; except FlyDSL with PYLIB, whose pinned build must win over
-    the checkout's uncompiled python/flydsl."""
+    """The checkout's import roots, the checkout itself, then PYLIB; except FlyDSL with PYLIB, whose
+    pinned build must win over the checkout's uncompiled python/flydsl."""
     worktree, pylib = Path(request.repo), request.host.pylib
-    checkout = ([str(worktree / "python")] if (worktree / "python").is_dir() else []) + [str(worktree)]
+    roots = [str(worktree / root) for root in import_roots(request)]
+    python = [str(worktree / "python")] if (worktree / "python").is_dir() and "python" not in import_roots(request) \
+        else []
+    checkout = roots + python + [str(worktree)]
     if pylib and (worktree / "python" / "flydsl" / "__init__.py").is_file():
         return [pylib, *reversed(checkout)]
     return checkout + ([pylib] if pylib else [])
@@ -76,17 +85,26 @@ def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file
 
 
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],
-                  visible_devices: Mapping[str, str] = NO_DEVICE) -> tuple[dict | None, str]:
-    """Import `module` the way the target would; return what the probe saw (None if it died) and its log."""
+                  visible_devices: Mapping[str, str] = NO_DEVICE, cpu_tier: dict | None = None) -> tuple[dict | None, str]:
+    """Import `module` the way the target would (with cpu_tier, its settings: under the tier's
+    hooks); return what the probe saw (None if it died) and its log."""
     probe_dir = run_dir / "runtime"
     probe_dir.mkdir(parents=True, exist_ok=True)
     out = probe_dir / "runtime.json"
     out.unlink(missing_ok=True)
     env = target_env(request, run_dir, "head", "runtime-probe", visible_devices)
+    tier = ""
+    if cpu_tier:
+        # loaded by path from a folder of its own: nothing of the probe's shadows the checkout's modules
+        hooks = probe_dir / "tier" / "triton_cpu_hooks.py"
+        hooks.parent.mkdir(exist_ok=True)
+        hooks.write_text(Path(triton_cpu.__file__).read_text())
+        tier = json.dumps({"path": str(hooks), "settings": cpu_tier})
+        env["TRITON_INTERPRET"] = "1"
     done = subprocess.run(
         # run as -c, not by path: the probe's own folder must not shadow the checkout's modules
         [*request.no_network, request.host.python_bin, "-c", Path(runtime_probe.__file__).read_text(), str(out),
-         module, *roots],
+         module, tier, *roots],
         cwd=request.repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=min(300, request.host.timeout),
     )

@@ -6,8 +6,10 @@ the run kills the whole group, grandchildren included.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Literal, Mapping
@@ -15,6 +17,7 @@ from typing import Literal, Mapping
 from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
+PYTEST_USAGE_ERROR = 4
 PYTEST_NOTHING_COLLECTED = 5
 FAILED_TESTS_KEPT = 50
 _KILL_GRACE_S = 5.0
@@ -48,6 +51,14 @@ class TargetRun(BaseModel):
     receipt_path: str | None = None
     receipt_sha256: str | None = None
     receipt_note: str = ""
+    # set when pytest refused the repository's own configuration (exit 4) and the run was retried
+    # once with -o addopts=: {"dropped": the addopts the repository's config file sets, "file",
+    # "error": pytest's message, "first_log"}
+    addopts_dropped: dict | None = None
+
+    @property
+    def usage_error(self) -> bool:
+        return self.runner == "pytest" and self.exit == PYTEST_USAGE_ERROR
 
     @property
     def passed(self) -> bool:
@@ -96,8 +107,24 @@ def launch(
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = run_dir / f"junit-{label}.xml"
     log = run_dir / f"{label}.log"
-    junit.unlink(missing_ok=True)
     command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
+    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
+    if done.usage_error and probe is not None:
+        # pytest refused its own command line before running anything: most often the repository's
+        # addopts name a plugin this interpreter lacks (--cov without pytest-cov). Once more without them.
+        first_log = log.with_name(f"{label}-usage-error.log")
+        log.replace(first_log)
+        text = first_log.read_text(errors="replace")
+        retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s)
+        retry.addopts_dropped = {**configured_addopts(text, cwd), "error": usage_message(text),
+                                 "first_log": str(first_log)}
+        retry.duration_s = round(retry.duration_s + done.duration_s, 3)
+        return retry
+    return done
+
+
+def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> TargetRun:
+    junit.unlink(missing_ok=True)
     started = time.monotonic()
     timed_out = False
     with open(log, "wb") as log_file:
@@ -115,12 +142,53 @@ def launch(
     exit_code = None if timed_out else process.returncode
     if runner == "pytest":
         stats = pytest_stats(junit, exit_code)
+        if exit_code == PYTEST_USAGE_ERROR:
+            stats.note = f"pytest usage error (exit 4), no test ran: {usage_message(log.read_text(errors='replace'))}"
     else:
         stats = script_stats(exit_code)
     if timed_out:
         stats.note = f"timed out after {timeout_s}s; the process group was killed"
     return TargetRun(label=label, runner=runner, command=command, exit=exit_code, timed_out=timed_out,
                      duration_s=round(duration, 3), log=str(log), stats=stats)
+
+
+def usage_message(log_text: str) -> str:
+    """pytest's own one-line complaint about its command line."""
+    lines = [line.strip() for line in log_text.splitlines() if "error:" in line] or \
+        [line.strip() for line in log_text.splitlines() if line.strip()][-1:] or ["(no output)"]
+    return lines[-1][:300]
+
+
+_INI_SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
+
+
+def configured_addopts(log_text: str, cwd: Path) -> dict:
+    """The addopts `-o addopts=` drops: read from the config file pytest named (`inifile:`/`configfile:`)."""
+    import configparser
+
+    named = re.search(r"^\s*(?:inifile|configfile):\s*(\S+)", log_text, re.MULTILINE)
+    path = Path(named.group(1)) if named else None
+    if path is not None and not path.is_absolute():
+        path = cwd / path
+    found = {"file": str(path.name) if path else None, "dropped": ""}
+    if path is None or not path.is_file():
+        return found
+    try:
+        if path.name == "pyproject.toml":
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover
+                import tomli as tomllib
+            options = tomllib.loads(path.read_text()).get("tool", {}).get("pytest", {}).get("ini_options", {})
+            value = options.get("addopts", "")
+        else:
+            parser = configparser.ConfigParser(interpolation=None)
+            parser.read_string(path.read_text())
+            value = parser.get(_INI_SECTIONS.get(path.name, "pytest"), "addopts", fallback="")
+    except Exception as exc:  # an unreadable config file: say so instead of guessing
+        return {**found, "dropped": f"(unreadable: {exc})"}
+    found["dropped"] = " ".join(value) if isinstance(value, list) else " ".join(str(value).split())
+    return found
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -147,6 +215,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
+    if exit_code == PYTEST_USAGE_ERROR and not junit.is_file():
+        return ExecutionStats(basis="pytest usage error: nothing was collected or run")  # not a test failure
     if not junit.is_file():
         return ExecutionStats(errors=1, note="JUnit XML missing: pytest died before writing results")
     try:

@@ -1,9 +1,11 @@
 """Runs inside the target's interpreter and environment: import one module, say where it came from.
 
-Usage: python runtime_probe.py OUT.json MODULE ROOT [ROOT ...]
+Usage: python runtime_probe.py OUT.json MODULE TIER ROOT [ROOT ...]
 Writes {module, module_path, module_version, python_executable, python_version, inside_roots,
-native_artifacts[{path, size, sha256}], distributions["name==version"], error}. Standard library only: it must run in any target
-environment, and it never imports kvtasks.
+native_artifacts[{path, size, sha256}], distributions["name==version"], cpu_tier_error, error}.
+TIER is "" or JSON {"path", "settings"}: on the Triton CPU tier the module is imported the way the
+target will be, under the tier's hooks (that file, loaded by path, installed first). Standard
+library only: it must run in any target environment, and it never imports kvtasks.
 """
 import hashlib
 import importlib
@@ -29,10 +31,27 @@ def _digest(path):
     return sha.hexdigest()
 
 
-def main(out, module_name, *roots):
+def _install_tier(tier):
+    """Load the CPU tier's hooks from their file and install them; return why not, or None."""
+    import importlib.util
+
+    spec = json.loads(tier)
+    try:
+        loaded = importlib.util.spec_from_file_location("kvtasks_runtime_probe_tier", spec["path"])
+        hooks = importlib.util.module_from_spec(loaded)
+        loaded.loader.exec_module(hooks)
+        hooks.install(spec["settings"])
+    except BaseException as exc:  # without torch or triton the import below says what it says
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def main(out, module_name, tier, *roots):
     roots = [os.path.realpath(root) + os.sep for root in roots]
     found = {"module": module_name, "python_executable": sys.executable,
-             "python_version": sys.version.split()[0], "error": None}
+             "python_version": sys.version.split()[0], "error": None, "cpu_tier_error": None}
+    if tier:
+        found["cpu_tier_error"] = _install_tier(tier)
     try:
         module = importlib.import_module(module_name)
         path = os.path.realpath(getattr(module, "__file__", None) or next(iter(module.__path__)))

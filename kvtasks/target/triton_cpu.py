@@ -11,10 +11,19 @@ already in the environment. It installs four things:
   A pointer carries the allocation it was derived from (pointer arithmetic, splat, broadcast and
   expand_dims pass it on), so an access that lands inside a neighbouring tensor is caught too, and a
   wrapped 32-bit offset is blamed on the right argument, whatever the heap layout of this run.
-- a device redirect: device="cuda", .cuda(), .to("cuda") and the common torch.cuda queries
-  behave as one CPU device, so tests written for a GPU run here.
-- autotune on the interpreter: every config runs once (there is no GPU timer), all tie, the first
-  config is kept; the sanitizer checks each.
+- a device redirect: device="cuda", .cuda(), .to("cuda") and the torch.cuda queries kernel
+  repositories make at import or collection (capability, properties, name, memory, streams and
+  events, the device context) behave as one CPU device, so tests written for a GPU run here. The
+  compute capability has no honest CPU answer and decides which kernel paths a repository takes: it
+  is the `device_capability` setting (--cpu-device-capability), and the report says it was assumed.
+- libdevice on the interpreter: `triton.language.extra.libdevice` functions are stubs that return
+  None there, and the CUDA/HIP libdevice modules' extern calls raise; both are forwarded to the
+  interpreter's own math (the `tl.math` equivalent, or the numpy function the interpreter would
+  use). A function with no equivalent raises naming itself, and the receipt lists it.
+- autotune on the interpreter: every config runs once per kernel and autotune key (Triton's own
+  cache decides when a key is new); configs that differ only in num_warps, num_stages or other
+  launch options the interpreter ignores run once. There is no GPU timer, all tie, the first config
+  is kept; the sanitizer checks each. The receipt records the sweeps and what they cost.
 - a sparse grid: a launch of more than `sparse_programs` programs runs only the first and last
   program of each axis, so a > 2^31-element shape runs in seconds on tensors whose untouched pages
   are never committed. A test that ran a sparse launch claims only what the sanitizer checked: if it
@@ -23,13 +32,17 @@ already in the environment. It installs four things:
 Everything it saw goes into the run's receipt under "cpu_tier" through `report()`.
 """
 import os
+import time
 import types
 
 _BF16 = {"bf16", "bfloat16", "torch.bfloat16"}
 BF16_REASON = "interpreter limitation: bf16 arithmetic is wrong in the Triton interpreter"
 
+DEFAULT_CAPABILITY = "8.0"  # Ampere: the oldest architecture current Triton kernel repositories target
+
 _state = {"settings": {}, "launch": None, "test": None, "violations": [], "sparse": [], "autotune": {},
-          "bf16_skipped": [], "redirected": 0, "launches": 0, "versions": {}}
+          "bf16_skipped": [], "redirected": 0, "launches": 0, "versions": {}, "cuda_queries": {},
+          "libdevice": {"forwarded": {}, "without_equivalent": {}}}
 
 
 class BoundsViolation(IndexError):
@@ -195,6 +208,96 @@ def _install_sanitizer(interpreter):
         setattr(builder_class, name, method)
 
 
+# -- libdevice ---------------------------------------------------------------------------------------
+
+# libdevice names the interpreter can compute, by the numpy function its own tl.math equivalent uses
+# (exp, sqrt, rsqrt, ...) or, where tl.math has none, the numpy function of the same meaning.
+_LIBDEVICE = {
+    "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "cos": "cos", "sin": "sin", "sqrt": "sqrt",
+    "sqrt_rn": "sqrt", "rsqrt": "rsqrt", "rsqrt_rn": "rsqrt", "abs": "abs", "fabs": "abs", "floor": "floor",
+    "ceil": "ceil", "erf": "erf", "fma": "fma", "div_rn": "divide", "fast_dividef": "divide",
+    "fast_expf": "exp", "fast_logf": "log", "fast_log2f": "log2", "fast_sinf": "sin", "fast_cosf": "cos",
+    "tanh": "tanh", "fast_tanhf": "tanh", "sinh": "sinh", "cosh": "cosh", "tan": "tan", "fast_tanf": "tan",
+    "asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2", "asinh": "arcsinh",
+    "acosh": "arccosh", "atanh": "arctanh", "expm1": "expm1", "log1p": "log1p", "log10": "log10",
+    "fast_log10f": "log10", "exp10": "exp10", "fast_exp10f": "exp10", "pow": "power", "fast_powf": "power",
+    "hypot": "hypot", "trunc": "trunc", "rint": "rint", "nearbyint": "rint", "copysign": "copysign",
+    "fmod": "fmod", "cbrt": "cbrt", "isnan": "isnan", "isinf": "isinf", "finitef": "isfinite",
+    "isfinited": "isfinite", "signbit": "signbit", "fmin": "fmin", "fmax": "fmax", "nextafter": "nextafter",
+}
+
+
+def _numpy_function(name):
+    import math
+
+    import numpy as np
+
+    special = {"rsqrt": lambda x: 1 / np.sqrt(x), "fma": lambda x, y, z: x * y + z,
+               "exp10": lambda x: np.power(10.0, x), "erf": np.vectorize(math.erf, otypes=[float])}
+    chosen = _LIBDEVICE.get(name)
+    return None if chosen is None else special.get(chosen) or getattr(np, chosen)
+
+
+def _libdevice_name(symbol: str) -> str:
+    """__nv_tanhf / __nv_fast_tanhf / __ocml_tanh_f32 -> the libdevice function's name."""
+    name = symbol.removeprefix("__nv_").removeprefix("__ocml_")
+    for suffix in ("_f32", "_f64", "_f16"):
+        name = name.removesuffix(suffix)
+    return name if name in _LIBDEVICE or not name.endswith("f") else name[:-1]
+
+
+def _count(table: str, name: str) -> None:
+    _state["libdevice"][table][name] = _state["libdevice"][table].get(name, 0) + 1
+
+
+def _unavailable(name: str) -> NotImplementedError:
+    _count("without_equivalent", name)
+    return NotImplementedError(f"kvtasks CPU tier: libdevice.{name} has no equivalent in the Triton interpreter")
+
+
+def _install_libdevice(interpreter):
+    import inspect
+
+    import numpy as np
+    from triton.language.extra import libdevice
+
+    def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, is_pure):
+        name = _libdevice_name(symbol)
+        function = _numpy_function(name)
+        if function is None:
+            raise _unavailable(name)
+        _count("forwarded", name)
+        scalar = getattr(ret_type, "scalar", ret_type)
+        with np.errstate(all="ignore"):  # a GPU returns inf/nan here too, without a warning
+            data = function(*(getattr(arg, "data", arg) for arg in args))
+        return interpreter.TensorHandle(np.asarray(data).astype(interpreter._get_np_dtype(scalar)), scalar)
+
+    interpreter.InterpreterBuilder.create_extern_elementwise = create_extern_elementwise
+
+    # triton.language.extra.libdevice holds stubs (they return None outside the compiler): each becomes
+    # the CUDA libdevice builtin of the same name, which the interpreter's extern call above computes
+    try:
+        from triton.language.extra.cuda import libdevice as cuda_libdevice
+    except ImportError:
+        return
+    interpreter._patch_builtin(cuda_libdevice, interpreter.interpreter_builder)
+    for name, stub in inspect.getmembers(libdevice, inspect.isfunction):
+        if stub.__module__ != libdevice.__name__:
+            continue
+        forward = getattr(cuda_libdevice, name, None)
+        if forward is None or _LIBDEVICE.get(name) is None:
+            setattr(libdevice, name, _refusing(name))
+        else:
+            setattr(libdevice, name, forward)
+
+
+def _refusing(name):
+    def unavailable(*_, **__):
+        raise _unavailable(name)
+    unavailable.__name__ = name
+    return unavailable
+
+
 # -- launches and the sparse grid -----------------------------------------------------------------
 
 def _sparse_axes(grid, limit):
@@ -249,18 +352,49 @@ def _shares_storage(dev, hst):
         a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for a, b in zip(devs, hsts))
 
 
+def _autotune_record(autotuner) -> dict:
+    kernel = getattr(getattr(autotuner, "base_fn", None), "__name__", "kernel")
+    return _state["autotune"].setdefault(kernel, {"keys": 0, "configs_run": 0, "duplicates_skipped": 0,
+                                                  "seconds": 0.0})
+
+
+def _program(config) -> tuple:
+    """What the interpreter runs for a config: its meta-parameters and pre-hook; num_warps,
+    num_stages and the other launch options change nothing there."""
+    return tuple(sorted((name, repr(value)) for name, value in config.kwargs.items())), config.pre_hook
+
+
 def _install_autotune():
     from triton.runtime import autotuner
 
+    prune = autotuner.Autotuner.prune_configs
+
+    def prune_configs(self, kwargs):
+        # Triton calls this once per new autotune key, just before it runs the configs
+        configs, seen, kept = prune(self, kwargs), set(), []
+        for config in configs:
+            if _program(config) not in seen:
+                seen.add(_program(config))
+                kept.append(config)
+        record = _autotune_record(self)
+        record["keys"] += 1
+        record["configs_run"] += len(kept)
+        record["duplicates_skipped"] += len(configs) - len(kept)
+        return kept
+
     def run_each_config_once(self):
-        kernel = getattr(getattr(self, "base_fn", None), "__name__", "kernel")
+        record = _autotune_record(self)
 
         def bench(kernel_call, quantiles=None, **_):
-            kernel_call()
-            _state["autotune"][kernel] = _state["autotune"].get(kernel, 0) + 1
+            started = time.perf_counter()
+            try:
+                kernel_call()
+            finally:
+                record["seconds"] = round(record["seconds"] + time.perf_counter() - started, 3)
             return [0.0] * len(quantiles) if quantiles else 0.0
         return bench
 
+    autotuner.Autotuner.prune_configs = prune_configs
     autotuner.Autotuner.do_bench = property(run_each_config_once)
 
 
@@ -298,21 +432,155 @@ def _install_device_redirect():
             return func(*args, **kwargs)
 
     CudaOnCpu().__enter__()  # for the life of the process
-    cuda = torch.cuda
-    for name, value in (("is_available", lambda: True), ("device_count", lambda: 1),
-                        ("current_device", lambda: 0), ("synchronize", lambda *a, **k: None),
-                        ("set_device", lambda *a, **k: None),
-                        ("get_device_name", lambda *a, **k: "Triton interpreter (CPU)")):
-        setattr(cuda, name, value)
+    _answer_cuda_queries(torch)
+
+    capability = capability_of(_state["settings"])
 
     class InterpreterDriver:
+        utils = types.SimpleNamespace(get_device_properties=lambda *_: _triton_properties())
+
         def get_active_torch_device(self):
             return torch.device("cpu")
 
         def get_current_device(self):
             return 0
 
+        def get_current_stream(self, *_):
+            return 0
+
+        def get_device_interface(self):
+            return torch.cuda
+
+        def get_current_target(self):
+            from triton.backends.compiler import GPUTarget
+
+            _state["cuda_queries"]["get_current_target"] = _state["cuda_queries"].get("get_current_target", 0) + 1
+            return GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
+
     triton.runtime.driver.set_active(InterpreterDriver())
+
+
+def capability_of(settings) -> tuple[int, int]:
+    major, _, minor = str(settings.get("device_capability") or DEFAULT_CAPABILITY).partition(".")
+    return int(major), int(minor or 0)
+
+
+def _host_memory() -> tuple[int, int]:
+    """(available, total) bytes of host memory: the CPU device's memory."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"), total
+    except (ValueError, OSError):
+        return total, total
+
+
+def _triton_properties() -> dict:
+    return {"multiprocessor_count": os.cpu_count() or 1, "max_shared_mem": 166912, "max_num_regs": 65536,
+            "warpSize": 32, "sm_clock_rate": 0, "mem_clock_rate": 0, "mem_bus_width": 0}
+
+
+class _Stream:
+    """A CUDA stream on the one CPU device: work is already done when it is queued."""
+
+    cuda_stream = 0
+    device = "cpu"
+    device_index = 0
+
+    def __init__(self, *_, **__):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, *_):
+        pass
+
+    def wait_event(self, *_):
+        pass
+
+    def record_event(self, event=None):
+        event = event or _Event()
+        event.record(self)
+        return event
+
+    def query(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        return False
+
+
+class _Event:
+    """A CUDA event on the CPU: it records the host clock, so elapsed_time is wall time in ms."""
+
+    def __init__(self, *_, **__):
+        self.at = None
+
+    def record(self, *_):
+        self.at = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def wait(self, *_):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        return ((end.at or 0.0) - (self.at or 0.0)) * 1000.0
+
+
+class _DeviceContext:
+    def __init__(self, *_):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        return False
+
+
+def _answer_cuda_queries(torch):
+    """Every torch.cuda query a kernel repository makes at import or collection, answered for one
+    CPU device; each answer is counted, so the receipt says which were asked."""
+    cuda = torch.cuda
+    capability = capability_of(_state["settings"])
+    total = _host_memory()[1]
+    properties = types.SimpleNamespace(
+        name="Triton interpreter (CPU)", major=capability[0], minor=capability[1], total_memory=total,
+        multi_processor_count=os.cpu_count() or 1, is_integrated=False, is_multi_gpu_board=False,
+        warp_size=32, max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
+        L2_cache_size=0, gcnArchName="", uuid="kvtasks-cpu-tier")
+
+    def answered(name, value):
+        def query(*_, **__):
+            _state["cuda_queries"][name] = _state["cuda_queries"].get(name, 0) + 1
+            return value() if callable(value) else value
+        return query
+
+    answers = {
+        "is_available": True, "device_count": 1, "current_device": 0, "is_initialized": True,
+        "synchronize": None, "set_device": None, "init": None, "empty_cache": None, "ipc_collect": None,
+        "get_device_name": properties.name, "get_device_capability": capability,
+        "get_device_properties": properties, "get_arch_list": [f"sm_{capability[0]}{capability[1]}"],
+        "is_bf16_supported": capability >= (8, 0), "mem_get_info": lambda: _host_memory(),
+        "memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0, "max_memory_reserved": 0,
+        "reset_peak_memory_stats": None, "reset_max_memory_allocated": None,
+        "reset_accumulated_memory_stats": None, "memory_stats": lambda: {}, "memory_summary": "",
+        "current_stream": lambda: _Stream(), "default_stream": lambda: _Stream(),
+        "get_rng_state": lambda: torch.get_rng_state(),
+    }
+    for name, value in answers.items():
+        setattr(cuda, name, answered(name, value))
+    cuda.set_rng_state = lambda state, *_, **__: torch.set_rng_state(state)
+    cuda.Stream, cuda.Event, cuda.device = _Stream, _Event, _DeviceContext
+    cuda.stream = lambda stream=None: stream if stream is not None else _DeviceContext()
 
 
 # -- pytest: bf16 cells and sparse tests -----------------------------------------------------------
@@ -366,6 +634,7 @@ def install(settings):
                           "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "")}
     _install_sanitizer(interpreter)
     _install_launches(interpreter)
+    _install_libdevice(interpreter)
     _install_autotune()
     _install_device_redirect()
 
@@ -378,7 +647,10 @@ def register_pytest(config):
 
 def report():
     return {"interpreter": "triton", "sanitizer": "on", "device_redirect": "cuda->cpu",
-            "autotune": "every config once, first kept", "sparse_programs": _state["settings"].get("sparse_programs"),
+            "device_capability": "{}.{}".format(*capability_of(_state["settings"])),
+            "autotune": "every config once per kernel and autotune key, first kept",
+            "sparse_programs": _state["settings"].get("sparse_programs"),
             "versions": _state["versions"], "launches": _state["launches"], "violations": _state["violations"],
             "sparse_launches": _state["sparse"], "autotuned": _state["autotune"],
-            "bf16_skipped": _state["bf16_skipped"], "redirected_device_calls": _state["redirected"]}
+            "bf16_skipped": _state["bf16_skipped"], "redirected_device_calls": _state["redirected"],
+            "cuda_queries": _state["cuda_queries"], "libdevice": _state["libdevice"]}

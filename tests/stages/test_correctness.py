@@ -1,3 +1,7 @@
+from types import SimpleNamespace
+
+from kvtasks.stages import correctness
+from kvtasks.target.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
 
 FAILING_TEST = '''import numpy as np
@@ -111,3 +115,13 @@ def test_script_target_runs_as_a_script(repo, validate, tmp_path):
     assert head["status"] == "fail" and head["stats"]["executed"] == 1
     assert "liveness" in head["stats"]["basis"]
     assert result.verdict == "BLOCK"
+
+
+def test_a_pytest_usage_error_on_head_is_a_skip_never_a_failure():
+    run = TargetRun(label="head-repo", runner="pytest", command=[], exit=4, duration_s=0.0, log="",
+                    stats=ExecutionStats(note="pytest usage error (exit 4), no test ran: error: unrecognized "
+                                              "arguments: --cov"))
+    ctx = SimpleNamespace(request=SimpleNamespace(has_patch=True, host=SimpleNamespace(timeout=60)))
+    stage = correctness._judge_head(ctx, run, {"state": "ran", "exit": 0})
+    assert stage.stage.status == "skip" and [f.severity for f in stage.findings] == ["note"]
+    assert "unrecognized arguments: --cov" in stage.findings[0].detail

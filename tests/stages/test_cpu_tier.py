@@ -134,12 +134,15 @@ def test_a_head_only_sanitizer_violation_is_a_blocker(base, has_patch, blocks):
         assert "store out of bounds in kernel k: argument out_ptr at element offset 70" in stage.findings[0].detail
 
 
-def test_a_failed_script_that_only_ran_sparse_launches_is_no_evidence():
+def test_a_script_that_only_ran_sparse_launches_is_no_evidence_whether_it_failed_or_passed():
     sparse = [{"kernel": "k", "grid": [524289, 1, 1], "programs_run": 2, "test": None}]
-    stage = cpu_tier.sparse_skip("correctness_grid", _run("script", 1, sparse=sparse), {})
-    assert stage.stage.status == "skip" and "k (524289, 1, 1)" in stage.stage.note
+    failed = cpu_tier.sparse_skip("correctness_grid", _run("script", 1, sparse=sparse), {})
+    assert failed.stage.status == "skip" and "k (524289, 1, 1)" in failed.stage.note
+    passed = cpu_tier.sparse_skip("correctness_grid", _run("script", 0, sparse=sparse), {})
+    assert passed.stage.status == "skip" and "exited 0 after sparse launches" in passed.stage.note
+    assert "not computed in full" in passed.stage.note
     assert cpu_tier.sparse_skip("correctness_grid", _run("script", 1, [OOB], sparse), {}) is None
-    assert cpu_tier.sparse_skip("correctness_grid", _run("script", 0, sparse=sparse), {}) is None
+    assert cpu_tier.sparse_skip("correctness_grid", _run("script", 0), {}) is None
 
 
 def test_auto_leaves_the_tier_off_when_a_gpu_was_claimed():
@@ -148,3 +151,91 @@ def test_auto_leaves_the_tier_off_when_a_gpu_was_claimed():
     decided = cpu_tier.run(ctx)
     assert decided.selection == {"cpu_tier": "off", "cpu_tier_reason": "auto: a GPU was claimed, so kernels run on it"}
     assert decided.facts == {"cpu_tier": None}
+
+
+# -- a repository laid out as real ones are ---------------------------------------------------------
+
+PACKAGED = ["--target", "tests/test_norm.py", "--cpu-tier", "triton", "--no-perf"]
+
+
+def test_a_src_layout_repository_blocks_its_bug_with_no_workaround(tmp_path, validate, no_gpu):
+    # src/ layout, --cov addopts without pytest-cov, CUDA queries at import and collection, libdevice,
+    # and a benchmark/ package the runtime module must not be taken from
+    repo = triton_repos.packaged_repo(tmp_path / "tiny")
+    patch = make_patch(repo, {"src/tiny_kernels/norm.py": triton_repos.RMS_NORM_UNMASKED_STORE}, tmp_path / "bug.patch")
+    result = validate(repo, "--patch", str(patch), *PACKAGED)
+    assert result.verdict == "BLOCK", result.findings("note")
+    blockers = result.findings("blocker")
+    assert [f["stage"] for f in blockers] == ["correctness_repo_tests"]
+    assert "store out of bounds in kernel rms_norm_kernel" in blockers[0]["detail"]
+    assert "argument out_ptr at element offset 400 of an allocation of 400 elements" in blockers[0]["detail"]
+
+    identity = result.report["runtime_identity"]
+    assert identity["module"] == "tiny_kernels" and identity["import_roots"] == ["src"]
+    assert identity["module_path"].endswith("src/tiny_kernels/__init__.py")
+    assert result.stage("runtime_compat")["cpu_tier_hooks"] == "installed"
+    assert result.report["cpu_tier"]["device_capability"] == "8.0"
+    assert "compute capability 8.0" in result.report["cpu_tier"]["assumptions"][0]
+
+    base, head = result.stage("baseline_control"), result.stage("correctness_repo_tests")
+    assert base["repo_tests"]["exit"] == 0 and base["repo_tests"]["stats"]["executed"] == 2
+    for fields in (base["repo_tests"], head):
+        assert fields["pytest_addopts_dropped"]["dropped"] == "--cov=tiny_kernels --cov-report=term"
+        assert "unrecognized arguments: --cov" in fields["pytest_addopts_dropped"]["error"]
+    tier = base["repo_tests"]["cpu_tier"]
+    assert tier["cuda_queries"] == {"get_device_capability": 1, "get_device_properties": 1}
+    assert tier["libdevice"]["forwarded"]["rsqrt"] > 0 and tier["libdevice"]["without_equivalent"] == {}
+    # six configs a key, two of them distinct to the interpreter; two keys (N=100, N=64)
+    assert {k: v for k, v in tier["autotuned"]["rms_norm_kernel"].items() if k != "seconds"} == {
+        "keys": 2, "configs_run": 4, "duplicates_skipped": 8}
+    notes = [f["detail"] for f in result.findings("note")]
+    assert any(note.startswith("correctness_repo_tests: autotune ran every config once per kernel and key")
+               for note in notes)
+    assert any("-o addopts=, which drops all of pyproject.toml's addopts: --cov=tiny_kernels" in n for n in notes)
+
+
+def test_a_pr_that_fixes_what_base_violated_is_credited_and_base_is_not_called_clean(tmp_path, validate, no_gpu):
+    repo = triton_repos.packaged_repo(tmp_path / "tiny", triton_repos.RMS_NORM_UNMASKED_STORE)
+    patch = make_patch(repo, {"src/tiny_kernels/norm.py": triton_repos.RMS_NORM}, tmp_path / "fix.patch")
+    result = validate(repo, "--patch", str(patch), "--cpu-device-capability", "9.0", *PACKAGED)
+    assert result.findings("blocker") == [] and result.findings("should-fix") == []
+    assert result.verdict == "INCONCLUSIVE"  # PASS needs a claimed GPU
+    base = result.stage("baseline_control")
+    assert base["repo_tests"]["exit"] == 1
+    assert "repo tests: ran, exit 1" in base["note"] and "the bounds sanitizer raised on base: store out of bounds " \
+        "in kernel rms_norm_kernel" in base["note"]
+    assert result.stage("correctness_repo_tests")["status"] == "pass"
+    fixed = [f["detail"] for f in result.findings("note") if f["detail"].startswith("this PR fixes")]
+    assert fixed == ["this PR fixes an out-of-bounds store that base has: store out of bounds in kernel rms_norm_kernel "
+                     "in tests/test_norm.py::test_rms_norm[4-100]: argument out_ptr at element offset 400 of an "
+                     "allocation of 400 elements (program (3, 0, 0))"]
+    assert result.report["cpu_tier"]["device_capability"] == "9.0"
+    assert result.stage("correctness_repo_tests")["cpu_tier"]["device_capability"] == "9.0"
+
+
+class _Decided(SimpleNamespace):
+    def fact(self, name, default=None):
+        return self.facts.get(name, default)
+
+
+def _tier_ctx(fingerprint, compat_note="runtime_compat said so"):
+    request = SimpleNamespace(cpu_tier="triton", cpu_sparse_grid=4096, cpu_device_capability="8.0",
+                              host=SimpleNamespace(python_bin="/venv/bin/python"))
+    compat = StageResult(name="runtime_compat", stage=Stage(status="skip", note=compat_note))
+    return _Decided(request=request, earlier={"runtime_compat": compat},
+                    facts={} if fingerprint is None else {"runtime_fingerprint": fingerprint})
+
+
+def test_a_known_bad_triton_numpy_pair_is_an_environment_fact_named_at_tier_start():
+    bad = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.5.0", "torch==2.13.0+cpu", "numpy==2.4.6"]}))
+    assert bad.facts == {"cpu_tier": None} and bad.selection["cpu_tier"] == "off"
+    assert "triton 3.5.0 with numpy 2.4.6 is a known-bad pair" in bad.selection["cpu_tier_reason"]
+    assert bad.findings[0].severity == "note" and "install numpy<2.4" in bad.findings[0].detail
+    good = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.5.0", "torch==2.13.0+cpu", "numpy==2.3.5"]}))
+    assert good.facts["cpu_tier"]["numpy"] == "2.3.5" and good.findings == []
+
+
+def test_no_missing_packages_are_claimed_when_the_runtime_probe_never_ran():
+    refused = cpu_tier.run(_tier_ctx(None, "PYLIB holds a prebuilt runtime but the patch changes runtime sources"))
+    assert refused.findings == [] and "missing" not in refused.selection["cpu_tier_reason"]
+    assert "the runtime probe did not run (PYLIB holds a prebuilt runtime" in refused.selection["cpu_tier_reason"]

@@ -54,3 +54,30 @@ def test_unreadable_junit_is_an_error_not_a_pass(tmp_path):
     junit.write_text("<testsuites")
     stats = pytest_stats(junit, 0)
     assert stats.errors == 1 and stats.executed == 0 and "unreadable" in stats.note
+
+
+def launch_pytest(tmp_path, env_extra=None):
+    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+                             receipt=tmp_path / "receipt.json")
+    return launch(label="head-repo", runner="pytest", target="test_ok.py", cwd=tmp_path,
+                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **(env_extra or {})},
+                  python_bin=os.sys.executable, run_dir=tmp_path / "runs", timeout_s=120, probe=probe.name)
+
+
+def test_addopts_needing_an_absent_plugin_are_dropped_once_and_said(tmp_path):
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\naddopts = --cov=pkg\n    -p no:warnings\n")
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    run = launch_pytest(tmp_path)
+    assert run.exit == 0 and run.stats.executed == 1
+    assert run.addopts_dropped["file"] == "setup.cfg" and run.addopts_dropped["dropped"] == "--cov=pkg -p no:warnings"
+    assert "unrecognized arguments: --cov=pkg" in run.addopts_dropped["error"]
+    assert run.command[-2:] == ["-o", "addopts="]
+
+
+def test_a_usage_error_that_persists_is_never_a_test_failure(tmp_path):
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    run = launch_pytest(tmp_path, {"PYTEST_ADDOPTS": "--no-such-option"})
+    assert run.usage_error and run.addopts_dropped is not None  # retried once, still refused
+    assert run.stats.failures == 0 and run.stats.errors == 0 and run.stats.executed == 0
+    assert run.stats.note.startswith("pytest usage error (exit 4), no test ran")
+    assert pytest_stats(tmp_path / "missing.xml", 4).errors == 0

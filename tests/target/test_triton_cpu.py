@@ -58,7 +58,8 @@ def test_an_autotuned_kernel_runs_every_config_once_under_the_sanitizer(tmp_path
     run = _run(repo, "tests/test_add.py", tmp_path)
     tier = run.receipt["cpu_tier"]
     assert run.exit == 0 and run.stats.executed == 1, run.log_tail()
-    assert tier["autotuned"] == {"add_kernel": 3}
+    assert {k: v for k, v in tier["autotuned"]["add_kernel"].items() if k != "seconds"} == {
+        "keys": 1, "configs_run": 3, "duplicates_skipped": 0}
     assert tier["launches"] == 4  # three timed configs, then the chosen one
 
 
@@ -78,3 +79,63 @@ def test_int32_offset_overflow_past_2_31_elements_is_caught_on_the_sparse_grid(t
     assert fixed.exit == 0 and fixed.receipt["cpu_tier"]["violations"] == []
     # only two of 524289 programs ran: the test claims what the sanitizer checked, nothing more
     assert fixed.stats.skipped == 1 and fixed.stats.executed == 0
+
+
+# What kernel repositories ask torch.cuda and Triton's driver at import, and libdevice in a kernel:
+# rsqrt has a tl.math equivalent, tanh a numpy one, j0 none.
+QUERIES_AND_LIBDEVICE = '''import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+assert torch.cuda.get_device_capability() == (9, 0)
+assert torch.cuda.get_device_properties(0).multi_processor_count >= 1
+free, total = torch.cuda.mem_get_info()
+assert 0 < free <= total
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+with torch.cuda.device(0), torch.cuda.stream(torch.cuda.Stream()):
+    start.record()
+    torch.cuda.synchronize()
+    end.record()
+assert start.elapsed_time(end) >= 0 and torch.cuda.max_memory_allocated() == 0
+torch.cuda.reset_peak_memory_stats()
+assert triton.runtime.driver.active.get_current_target().arch == 90
+
+
+@triton.jit
+def activate(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(in_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, libdevice.rsqrt(x) + libdevice.tanh(x), mask=offs < n)
+
+
+@triton.jit
+def bessel(out_ptr, in_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, libdevice.j0(tl.load(in_ptr + offs)))
+
+
+x = torch.rand(10, device="cuda") + 0.5
+out = torch.empty_like(x)
+activate[(1,)](out, x, 10, BLOCK=16)
+torch.testing.assert_close(out, torch.rsqrt(x) + torch.tanh(x))
+try:
+    bessel[(1,)](out, x, BLOCK=8)
+except Exception as exc:
+    assert "libdevice.j0 has no equivalent in the Triton interpreter" in str(exc), exc
+else:
+    raise AssertionError("libdevice.j0 ran")
+'''
+
+
+def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path):
+    repo = triton_repos.make_repo(tmp_path / "repo", {"queries.py": QUERIES_AND_LIBDEVICE})
+    request = build_request({"repo": str(repo), "target": "queries.py"})
+    run = target.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
+                     cpu_tier={**TIER, "device_capability": "9.0"})
+    tier = run.receipt["cpu_tier"]
+    assert run.exit == 0, Path(run.log).read_text()[-2000:]
+    assert tier["device_capability"] == "9.0"
+    assert {"get_device_capability", "get_device_properties", "mem_get_info", "get_current_target",
+            "synchronize", "max_memory_allocated", "reset_peak_memory_stats"} <= set(tier["cuda_queries"])
+    assert tier["libdevice"] == {"forwarded": {"rsqrt": 1, "tanh": 1}, "without_equivalent": {"j0": 1}}
