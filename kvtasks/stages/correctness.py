@@ -8,7 +8,7 @@ head. Both borrow the tree through `Worktree.handback`, which returns it clean o
 from __future__ import annotations
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, grid, result, runtime_compat
+from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, grid, nonfinite, result, runtime_compat
 from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -43,6 +43,8 @@ def _run_fields(run: TargetRun) -> dict:
               "timed_out": run.timed_out}
     if run.addopts_dropped:
         fields["pytest_addopts_dropped"] = run.addopts_dropped
+    if nonfinite.outputs(run):
+        fields["route_outputs"] = nonfinite.outputs(run)
     tier = cpu_tier.run_evidence(run)
     return fields if tier is None else {**fields, "cpu_tier": tier}
 
@@ -131,6 +133,8 @@ def repo_tests(ctx: Context) -> StageResult:
     stage = _judge_head(ctx, run, base)
     cpu_tier.credit_fixes(stage, run, base)
     cpu_tier.observe(stage, run)
+    if request.has_patch and base is not None:
+        nonfinite.judge(stage, run, base.get("route_outputs"))
     if run.addopts_dropped:
         stage.finding("note", addopts_note(run))
     if artifacts:

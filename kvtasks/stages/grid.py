@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from kvtasks import sources, target
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
-from kvtasks.stages import Context, StageResult, cpu_tier, result
+from kvtasks.stages import Context, StageResult, cpu_tier, nonfinite, result
 from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
@@ -249,7 +249,8 @@ def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[Targ
     run = _run(ctx, plan, "base-grid", plan.rows)
     tier = cpu_tier.run_evidence(run)
     return {"state": _state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
-            **({"cpu_tier": tier} if tier else {})}, [probe, run]
+            **({"cpu_tier": tier} if tier else {}),
+            **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, [probe, run]
 
 
 def _axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
@@ -326,6 +327,8 @@ def head(ctx: Context) -> StageResult:
     base_grid = baseline.stage.model_extra.get("s1_grid") if baseline else None
     cpu_tier.credit_fixes(stage, run, base_grid)
     cpu_tier.observe(stage, run)
+    if ctx.request.has_patch and base_grid:
+        nonfinite.judge(stage, run, base_grid.get("route_outputs"))
     if axis_state != plan.axis_state:
         stage.selection.update(axis_state=axis_state, axis_state_reason=axis_reason,
                                axes=[asdict(axis) for axis in plan.axes])
@@ -357,6 +360,8 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     tier = cpu_tier.run_evidence(run)
     if tier:
         fields["cpu_tier"] = tier
+    if nonfinite.outputs(run):
+        fields["route_outputs"] = nonfinite.outputs(run)
     base = (ctx.earlier.get("baseline_control").stage.model_extra.get("s1_grid")
             if ctx.earlier.get("baseline_control") else None) or {}
     tiered = cpu_tier.blocker(ctx, NAME, run, base, fields) or cpu_tier.sparse_skip(NAME, run, fields)

@@ -17,6 +17,12 @@ changes what the route hands back: each floating array or tensor it returns (alo
 list) is replaced by a copy whose last element is 2*x + 1, or x plus a relative error E, or all NaN;
 with an output argument named, that argument is corrupted in place after the call. numpy and torch
 are never imported here: a value is recognised through the module it came from, which is loaded.
+
+Each route call's floating outputs (what it returns: an array or tensor, alone or in a tuple, list
+or dict) are checked for NaN and Inf, per cell (the pytest test, else the captured shape), and the
+receipt's route_outputs says what was seen; numpy and torch are never imported here, only used when
+the target has loaded them. A run that corrupts outputs on purpose (CONFIG["sensitivity"]) records
+nothing.
 """
 import atexit
 import functools
@@ -30,7 +36,9 @@ CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "
 
 _state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False,
           "corrupted_calls": 0, "max_relative_error": 0.0, "nan_elements": 0, "not_corrupted": {},
-          "test": "", "tests_corrupted": set(), "tests_failed": [], "tests_green": [], "corrupted_outside_tests": 0}
+          "test": "", "tests_corrupted": set(), "tests_failed": [], "tests_green": [], "corrupted_outside_tests": 0,
+          "outputs": {}}
+_LARGEST_CHECKED = 2**26  # elements: a larger output (a sparse-grid tensor) is counted, never scanned
 _lock = threading.Lock()
 _MONITORING = sys.version_info >= (3, 12)
 _TOOL_ID = 4  # sys.monitoring ids 0-2 and 5 are taken by debuggers, coverage and profilers
@@ -60,6 +68,66 @@ def _count(route):
         _state["calls"][route] = _state["calls"].get(route, 0) + 1
 
 
+def _floating_outputs(value, where="return"):
+    """(where, array) for every floating tensor or array in a route's return value."""
+    if isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            yield from _floating_outputs(item, f"{where}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _floating_outputs(item, f"{where}[{key!r}]")
+    elif hasattr(value, "dtype") and hasattr(value, "shape"):
+        kind = str(value.dtype)
+        if "float" in kind or "complex" in kind:
+            yield where, value
+
+
+def _nonfinite(array) -> list[str]:
+    """Which of nan, inf the array holds; its module (torch or numpy) is already loaded by the target."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(array, torch.Tensor):
+        array = array.detach()
+        if bool(torch.isfinite(array).all()):
+            return []
+        return [kind for kind, test in (("nan", torch.isnan), ("inf", torch.isinf)) if bool(test(array).any())]
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return []
+    array = numpy.asarray(array)
+    if bool(numpy.isfinite(array).all()):
+        return []
+    return [kind for kind, test in (("nan", numpy.isnan), ("inf", numpy.isinf)) if bool(test(array).any())]
+
+
+def _watch_outputs(route, value, frame_locals=None):
+    """Record, per route and cell (the pytest test, else the captured shape), whether the route's
+    floating outputs held NaN or Inf; a test's assertions cannot hide what the route returned."""
+    if CONFIG.get("sensitivity"):
+        return  # a run that corrupts outputs on purpose (the sensitivity proof) proves nothing about them
+    names = CONFIG["shape_vars"]
+    shape = ",".join(_normalise(frame_locals[n]) for n in names) if frame_locals and names and \
+        all(n in frame_locals for n in names) else None
+    cell = _state["test"] or shape or "(whole run)"
+    for where, array in _floating_outputs(value):
+        size = 1
+        for extent in getattr(array, "shape", ()):
+            size *= int(extent)
+        try:
+            kinds = _nonfinite(array) if size <= _LARGEST_CHECKED else None
+        except Exception:  # an output the array library cannot scan (a meta tensor): counted, not judged
+            kinds = None
+        with _lock:
+            entry = _state["outputs"].setdefault(f"{route}|{cell}", {"route": route, "cell": cell, "checked": 0,
+                                                                     "unchecked": 0, "nonfinite": []})
+            if kinds is None:
+                entry["unchecked"] += 1
+                continue
+            entry["checked"] += 1
+            for kind in kinds:
+                if f"{kind} in {where}" not in entry["nonfinite"]:
+                    entry["nonfinite"].append(f"{kind} in {where}")
+
+
 def _resolve(module, qualname):
     """Where the route lives (owner, attribute) and the code object that really runs: through
     Class.method and functools.wraps chains."""
@@ -87,11 +155,14 @@ def _watch_with_monitoring(route, code):
         if CONFIG["shape_vars"] and not _capture(frame.f_locals):
             pending[frame] = True
 
-    def on_return(returned_code, _offset, _value):
-        if returned_code in codes and pending:
-            frame = sys._getframe(1)
-            if pending.pop(frame, None):
-                _capture(frame.f_locals)
+    def on_return(returned_code, _offset, value):
+        name = codes.get(returned_code)
+        if name is None:
+            return
+        frame = sys._getframe(1)
+        if pending and pending.pop(frame, None):
+            _capture(frame.f_locals)
+        _watch_outputs(name, value, frame.f_locals)
 
     if not _state.get("monitoring"):
         monitoring.use_tool_id(_TOOL_ID, "kvtasks-route-probe")
@@ -106,9 +177,12 @@ def _watch_with_wrapper(route, owner, attribute, code):
     descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
     target = raw.__func__ if descriptor else raw
 
+    seen = {}
+
     def read_return(frame, event, _arg):
         if event == "return" and frame.f_code is code:
             _capture(frame.f_locals)
+            seen["locals"] = dict(frame.f_locals)
 
     @functools.wraps(target)
     def route_call(*args, **kwargs):
@@ -122,6 +196,7 @@ def _watch_with_wrapper(route, owner, attribute, code):
                 value = target(*args, **kwargs)
             finally:
                 sys.setprofile(previous)
+        _watch_outputs(route, value, seen.pop("locals", None))
         return _corrupt_call(target, args, kwargs, value) if CONFIG["sensitivity"] else value
 
     setattr(owner, attribute, descriptor(route_call) if descriptor else route_call)
@@ -387,6 +462,7 @@ def write_receipt(exit_status=None):
             "shape_vars": CONFIG["shape_vars"],
             "exit_status": exit_status if exit_status is not None else _state["exit"],
             "mechanism": "sys.monitoring" if _MONITORING and not CONFIG["sensitivity"] else "import-hook wrapper",
+            "route_outputs": list(_state["outputs"].values()),
         }
         if _state.get("tier") is not None:
             receipt["cpu_tier"] = _state["tier"].report()
@@ -473,6 +549,14 @@ if CONFIG["sensitivity"]:
 
     def pytest_runtest_logfinish(nodeid, location):
         _state["test"] = ""
+
+
+def pytest_runtest_setup(item):
+    _state["test"] = item.nodeid
+
+
+def pytest_runtest_teardown(item):
+    _state["test"] = ""
 
 
 def pytest_sessionfinish(session, exitstatus):
