@@ -278,14 +278,13 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
 
     shape_argnames = text("shape_argnames")
     grid = text("grid")
+    if grid.count("(") != grid.count(")") or grid.count("[") != grid.count("]"):
+        raise UsageError(f"--grid {grid!r} has unbalanced brackets: a tuple cell is written (2049,2)")
     if shape_argnames and grid:
         arity = len(_names(shape_argnames))
-        for row in grid.split(";"):
-            if row.strip() and len(row.split(",")) != arity:
-                raise UsageError(
-                    f"--grid row {row.strip()!r} has {len(row.split(','))} cells; "
-                    f"--shape-argnames names {arity}"
-                )
+        for row in grid_rows(grid):
+            if len(row) != arity:
+                raise UsageError(f"--grid row {','.join(row)!r} has {len(row)} cells; --shape-argnames names {arity}")
 
     return Request(
         repo=str(repo),
@@ -362,6 +361,23 @@ def network_namespace() -> tuple[str, ...]:
             return prefix
         tried.append((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
     raise UsageError(f"--no-network: this host cannot create a network namespace ({'; '.join(tried)})")
+
+
+def grid_rows(text: str) -> list[list[str]]:
+    """A --grid value's rows of cells: ';' between rows, ',' between cells, neither inside brackets,
+    so a tuple-valued cell stays one cell: "(2049,2);(4097,4)" is two rows of one cell."""
+    rows, row, cell, depth = [], [], "", 0
+    for char in text + ";":
+        depth += (char in "([") - (char in ")]")
+        if depth <= 0 and char in ",;":
+            row.append(cell.strip())
+            cell = ""
+            if char == ";":
+                rows.append(row)
+                row = []
+        else:
+            cell += char
+    return [row for row in rows if any(row)]
 
 
 def _names(text: str) -> list[str]:

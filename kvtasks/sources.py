@@ -151,12 +151,16 @@ def reads_env(tree: ast.AST, variable: str) -> bool:
     return False
 
 
-def _argnames(node: ast.AST) -> list[str] | None:
+def _argnames(node: ast.AST | None) -> list[str] | None:
+    if node is None:
+        return None
     try:
         names = ast.literal_eval(node)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError):
         return None
-    return [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n) for n in names]
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
 
 
 def _argvalues(call: ast.Call) -> ast.AST | None:
@@ -169,21 +173,79 @@ def _is_parametrize(node: ast.AST) -> bool:
         and bool(node.args)
 
 
+def parametrize_arguments(call: ast.Call, lookup) -> tuple[list[str] | None, ast.AST | None]:
+    """(argnames, the argvalues node) of a parametrize call, through module-level names: `lookup(name)`
+    gives what a module-level name is assigned. `parametrize(*_SHAPE_PARAMS)` unpacks a constant pair,
+    and argnames or argvalues may each be a constant's name."""
+    first, values = call.args[0], _argvalues(call)
+    if isinstance(first, ast.Starred):
+        packed = lookup(first.value.id) if isinstance(first.value, ast.Name) else first.value
+        if not isinstance(packed, (ast.Tuple, ast.List)) or len(packed.elts) < 2:
+            return None, None
+        first, values = packed.elts[0], packed.elts[1]
+    if isinstance(first, ast.Name):
+        first = lookup(first.id)
+    if isinstance(values, ast.Name):
+        values = lookup(values.id) or values
+    return _argnames(first), values
+
+
+def cell_text(value) -> str:
+    """One grid cell as text: a tuple-valued cell (a shape) keeps its parentheses, `(2049,2)`."""
+    if isinstance(value, tuple):
+        return "(" + ",".join(cell_text(item) for item in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, list):
+        return "[" + ",".join(cell_text(item) for item in value) + "]"
+    return str(value).strip()
+
+
+def mark_rows(names: list[str], values: ast.AST | None) -> list[str] | None:
+    """A parametrize mark's literal rows as grid text (None when computed): with one argname each
+    value is one cell, whatever it holds; with several each value is a row of cells."""
+    if values is None:
+        return None
+    try:
+        value = ast.literal_eval(values)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    if not isinstance(value, (list, tuple)):
+        return None
+    if len(names) == 1:
+        return [cell_text(item) for item in value]
+    return [",".join(cell_text(cell) for cell in item) if isinstance(item, (list, tuple)) else
+            row_text(str(item).split(",")) for item in value]
+
+
 def parametrize_marks(tree: ast.AST) -> list[tuple[list[str], list[str] | None]]:
     """(argnames, literal default rows) of every @pytest.mark.parametrize in the source."""
-    marks = []
+    return [mark for group in parametrize_groups(tree, every_call=True) for mark in group]
+
+
+def parametrize_groups(tree: ast.AST, every_call: bool = False) -> list[list[tuple[list[str], list[str] | None]]]:
+    """The parametrize marks stacked on each decorated function or class, as (argnames, rows) per
+    mark; with every_call, also each parametrize call found elsewhere (a `pytestmark`, a helper), alone."""
+    def lookup(name):
+        return module_value(tree, name)
+
+    groups, stacked = [], set()
     for node in ast.walk(tree):
-        if not _is_parametrize(node):
-            continue
-        names = _argnames(node.args[0])
-        if names is None:
-            continue
-        values = _argvalues(node)
-        rows = literal_rows(values)
-        if rows is None and isinstance(values, ast.Name):
-            rows = literal_rows(module_value(tree, values.id))
-        marks.append((names, rows))
-    return marks
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            group = []
+            for decorator in node.decorator_list:
+                if _is_parametrize(decorator):
+                    stacked.add(id(decorator))
+                    names, values = parametrize_arguments(decorator, lookup)
+                    if names is not None:
+                        group.append((names, mark_rows(names, values)))
+            if group:
+                groups.append(group)
+    if every_call:
+        for node in ast.walk(tree):
+            if _is_parametrize(node) and id(node) not in stacked:
+                names, values = parametrize_arguments(node, lookup)
+                if names is not None:
+                    groups.append([(names, mark_rows(names, values))])
+    return groups
 
 
 def module_value(tree: ast.AST, name: str) -> ast.AST | None:
@@ -437,10 +499,7 @@ class _Reader(ast.NodeVisitor):
             self.policy.helpers[node.name] = Callee(tuple(positional), given, f"{node.name}'s own signature")
 
     def _parametrize_rows(self, function: str, mark: ast.Call) -> None:
-        names = _argnames(mark.args[0])
-        values = _argvalues(mark)
-        if isinstance(values, ast.Name):
-            values = self.policy.constants.get(values.id)
+        names, values = parametrize_arguments(mark, self.policy.constants.get)
         if names is None or not isinstance(values, (ast.List, ast.Tuple)):
             return
         key = f"{function}[{','.join(names)}]"

@@ -2,7 +2,8 @@
 
 Three channels, alternatives not a sequence: --shape-env (the source reads that variable),
 --shape-arg (the source declares that flag with add_argument; script targets) and
---shape-argnames (a @pytest.mark.parametrize binds exactly those names; pytest targets).
+--shape-argnames (a @pytest.mark.parametrize binds exactly those names, or stacked marks of one
+test bind them between them; pytest targets). A cell may be a tuple: `(2049,2)`.
 A channel is first proven by the AST, then at runtime: a deliberately invalid grid must make the
 target fail, and only after the unpoisoned run passed. The grid runs on base too, so a head-only
 failure with routed work observed is a blocker. Cells already in the target's own defaults earn
@@ -10,11 +11,13 @@ nothing; axes (--axis NAME=--flag:v1;v2) add script flags under the same burden 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 
 from kvtasks import sources, target
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult, cpu_tier, nonfinite, result
+from kvtasks.request import grid_rows
 from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
@@ -41,7 +44,26 @@ class Axis:
 
 
 def parse_grid(text: str) -> list[list[str]]:
-    return [[cell.strip() for cell in row.split(",")] for row in text.split(";") if row.strip()]
+    return grid_rows(text)
+
+
+def stacked_marks(group: list[tuple[list[str], list[str] | None]], wanted: list[str]
+                  ) -> tuple[list[str], list[str] | None] | None:
+    """Stacked parametrize marks of one test that each bind only grid argnames and together bind all
+    of them: (each mark's names, the defaults they multiply out to in the grid's order, None when
+    one is computed); None when they do not cover the grid exactly."""
+    inside = [(names, rows) for names, rows in group if set(names) < set(wanted)]
+    covered = [name for names, _ in inside for name in names]
+    if len(inside) < 2 or sorted(covered) != sorted(wanted):
+        return None
+    bound = [",".join(names) for names, _ in inside]
+    if any(rows is None for _, rows in inside):
+        return bound, None
+    defaults = []
+    for combination in itertools.product(*(rows for _, rows in inside)):
+        cells = dict(zip(covered, (cell for row in combination for cell in grid_rows(row)[0])))
+        defaults.append(row_text(cells[name] for name in wanted))
+    return bound, defaults
 
 
 def parse_axis(spec: str) -> Axis | None:
@@ -122,10 +144,15 @@ def channel(ctx: Context) -> StageResult:
         marks = parametrize_marks(source_tree) if source_tree else []
         exact = [rows for names, rows in marks if set(names) == set(wanted)]
         wider = [names for names, _ in marks if set(wanted) < set(names)]
+        stacked = [match for group in (sources.parametrize_groups(source_tree) if source_tree else [])
+                   if (match := stacked_marks(group, wanted)) is not None]
         if runner != "pytest":
             tried.append(f"--shape-argnames: parametrize cells reach pytest targets only (runner is {runner})")
         elif exact:
             chosen, defaults, evidence = "pytest", exact[0], f"@pytest.mark.parametrize binds {', '.join(wanted)}"
+        elif stacked:
+            bound, defaults = stacked[0]
+            chosen, evidence = "pytest", f"stacked @pytest.mark.parametrize marks bind {' + '.join(bound)}"
         elif wider:
             tried.append(f"--shape-argnames {','.join(wanted)}: the parametrize mark binds more names "
                          f"({','.join(wider[0])}); its other cells cannot be filled, so it is refused")

@@ -483,10 +483,18 @@ def pytest_configure(config):
 
 
 def _coerce(cell):
-    """Grid cells arrive as text; "False" is truthy, so literals become what they spell."""
+    """Grid cells arrive as text; "False" is truthy, so literals become what they spell, and a
+    tuple-valued cell, "(2049,2)", becomes the tuple."""
     literals = {"True": True, "False": False, "None": None}
     if cell in literals:
         return literals[cell]
+    if cell[:1] in "([":
+        import ast
+
+        try:
+            return ast.literal_eval(cell)
+        except (ValueError, SyntaxError):
+            return cell
     for kind in (int, float):
         try:
             return kind(cell)
@@ -496,9 +504,10 @@ def _coerce(cell):
 
 
 def _grid_marks(metafunc):
-    """The parametrize marks binding exactly the grid's argnames, as (node, mark, argnames)."""
+    """The parametrize marks the grid replaces, as (node, mark, argnames): those binding exactly the
+    grid's argnames; else stacked marks that each bind only grid argnames and together all of them."""
     wanted = set(CONFIG["grid_argnames"])
-    found = []
+    exact, inside = [], []
     node = metafunc.definition
     while node is not None:
         for mark in getattr(node, "own_markers", []):
@@ -507,9 +516,14 @@ def _grid_marks(metafunc):
             names = mark.args[0]
             names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
             if set(names) == wanted:
-                found.append((node, mark, names))
+                exact.append((node, mark, names))
+            elif set(names) < wanted:
+                inside.append((node, mark, names))
         node = getattr(node, "parent", None)
-    return found
+    if exact:
+        return [[found] for found in exact]
+    covered = sorted(name for _, _, names in inside for name in names)
+    return [inside] if len(inside) > 1 and covered == sorted(wanted) else []
 
 
 if CONFIG["cpu_tier"]:
@@ -520,17 +534,22 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_generate_tests(metafunc):
-        """Replace the cells of the parametrize mark that binds the grid's argnames with the grid.
+        """Replace the cells of the parametrize mark (or the stacked marks) binding the grid's argnames
+        with the grid.
 
         Each grid row is a tuple of cell values, one per name. The names go to pytest as a list,
         never as one "a,b" string: a string naming one argument makes pytest take each row whole
         as that argument's value (a 1-tuple), while a list always unpacks a row into its names.
         """
-        for node, mark, names in _grid_marks(metafunc):
+        for marks in _grid_marks(metafunc):
+            names = [name for _, _, bound in marks for name in bound]
             order = [CONFIG["grid_argnames"].index(name) for name in names]
             rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
             replacement = pytest.mark.parametrize(list(names), rows).mark
+            node, mark, _ = marks[0]
             node.own_markers[node.own_markers.index(mark)] = replacement
+            for node, mark, _ in marks[1:]:  # stacked marks: the grid's rows carry all their names
+                node.own_markers.remove(mark)
 
 
 if CONFIG["sensitivity"]:

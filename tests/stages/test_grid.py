@@ -2,12 +2,12 @@ import ast
 
 import pytest
 
-from kvtasks.request import build_request
+from kvtasks.request import UsageError, build_request, grid_rows
 from kvtasks.stages import Context, StageResult
 from kvtasks.stages.grid import argparse_flags, channel, default_grid, parametrize_marks, reads_env
 from kvtasks.worktree import Worktree
-from tests.kernel_repos import (ENV_TEST, PYTEST_HEADER, TILED_HEADS_ASSERT, TILED_TAIL_BUG, check, git, make_patch,
-                                tiled_repo)
+from tests.kernel_repos import (ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT, TILED_TAIL_BUG, check, git,
+                                make_patch, make_repo, tiled_repo)
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
 
@@ -196,3 +196,57 @@ def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
     assert selection["grid_cells"] == ["256,4096,f32", "67,4099,f32", "524289,4096,f32"]
     assert selection["grid_cells_basis"].startswith("generated for non-toy")
     assert selection["grid_independence"] == "adds-coverage"
+
+
+# The grid channels real tests use: a tuple-valued `shape` (attorch) and `parametrize(*_SHAPE_PARAMS)`
+# stacked on another parametrize mark (Liger).
+REAL_GRIDS = '''import numpy as np
+import pytest
+
+from kernels.tiled import tiled_scale
+
+_SHAPE_PARAMS = ("M, N", [(4, 64), (2, 128)])
+
+
+@pytest.mark.parametrize("shape", [(2, 64), (4, 128)])
+def test_tuple_shape(shape):
+    x = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape) % 7
+    np.testing.assert_allclose(tiled_scale(x, 3.0), x * 3.0)
+
+
+@pytest.mark.parametrize(*_SHAPE_PARAMS)
+@pytest.mark.parametrize("dtype_str", ["f32"])
+def test_stacked(M, N, dtype_str):
+    x = np.arange(M * N, dtype=np.float32).reshape(M, N) % 7
+    np.testing.assert_allclose(tiled_scale(x, 3.0), x * 3.0)
+'''
+
+
+@pytest.mark.parametrize("target,argnames,grid,basis", [
+    ("tests/test_real_grids.py::test_tuple_shape", "shape", "(3,100);(5, 29)",
+     "@pytest.mark.parametrize binds shape"),
+    ("tests/test_real_grids.py::test_stacked", "M,N,dtype_str", "3,100,f32",
+     "stacked @pytest.mark.parametrize marks bind M,N + dtype_str"),
+])
+def test_tuple_cells_and_stacked_marks_carry_the_grid(target, argnames, grid, basis, tmp_path, validate):
+    repo = make_repo(tmp_path / "real", {"kernels/__init__.py": "", "kernels/tiled.py": TILED,
+                                         "tests/test_real_grids.py": REAL_GRIDS})
+    result = validate(repo, "--patch", str(tail_bug(repo, tmp_path)), "--target", target,
+                      "--shape-argnames", argnames, "--grid", grid)
+    selection = result.report["test_selection"]
+    assert selection["grid_channel"] == "pytest" and basis in selection["grid_channel_basis"]
+    assert selection["grid_independence"] == "adds-coverage"
+    assert result.stage("baseline_control")["s1_grid"]["exit"] == 0  # base ran every cell, tuples whole
+    assert result.stage("correctness_grid")["status"] == "fail"
+    assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
+
+
+def test_parametrize_reads_unpacked_constants_and_tuple_cells(tmp_path):
+    tree = ast.parse(REAL_GRIDS)
+    assert parametrize_marks(tree) == [(["shape"], ["(2,64)", "(4,128)"]), (["M", "N"], ["4,64", "2,128"]),
+                                       (["dtype_str"], ["f32"])]
+    assert grid_rows("(3,100);(5, 29)") == [["(3,100)"], ["(5, 29)"]]
+    assert grid_rows("(3,100),f32; 4,[1,2],f16;") == [["(3,100)", "f32"], ["4", "[1,2]", "f16"]]
+    repo = make_repo(tmp_path / "repo", {"t.py": ""})
+    with pytest.raises(UsageError, match="unbalanced brackets"):
+        build_request({"repo": str(repo), "target": "t.py", "shape_argnames": "shape", "grid": "(3,100;(5,29)"})
