@@ -308,6 +308,12 @@ METHOD_CALLEES = {"assertAlmostEqual": _ALMOST_EQUAL, "assertAlmostEquals": _ALM
                   "failUnlessAlmostEqual": _ALMOST_EQUAL}
 # the tolerance parameters; for these two fewer means looser
 TOLERANCE_PARAMETERS = {"atol", "rtol", "rel", "abs", "delta", "places", "decimal"}
+# parametrize columns read as tolerances, by argname (and any argname containing "tol")
+TOLERANCE_ARGNAMES = TOLERANCE_PARAMETERS | {"tol", "eps", "epsilon", "tolerance"}
+
+
+def is_tolerance_argname(name: str) -> bool:
+    return name.lower() in TOLERANCE_ARGNAMES or "tol" in name.lower()
 FEWER_IS_LOOSER = {"places", "decimal"}
 # recorded for any callee (a repository's own helpers take these too)
 _ANY_CALLEE_KEYWORDS = {"atol", "rtol"}
@@ -382,6 +388,8 @@ class Policy:
     weakenings: Counter = field(default_factory=Counter)
     tests: set[str] = field(default_factory=set)
     rows: dict[str, Counter] = field(default_factory=dict)  # "function[argnames]" -> parametrize rows
+    # tolerance columns of parametrize tables: key -> (table, argname, the row's other cells, value)
+    table_tolerances: dict[str, tuple[str, str, str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -401,6 +409,8 @@ SKIP_MARKS = {"pytest.mark.skip", "pytest.mark.skipif", "pytest.mark.xfail", "un
               "unittest.skipUnless", "unittest.expectedFailure"}
 # methods that skip whatever the receiver is named (`self.skipTest`)
 SKIP_METHODS = {"skipTest"}
+# methods that add a mark to a collected test at run time (`request.node.add_marker(pytest.mark.xfail)`)
+MARK_ADDERS = {"add_marker", "applymarker"}
 
 
 def _is_skip_mark(node: ast.AST, bound: dict[str, str]) -> str | None:
@@ -503,7 +513,46 @@ class _Reader(ast.NodeVisitor):
         if names is None or not isinstance(values, (ast.List, ast.Tuple)):
             return
         key = f"{function}[{','.join(names)}]"
-        self.policy.rows.setdefault(key, Counter()).update(_row(element, self.bound) for element in values.elts)
+        columns = [index for index, name in enumerate(names) if is_tolerance_argname(name)]
+        # a row whose tolerances moved is the same row: _tolerance_columns compares its numbers
+        self.policy.rows.setdefault(key, Counter()).update(
+            self._cells_text(element, names, columns) or _row(element, self.bound) for element in values.elts)
+        if columns:
+            self._tolerance_columns(function, names, columns, values.elts)
+
+    def _cells_text(self, element: ast.AST, names: list[str], skipped: list[int]) -> str | None:
+        """A row's cells other than `skipped`, as text; None when the row's cells cannot be told apart."""
+        if not skipped:
+            return None
+        if isinstance(element, ast.Call) and qualified(element.func, self.bound) == "pytest.param":
+            cells = element.args
+        else:
+            cells = element.elts if isinstance(element, (ast.Tuple, ast.List)) else [element]
+        if len(cells) != len(names):
+            return None
+        return ", ".join(ast.unparse(cell) for index, cell in enumerate(cells) if index not in skipped) or "-"
+
+    def _tolerance_columns(self, function: str, names: list[str], columns: list[int], rows: list[ast.AST]) -> None:
+        """A parametrize table's tolerance columns (atol, rtol, tol, eps, ...), each keyed by its row's
+        other cells (the dtype, typically), so head's row is compared with base's."""
+        table = f"{function}:parametrize({','.join(names)})"
+        seen: Counter = Counter()
+        for element in rows:
+            row = self._cells_text(element, names, columns)
+            if row is None:
+                continue
+            cells = element.args if isinstance(element, ast.Call) else \
+                element.elts if isinstance(element, (ast.Tuple, ast.List)) else [element]
+            seen[row] += 1
+            row_key = row if seen[row] == 1 else f"{row}#{seen[row]}"
+            for index in columns:
+                value = number(cells[index])
+                key = f"{table}[{row_key}].{names[index]}"
+                if value is None:
+                    self.policy.by_name.append(f"{key}={ast.unparse(cells[index])}")
+                    continue
+                self.policy.tolerances[key] = value
+                self.policy.table_tolerances[key] = (table, names[index], row, value)
 
     def _early_returns(self, node) -> None:
         """Returns that come before the function's last assertion: what follows them may never run."""
@@ -534,6 +583,10 @@ class _Reader(ast.NodeVisitor):
             self.policy.checks[(where, "strict comparison")] += 1
         if name in SKIP_CALLS or short in SKIP_METHODS:
             self.policy.weakenings[("skip-call", where, name)] += 1
+        if short in MARK_ADDERS:
+            for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                for mark in _skip_marks_in(argument, self.bound):
+                    self.policy.weakenings[("skip-mark", where, f"{short}({mark})")] += 1
         if name == "pytest.param":
             for keyword in node.keywords:
                 if keyword.arg == "marks":
@@ -729,6 +782,7 @@ def compare(base: Policy, head: Policy, path: str, reference: dict[str, float] |
     reference = {canonical_dtype(k) or k: v for k, v in (reference or {}).items()}
     # named tolerances (ATOL = ..., TOL = {...}) keep their names, so compare by key
     call_keys = {t.key for call in [*base.calls, *head.calls] for t in call.tolerances.values()}
+    call_keys |= base.table_tolerances.keys() | head.table_tolerances.keys()  # compared by _compare_tables
     for key, value in head.tolerances.items():
         if key in call_keys:
             continue
@@ -748,8 +802,30 @@ def compare(base: Policy, head: Policy, path: str, reference: dict[str, float] |
     for function, calls in _by_function(base.calls).items():
         for old, new in _pairs(calls, head_calls.get(function, [])):
             _compare_call(old, new, base, head, path, found)
+    _compare_tables(base, head, path, reference, found)
     _compare_weakenings(base, head, path, found)
     return found
+
+
+def _compare_tables(base: Policy, head: Policy, path: str, reference: dict[str, float], found: Comparison) -> None:
+    """Parametrize tolerance columns: a row base had, against its base value; a new row, against the
+    loosest value its column had on base and against --tol-table for its dtype."""
+    for key, (table, argname, row, value) in head.table_tolerances.items():
+        where = f"{path}::{key}"
+        if key in base.table_tolerances:
+            before = base.table_tolerances[key][3]
+            if looser(argname, value, before):
+                found.loosened.append({"where": where, "base": before, "head": value})
+            continue
+        column = [v for t, a, _, v in base.table_tolerances.values() if (t, a) == (table, argname)]
+        loosest = (min(column) if argname in FEWER_IS_LOOSER else max(column)) if column else None
+        dtypes = [d for cell in row.split(", ") if (d := canonical_dtype(cell)) is not None]
+        if loosest is not None and looser(argname, value, loosest):
+            found.loosened.append({"where": where, "base": loosest, "head": value,
+                                   "basis": f"a new row of {table}, looser than the loosest {argname} base had"})
+        elif argname in ("atol", "tol") and dtypes and dtypes[0] in reference and value > reference[dtypes[0]]:
+            found.loosened.append({"where": where, "base": reference[dtypes[0]], "head": value,
+                                   "basis": f"a new row of {table}, looser than --tol-table's {dtypes[0]}"})
 
 
 def _compare_call(old: Call, new: Call, base: Policy, head: Policy, path: str, found: Comparison) -> None:

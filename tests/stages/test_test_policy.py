@@ -1,5 +1,6 @@
 import pytest
 
+from kvtasks.sources import compare
 from kvtasks.stages.test_policy import read_policy
 from tests.kernel_repos import KERNEL, git, make_patch, make_repo
 
@@ -149,3 +150,47 @@ def test_touched_test_files_beyond_the_target_are_analysed(policy_repo, validate
 
 def test_without_a_patch_policy_is_skipped(policy_repo, validate):
     assert validate(policy_repo, "--target", "tests/test_policy.py").stage("test_policy")["status"] == "skip"
+
+
+# Liger #1309 in miniature: tolerances in a parametrize table, raised by a test-only PR that also
+# xfails one "weird" shape at run time.
+TABLE_TEST = '''import numpy as np
+import pytest
+
+from kernels.scale import scale_rows
+
+
+@pytest.mark.parametrize("M, N", [(2, 64), (3, 100)])
+@pytest.mark.parametrize("dtype, atol, rtol", [(np.float32, 1e-4, 1e-6), (np.float16, 0.2, 0.02)])
+def test_scale_table(M, N, dtype, atol, rtol, request):
+    x = np.ones((M, N), dtype=dtype)
+    np.testing.assert_allclose(scale_rows(x, 2.0), x * 2.0, atol=atol, rtol=rtol)
+'''
+TABLE_LOOSENED = TABLE_TEST.replace("(np.float32, 1e-4, 1e-6), (np.float16, 0.2, 0.02)",
+                                    "(np.float32, 3e-4, 1e-6), (np.float16, 1.0, 0.02)").replace(
+    "    x = np.ones", "    if N == 100:\n        request.node.add_marker(pytest.mark.xfail(reason=\"weird shape\"))\n"
+                      "    x = np.ones")
+
+
+def test_a_parametrize_tolerance_table_and_a_run_time_xfail_are_seen(tmp_path, validate):
+    repo = make_repo(tmp_path / "table", {"kernels/__init__.py": "", "kernels/scale.py": KERNEL,
+                                          "tests/test_table.py": TABLE_TEST})
+    patch = make_patch(repo, {"tests/test_table.py": TABLE_LOOSENED}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_table.py")
+    stage = result.stage("test_policy")
+    table = "tests/test_table.py::test_scale_table:parametrize(dtype,atol,rtol)"
+    assert stage["loosened"] == [{"where": f"{table}[np.float32].atol", "base": 1e-4, "head": 3e-4},
+                                 {"where": f"{table}[np.float16].atol", "base": 0.2, "head": 1.0}]
+    assert stage["weakened"] == ["tests/test_table.py::test_scale_table: a new skip/skipif/xfail mark "
+                                 "(add_marker(pytest.mark.xfail))"]
+    assert any("test-only change widens tolerances" in f["detail"] for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK"
+
+
+def test_a_new_table_row_is_held_to_the_loosest_its_column_had():
+    base = read_policy(TABLE_TEST)
+    head = read_policy(TABLE_TEST.replace("(np.float16, 0.2, 0.02)", "(np.float16, 0.2, 0.02), (np.float64, 0.5, 0)"))
+    found = compare(base, head, "t.py")
+    assert [(item["where"].rsplit("]", 1)[0].rsplit("[", 1)[1], item["base"], item["head"]) for item in found.loosened] \
+        == [("np.float64", 0.2, 0.5)]
+    assert compare(base, read_policy(TABLE_TEST.replace("1e-4, 1e-6", "1e-5, 1e-6")), "t.py").loosened == []
