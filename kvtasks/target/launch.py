@@ -109,15 +109,16 @@ def launch(
     log = run_dir / f"{label}.log"
     command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
     done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
-    if done.usage_error and probe is not None:
-        # pytest refused its own command line before running anything: most often the repository's
-        # addopts name a plugin this interpreter lacks (--cov without pytest-cov). Once more without them.
+    text = Path(log).read_text(errors="replace") if done.usage_error and probe is not None else ""
+    configured = configured_addopts(text, cwd) if text else {}
+    if configured.get("dropped") and not _NOT_FOUND.search(usage_message(text)):
+        # pytest refused its own command line before running anything, and the repository's addopts
+        # are on it: most often they name a plugin this interpreter lacks (--cov without pytest-cov).
+        # Once more without them.
         first_log = log.with_name(f"{label}-usage-error.log")
         log.replace(first_log)
-        text = first_log.read_text(errors="replace")
         retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s)
-        retry.addopts_dropped = {**configured_addopts(text, cwd), "error": usage_message(text),
-                                 "first_log": str(first_log)}
+        retry.addopts_dropped = {**configured, "error": usage_message(text), "first_log": str(first_log)}
         retry.duration_s = round(retry.duration_s + done.duration_s, 3)
         return retry
     return done
@@ -154,11 +155,13 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
 
 def usage_message(log_text: str) -> str:
     """pytest's own one-line complaint about its command line."""
-    lines = [line.strip() for line in log_text.splitlines() if "error:" in line] or \
+    lines = [line.strip() for line in log_text.splitlines() if "error:" in line.lower()] or \
         [line.strip() for line in log_text.splitlines() if line.strip()][-1:] or ["(no output)"]
     return lines[-1][:300]
 
 
+# a usage error about the target itself (a node that does not exist), which no addopts cause
+_NOT_FOUND = re.compile(r"not found|no match in any of", re.IGNORECASE)
 _INI_SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 
 

@@ -77,7 +77,19 @@ def test_addopts_needing_an_absent_plugin_are_dropped_once_and_said(tmp_path):
 def test_a_usage_error_that_persists_is_never_a_test_failure(tmp_path):
     (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
     run = launch_pytest(tmp_path, {"PYTEST_ADDOPTS": "--no-such-option"})
-    assert run.usage_error and run.addopts_dropped is not None  # retried once, still refused
+    assert run.usage_error and run.addopts_dropped is None  # no addopts of the repository's to drop
     assert run.stats.failures == 0 and run.stats.errors == 0 and run.stats.executed == 0
     assert run.stats.note.startswith("pytest usage error (exit 4), no test ran")
     assert pytest_stats(tmp_path / "missing.xml", 4).errors == 0
+
+
+def test_a_target_node_that_does_not_exist_is_not_retried(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:warnings\n")
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+                             receipt=tmp_path / "receipt.json")
+    run = launch(label="head-repo", runner="pytest", target="test_ok.py::test_gone", cwd=tmp_path,
+                 env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder)}, python_bin=os.sys.executable,
+                 run_dir=tmp_path / "runs", timeout_s=120, probe=probe.name)
+    assert run.usage_error and run.addopts_dropped is None
+    assert "not found" in run.stats.note and run.stats.errors == 0
