@@ -1,9 +1,12 @@
 """Everything kvtasks reads from Python source, read from the AST in one place.
 
 Readers: imports (and the aliases they bind), argparse flags, environment reads, parametrize
-marks and their rows, and the test policy of a file: its tolerances, strict checks, commented-out
-shape rows, and the constructs that weaken a suite without moving a number (skips, xfails, skip
-marks, discarded comparisons, early returns, test functions and parametrize rows).
+marks and their rows (through `parametrize(*CONSTANT)` and module-level names; a one-name mark's
+tuple values are single cells; the marks stacked on one test, grouped), and the test policy of a
+file: its tolerances (parametrize tolerance columns by argname among them), strict checks,
+commented-out shape rows, and the constructs that weaken a suite without moving a number (skips,
+xfails, skip marks, marks added at run time with `request.node.add_marker`, discarded
+comparisons, early returns, test functions and parametrize rows).
 
 Two tables make the policy reader easy to extend: CALLEES, each comparison callee with its
 documented default tolerances (a keyword head passes where base passed none is compared with

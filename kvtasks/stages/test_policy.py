@@ -4,11 +4,13 @@ The target and every test file the PR touches are read by kvtasks.sources on bot
 tolerance is compared with the same tolerance on base: a call's (calls paired by signature), a
 named constant's or a table entry's; one head passes where base passed none is compared with the
 callee's documented default, and a new table entry with the loosest entry base had and with
---tol-table. A tolerance that stops being a literal is a finding, never silence. Skips, skip
-marks, discarded comparisons, early returns, deleted tests and parametrize rows, and newly
-commented-out shape rows are weakenings (should-fix). A test-only widening is a blocker, and so is
-a test-only change that both weakens and widens; with a kernel change a widening needs numerical
-justification (should-fix).
+--tol-table. Parametrize tables' tolerance columns (atol, rtol, tol, eps, ...) are compared row by
+row, a row named by its other cells (its dtype). A tolerance that stops being a literal is a
+finding, never silence. Skips, skip marks (marks added at run time too), discarded comparisons,
+early returns, deleted tests and parametrize rows, and newly commented-out shape rows are
+weakenings (should-fix), and so is a PR that deletes the target test itself. A test-only widening
+is a blocker, and so is a test-only change that both weakens and widens; with a kernel change a
+widening needs numerical justification (should-fix).
 """
 from __future__ import annotations
 
@@ -36,6 +38,24 @@ def _is_test_path(path: str) -> bool:
     pure = PurePosixPath(path)
     return (pure.suffix == ".py" and (pure.name.startswith("test_") or pure.stem.endswith("_test"))) or \
         any(part in ("tests", "test", "op_tests") for part in pure.parts[:-1])
+
+
+def _target_deleted(ctx: Context) -> str:
+    """What of the target base has and head deletes (the file, or the test a `file::test` names); '' if nothing."""
+    request = ctx.request
+    base_text, head_text = ctx.worktree.read_base(request.target_path), ctx.head_text(request.target_path)
+    if base_text is None:
+        return ""
+    if head_text is None:
+        return f"{request.target_path} is deleted"
+    node = [part.split("[", 1)[0] for part in request.target.split("::")[1:]]
+    if not node:
+        return ""
+    test = ".".join(node)
+    base, head = read_policy(base_text), read_policy(head_text)
+    if base.parsed and head.parsed and test in base.tests and test not in head.tests:
+        return f"{request.target_path}::{test} is deleted from the file"
+    return ""
 
 
 def run(ctx: Context) -> StageResult:
@@ -76,6 +96,7 @@ def run(ctx: Context) -> StageResult:
         if found.loosened or found.uncomparable or found.weakened or newly:
             fields["weakened_files"].append(path)
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
+    fields["target_deleted"] = _target_deleted(ctx)
     if ceiling is not None:
         fields["exceeds_reference"] = sorted({v for v in fields["tolerances_head"].values() if v > ceiling})
 
@@ -101,6 +122,9 @@ def run(ctx: Context) -> StageResult:
     if fields["newly_commented_rows"]:
         stage.finding("should-fix", f"{fields['commented_out_shape_rows_added']} more shape rows commented out: "
                                     f"{'; '.join(fields['newly_commented_rows'][:5])}")
+    if fields["target_deleted"]:
+        stage.finding("should-fix", f"the PR deletes the target test: {fields['target_deleted']}; head has nothing "
+                                    "of it to run, so the PR is judged without it")
     for weakening in fields["weakened"]:
         stage.finding("should-fix", f"comparison weakened without a number moving: {weakening}")
     for unknown in fields["added_with_unknown_default"]:

@@ -194,3 +194,30 @@ def test_a_new_table_row_is_held_to_the_loosest_its_column_had():
     assert [(item["where"].rsplit("]", 1)[0].rsplit("[", 1)[1], item["base"], item["head"]) for item in found.loosened] \
         == [("np.float64", 0.2, 0.5)]
     assert compare(base, read_policy(TABLE_TEST.replace("1e-4, 1e-6", "1e-5, 1e-6")), "t.py").loosened == []
+
+
+TWO_TESTS = '''import numpy as np
+
+from kernels.scale import scale_rows
+
+
+def test_a():
+    np.testing.assert_allclose(scale_rows(np.ones((2, 8)), 2.0), np.full((2, 8), 2.0))
+
+
+def test_b():
+    np.testing.assert_allclose(scale_rows(np.ones((3, 13)), 2.0), np.full((3, 13), 2.0))
+'''
+
+
+def test_a_pr_deleting_the_target_test_is_told_so(tmp_path, validate):
+    repo = make_repo(tmp_path / "two", {"kernels/__init__.py": "", "kernels/scale.py": KERNEL,
+                                        "tests/test_two.py": TWO_TESTS})
+    patch = make_patch(repo, {"tests/test_two.py": TWO_TESTS.split("\n\ndef test_b")[0] + "\n"}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_two.py::test_b")
+    assert result.stage("test_policy")["target_deleted"] == "tests/test_two.py::test_b is deleted from the file"
+    assert any(f["detail"].startswith("the PR deletes the target test: tests/test_two.py::test_b")
+               for f in result.findings("should-fix"))
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "skip" and "not found" in head["note"]  # a usage error, never a failure
+    assert result.verdict == "NEEDS_WORK"
