@@ -263,6 +263,29 @@ def module_value(tree: ast.AST, name: str) -> ast.AST | None:
     return found
 
 
+# -- packaging: what setup.py declares ----------------------------------------------------------------
+
+def setup_py_layout(tree: ast.AST | None) -> tuple[list[str], str | None]:
+    """(import roots, project name) a setup.py's setup(...) call declares: package_dir={"": "src"},
+    packages=find_packages("src") / find_packages(where="src"), name="..."."""
+    roots, name = [], None
+    for node in ast.walk(tree) if tree is not None else []:
+        if not isinstance(node, ast.Call) or (dotted(node.func) or "").rsplit(".", 1)[-1] != "setup":
+            continue
+        for keyword in node.keywords:
+            if keyword.arg == "name" and isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, str):
+                name = keyword.value.value
+            elif keyword.arg == "package_dir" and isinstance(keyword.value, ast.Dict):
+                roots += [value.value for key, value in zip(keyword.value.keys, keyword.value.values)
+                          if isinstance(key, ast.Constant) and key.value == "" and isinstance(value, ast.Constant)]
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and (dotted(call.func) or "").rsplit(".", 1)[-1] in (
+                    "find_packages", "find_namespace_packages"):
+                where = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "where"]
+                roots += [arg.value for arg in where if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    return roots, name
+
+
 # -- callees and their documented default tolerances -----------------------------------------------
 
 @dataclass(frozen=True)

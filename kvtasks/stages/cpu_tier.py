@@ -11,9 +11,7 @@ blocker; the interpreter credits no architecture; interpreter timings are never 
 """
 from __future__ import annotations
 
-import ast
-
-from kvtasks import target
+from kvtasks import sources, target
 from kvtasks.stages import Context, StageResult, gpu_claim, result
 from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
@@ -23,16 +21,7 @@ EVIDENCE = "triton-interpreter (CPU)"
 
 
 def _imports_triton(source: str | None) -> bool:
-    try:
-        tree = ast.parse(source or "")
-    except SyntaxError:
-        return False
-    for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-        if any(name.split(".")[0] == "triton" for name in names):
-            return True
-    return False
+    return any(name.split(".")[0] == "triton" for name in sources.imported_modules(sources.parse(source)))
 
 
 def wanted(ctx: Context) -> tuple[bool, str]:

@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from kvtasks import sources
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -20,9 +22,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 # folders that hold a repository's tooling around the package, never the package itself
 NOT_A_PACKAGE = {"benchmark", "bench", "doc", "test", "testing", "example", "script", "tutorial", "tool", "conftest",
                  "build", "dist", "site", "notebook", "asset"}
-_SETUP_PY_DIR = re.compile(r"""package_dir\s*=\s*\{\s*['"]['"]\s*:\s*['"]([^'"]+)['"]""")
-_SETUP_PY_FIND = re.compile(r"""find(?:_namespace)?_packages\(\s*(?:where\s*=\s*)?['"]([^'"]+)['"]""")
-_SETUP_PY_NAME = re.compile(r"""\bname\s*=\s*['"]([A-Za-z0-9_.-]+)['"]""")
 
 
 def is_tooling(name: str) -> bool:
@@ -47,11 +46,12 @@ def _setup_cfg(checkout: Path) -> configparser.ConfigParser:
     return parser
 
 
-def _setup_py(checkout: Path) -> str:
+def _setup_py(checkout: Path) -> tuple[list[str], str | None]:
     try:
-        return (checkout / "setup.py").read_text()
+        text = (checkout / "setup.py").read_text()
     except (OSError, UnicodeDecodeError):
-        return ""
+        text = ""
+    return sources.setup_py_layout(sources.parse(text))
 
 
 def _as_list(value) -> list:
@@ -79,8 +79,7 @@ def _declared_roots(checkout: Path) -> list[str]:
     package_dir = cfg.get("options", "package_dir", fallback="")
     roots += [line.split("=", 1)[1] for line in package_dir.splitlines() if line.strip().startswith("=")]
     roots += [cfg.get("options.packages.find", "where", fallback="")]
-    setup_py = _setup_py(checkout)
-    roots += _SETUP_PY_DIR.findall(setup_py) + _SETUP_PY_FIND.findall(setup_py)
+    roots += _setup_py(checkout)[0]
     return roots
 
 
@@ -113,7 +112,7 @@ def declared_packages(checkout: Path) -> list[str]:
     cfg = _setup_cfg(checkout)
     names += cfg.get("options", "packages", fallback="").split()
     for name in (project.get("project", {}).get("name"), tool.get("poetry", {}).get("name"),
-                 cfg.get("metadata", "name", fallback=""), *_SETUP_PY_NAME.findall(_setup_py(checkout))[:1]):
+                 cfg.get("metadata", "name", fallback=""), _setup_py(checkout)[1]):
         if isinstance(name, str) and name:
             names.append(re.sub(r"[-.]+", "_", name).lower())
     tops = [name.replace("/", ".").split(".")[0].rstrip("*") for name in names if name and name != "find:"]
