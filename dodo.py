@@ -27,7 +27,7 @@ QUIET = get_var("quiet", "") not in ("", "0")
 OPTIONS = ("repo", "target", "tests", "patch", "head_sha", "expected_route", "shape_vars", "shape_env",
            "shape_arg", "shape_argnames", "grid", "axis", "runner", "tol_table", "runtime_module", "perf_args",
            "perf_control_column", "no_perf", "cpu_tier", "cpu_sparse_grid", "cpu_device_capability", "python_path",
-           "no_network", "sensitivity_error", "sensitivity_mode", "sensitivity_output", "label", "out")
+           "no_network", "sandbox", "sensitivity_error", "sensitivity_mode", "sensitivity_output", "label", "out")
 
 
 def _request(options: dict):

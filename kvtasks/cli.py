@@ -68,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
     add("--sensitivity-output", default="", help="the argument the route writes its output into (for routes that "
         "return nothing): corrupted after each call")
     add("--no-network", action="store_true", help="run targets in a fresh network namespace (refused if impossible)")
+    add("--sandbox", action="store_true", help="run targets in a mount namespace where the evidence store is "
+        "read-only (refused if impossible)")
     add("--label", default="run", help="run name (default run)")
     add("--out", help=f"report path (default ./{DEFAULT_OUT}; run from inside the worktree, only the workspace's "
         "reports/<label>/ copy is written)")

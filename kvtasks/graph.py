@@ -14,6 +14,7 @@ fail = 1, INCONCLUSIVE error = 2), so `doit validate` exits with the verdict's c
 from __future__ import annotations
 
 import json
+import multiprocessing.util
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,8 +26,8 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import keys, pages, report, target, worktree
-from kvtasks.gpu import picker
+from kvtasks import gpu, keys, pages, processes, report, target, worktree
+from kvtasks.gpu import lease, picker
 from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, correctness, cpu_tier, gpu_claim, grid, merge_sim, perf, receipt,
                             runtime_compat, selection, sensitivity, test_policy, timed)
@@ -64,7 +65,10 @@ class Workspace:
 
 def _prepare(ctx: Context) -> list[StageResult]:
     facts = StageResult(name="run", facts={"started_utc": report.utc_now(),
-                                           "isolation": target.isolation_facts(ctx.request)})
+                                           "isolation": target.isolation_facts(ctx.request),
+                                           # inputs of the base key that describe the host, as this run saw them
+                                           "gpu_driver": gpu.driver_versions(),
+                                           "target_environment_values": target.passed_through_values()})
     merged = timed(ctx, merge_sim.NAME, merge_sim.run)
     if "halt" in merged.facts:
         return [facts, merged]
@@ -97,43 +101,71 @@ def _keys(request: Request, results: list[StageResult]) -> dict:
     selected = {k: v for result in results for k, v in result.selection.items()}
     base_oid = facts["repo"]["base"]
     claim = latest.get(gpu_claim.NAME)
-    gpu = claim.stage.model_dump() if claim is not None and claim.stage.status == "pass" else None
-    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), gpu, facts.get("cpu_tier"))
-    base = keys.base_key(request, base_oid, selected, runtime)
+    claimed = claim.stage.model_dump() if claim is not None and claim.stage.status == "pass" else None
+    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), claimed, facts.get("cpu_tier"),
+                                facts.get("gpu_driver"))
+    base = keys.base_key(request, base_oid, selected, runtime, facts.get("target_environment_values"))
     patch = facts["repo"].get("patch_sha256")
     return {"base_oid": base_oid, "patch_sha256": patch, "runtime_hash": runtime, "base_key": base,
             "head_key": keys.head_key(base, patch, request)}
 
 
 def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
+    """Prepare one PR. It never dies without a report: a stage that crashes halts the PR with the
+    crash as a finding, and the report task publishes that (INCONCLUSIVE)."""
     store = workspace.store
     for path in workspace.report_paths(request):
         # a run owns its output paths: a stale report must never stand in for this run's
         path.unlink(missing_ok=True)
         path.with_name("summary.md").unlink(missing_ok=True)
     (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
-    tree = Worktree(request.repo, journal=store.journal)
-    recovered = tree.recover()
-    ctx = Context(request=request, worktree=tree, run_dir=store.run_dir("prepare", request.label), quiet=quiet)
-    results = _prepare(ctx)
+    scratch = store.scratch_dir("prepare", request.label)
+    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=scratch, quiet=quiet)
+    recovered = None
+    try:
+        recovered = ctx.worktree.recover()
+        results = _prepare(ctx)
+    except Exception as exc:  # an Interrupted (SystemExit) still ends the run with no report
+        results = _crashed("prepare", exc, ctx)
+    recovered = recovered or ctx.worktree.recovered
     if recovered is not None:
         results[0].facts["recovered_run"] = recovered
         results[0].finding("note", _recovery_note(recovered))
         print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
-    halted = ctx.fact("halt")
+    halted = next((r.facts["halt"] for r in results if "halt" in r.facts), None)
     record = {"halted": halted, "base_key": None, "head_key": None, "finished_utc": None,
-              "base_oid": ctx.fact("repo", {}).get("base")}
+              "base_oid": next((r.facts["repo"].get("base") for r in results if "repo" in r.facts), None)}
     if not halted:
         record.update(_keys(request, results))
-    store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"])
+    store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
     store.record_launches("prepare", request.label, request.label, [run.label for r in results for run in r.runs])
     store.set_label(request.label, record)
 
 
+def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = None) -> list[StageResult]:
+    """What a group that raised leaves as evidence: the stages it finished (not the earlier
+    groups' results it was given), and the crash."""
+    detail = f"kvtasks' {group} crashed: {type(exc).__name__}: {exc}"
+    print(f"kvtasks: {detail}", file=sys.__stderr__)
+    done = [result for name, result in ctx.earlier.items() if (loaded or {}).get(name) is not result]
+    crash = StageResult(name="run" if group == "prepare" else f"{group}_crash", facts={"halt": detail})
+    if group == "prepare":
+        crash.facts.update(started_utc=report.utc_now(), isolation=target.isolation_facts(ctx.request))
+    if group == "prepare" and not any("repo" in r.facts for r in done):
+        crash.facts["repo"] = {"worktree": str(ctx.worktree.path), "base": None, "head": ctx.request.head_sha,
+                               "kind": "unknown", "patch_sha256": None}
+    crash.finding("note", f"{detail}; no verdict rests on this run")
+    return [crash, *done] if group == "prepare" else [*done, crash]
+
+
 def _recovery_note(recovered: dict) -> str:
-    done = "reversed" if recovered["patch_reversed"] else "could not be reversed"
-    return (f"a previous kvtasks run on this worktree (pid {recovered['pid']}) was killed with patch "
-            f"{recovered['patch_sha256'][:12]} applied; kvtasks {done} it and removed "
+    if recovered.get("patch_reversed") is None:
+        what = "was killed while it had the tree (no patch applied)"
+    else:
+        what = (f"was killed with patch {recovered['patch_sha256'][:12]} applied; kvtasks "
+                + ("reversed it" if recovered["patch_reversed"] else "could not reverse it"))
+    return (f"a previous kvtasks run on this worktree (pid {recovered['pid']}) {what}, killed the "
+            f"{len(recovered.get('killed_processes', []))} processes it had left running and removed "
             f"{len(recovered['removed'])} files it had written before this run; the tree was not dirtied by the caller")
 
 
@@ -146,21 +178,26 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     record = store.label(request.label)
     key = record[f"{kind}_key"]
     sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
-    ctx = Context(request=request, worktree=Worktree(request.repo, journal=store.journal),
-                  run_dir=store.run_dir(kind, key),
+    scratch = store.scratch_dir(kind, key)
+    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=scratch,
                   earlier=_earlier(store, sources), quiet=quiet,
-                  phase_roots={"base": store.run_dir("base", record["base_key"]),
-                               "head": store.run_dir("head", record["head_key"])})
-    results = GROUPS[kind](ctx)
-    store.write(kind, key, results, label=request.label, base_oid=record["base_oid"])
+                  phase_roots={"base": store.scratch_dir("base", record["base_key"]),
+                               "head": store.scratch_dir("head", record["head_key"])})
+    loaded = dict(ctx.earlier)
+    try:
+        results = GROUPS[kind](ctx)
+    except Exception as exc:
+        results = _crashed(kind, exc, ctx, loaded)
+    store.write(kind, key, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
     store.record_launches(kind, key, request.label, [run.label for r in results for run in r.runs])
 
 
 def base_done(workspace: Workspace, key: str) -> bool:
-    """Up to date when this base key already has a baseline that really ran; a gated skip is redone."""
+    """Up to date when this base key already has a baseline that really ran to its end: a gated
+    skip, a crash, a timed-out or killed base run is never a baseline to reuse."""
     stored = {result.name: result for result in workspace.store.read("base", key)}
     baseline = stored.get(correctness.BASELINE)
-    return baseline is not None and baseline.stage.status == "pass"
+    return baseline is not None and baseline.stage.status == "pass" and correctness.reusable(baseline) is None
 
 
 def compose(workspace: Workspace, label: str) -> report.Report:
@@ -233,6 +270,9 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
 
 def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None) -> dict:
     """The task creators for validating `requests` (one: validate; several: a batch)."""
+    # --sandbox mounts this workspace (evidence and reports) read-only for every target
+    requests = [request.model_copy(update={"readonly": (str(workspace.root),)}) if request.sandbox else request
+                for request in requests]
     def task_prepare():
         yield from prepare_tasks(requests, workspace, quiet)
 
@@ -269,13 +309,32 @@ def catalogue() -> dict:
     return {f"task_{name.replace('-', '_')}": described(name, doc) for name, doc in FRONT_DOORS.items()}
 
 
+class _Workers:
+    """doit -n workers are multiprocessing forks: each dies with the validator, as its targets die
+    with it, so a killed validator leaves no worker holding its locks or running its stages."""
+
+    def __init__(self):
+        multiprocessing.util.register_after_fork(self, _Workers.forked)
+
+    @staticmethod
+    def forked(_self) -> None:
+        processes.die_with_parent()
+
+
+_WORKERS: _Workers | None = None
+
+
 def hold_worktrees(requests: list[Request]) -> None:
-    """Take each worktree for this validator before anything runs; a busy one is refused at once."""
+    """Take each worktree for this validator before anything runs (a busy one is refused at
+    once), and start the validator's GPU lease owner before any worker forks."""
+    global _WORKERS
     for repo in dict.fromkeys(request.repo for request in requests):
         try:
             worktree.hold_exclusively(repo)
-        except worktree.WorktreeBusy as exc:
+        except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
             fail_usage(str(exc))
+    _WORKERS = _WORKERS or _Workers()
+    lease.start(picker.lock_dir())
 
 
 def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
@@ -287,6 +346,7 @@ def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
         code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
     finally:
         picker.release_all()  # the claim is held until the report is written, and no longer
+        lease.stop()
         worktree.release_exclusive(request.repo)
     # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
     return code if code in (0, 1, 2) else 2
@@ -337,8 +397,17 @@ def redraw_tables(workspace: Workspace) -> None:
 
 
 def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
+    """One regeneration per label; a label whose evidence is gone (cache-gc, or never stored) is
+    said in one line: alone it is a usage error (exit 2), among all labels it is skipped."""
     labels = [label] if label else workspace.store.labels()
     for name in labels:
+        missing = workspace.store.missing_evidence(name)
+        if missing and label:
+            fail_usage(f"label {name!r} has no report to rebuild: its stored evidence is gone "
+                       f"({', '.join(missing)}; removed by cache-gc, or never stored); validate it again")
+        if missing:
+            print(f"{name}: skipped, its stored evidence is gone ({', '.join(missing)})", file=sys.stderr)
+            continue
         yield {"basename": "report", "name": name, "actions": [(regenerate, [workspace, name])], "uptodate": [False],
                "verbosity": 2, "doc": f"rebuild the report for {name} from stored evidence"}
     # a label starts with a letter or digit, so this name never collides with one

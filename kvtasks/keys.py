@@ -7,8 +7,15 @@
   and the claimed GPU's vendor, arch and model ("no-gpu" when none was claimed); on the Triton CPU
   tier also the interpreter's triton/torch/numpy versions, the sparse-grid setting and the assumed
   compute capability.
-- base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars, --python-path
-  and the runtime hash. No patch in it, so every PR against the same base shares it.
+- runtime_hash also carries the GPU driver, ROCm and CUDA versions the host reports and the
+  source identity of every editable-installed distribution outside the worktree (name==version
+  alone does not change when its source does).
+- base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars, --python-path,
+  CPU tier, the runtime hash, and every other input that can change how the base run comes out:
+  kvtasks' own launch, probe, environment and stage code (`kvtasks_identity`), TIMEOUT,
+  --no-network, --sandbox, and the values of the host variables passed through to targets. No
+  patch in it, so every PR against the same base shares it; PRs of a batch whose options differ
+  here do not.
 - head key: the base key, the patch SHA-256 and how the sensitivity run corrupts the route's output
   (its runs are head evidence, stored under the head key).
 Every key is the SHA-256 of a canonical JSON document, so it is deterministic across runs and
@@ -16,12 +23,15 @@ machines given the same inputs.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 from pathlib import Path
 
 from kvtasks.request import Request
+
+_PACKAGE = Path(__file__).resolve().parent
 
 
 def digest(document: object) -> str:
@@ -46,9 +56,20 @@ def tree_identity(root: str | None) -> str | None:
     return digest(files)
 
 
-def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None, cpu_tier: dict | None = None) -> str:
+@functools.cache
+def kvtasks_identity() -> str:
+    """The code that launches targets, probes them, builds their environment and judges a base
+    run: a changed kvtasks is a changed base run, whatever its version string says."""
+    return digest([tree_identity(str(_PACKAGE / "target")), tree_identity(str(_PACKAGE / "stages")),
+                   hashlib.sha256((_PACKAGE / "processes.py").read_bytes()).hexdigest()])
+
+
+def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None, cpu_tier: dict | None = None,
+                 driver: dict | None = None) -> str:
     fingerprint = fingerprint or {}
     return digest({
+        "driver": driver or {},
+        "editable_sources": fingerprint.get("editable_sources"),
         "python_bin": request.host.python_bin,
         "python_executable": fingerprint.get("python_executable"),
         "python_version": fingerprint.get("python_version"),
@@ -62,8 +83,16 @@ def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None, c
     })
 
 
-def base_key(request: Request, base_oid: str, selection: dict, runtime: str) -> str:
+def base_key(request: Request, base_oid: str, selection: dict, runtime: str,
+             target_environment: dict[str, str] | None = None) -> str:
+    """`target_environment`: the values of the host variables passed through to the target."""
     return digest({
+        "kvtasks": kvtasks_identity(),
+        "timeout": request.host.timeout,
+        "no_network": bool(request.no_network),
+        "sandbox": bool(request.sandbox),
+        "cpu_tier": [request.cpu_tier, request.cpu_sparse_grid, request.cpu_device_capability],
+        "target_environment": target_environment or {},
         "base_oid": base_oid,
         "target": request.target,
         "runner": selection.get("runner"),

@@ -57,6 +57,7 @@ class Isolation(BaseModel):
     level: str
     container: bool
     network: str = ""
+    sandbox: str = ""  # whether targets could write the evidence store (--sandbox: read-only mount)
     reason: str = ""
     target_environment: TargetEnvironment | None = None
 

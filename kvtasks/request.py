@@ -13,6 +13,8 @@ from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvtasks import processes
+
 RUNNERS = ("pytest", "script")
 CPU_TIERS = ("off", "triton", "auto")
 SENSITIVITY_MODES = ("tail", "nan", "both")
@@ -120,6 +122,8 @@ class Request(BaseModel):
     sensitivity_error: float | None = None
     sensitivity_mode: Literal["tail", "nan", "both"] = "tail"
     sensitivity_output: str = ""  # the argument the route writes its output into, corrupted after the call
+    sandbox: tuple[str, ...] = ()  # the unshare command (mount namespace) --sandbox found working; () = none
+    readonly: tuple[str, ...] = ()  # folders --sandbox mounts read-only for targets: the front door's workspace
     label: str = "run"
     out: str | None = None
     host: HostSettings = Field(default_factory=lambda: HostSettings.from_environ(os.environ))
@@ -152,6 +156,16 @@ class Request(BaseModel):
 
     def patch_bytes(self) -> bytes:
         return Path(self.patch).read_bytes() if self.patch else b""
+
+    def launch_prefix(self, writable: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+        """What a target command runs under: the sandbox's mount namespace (the `readonly` folders
+        mounted read-only, the `writable` ones, the tree and the run's scratch, kept writable even
+        inside them), with the network namespace of --no-network; or just the latter."""
+        if not self.sandbox:
+            return self.no_network
+        network = ("--net",) if self.no_network else ()
+        return (*self.sandbox, *network, "--", "sh", "-c", SANDBOX_SCRIPT, "kvtasks-sandbox", *self.readonly, "--",
+                self.repo, *writable, "--")
 
 
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -232,6 +246,7 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         out = None if default_path.is_relative_to(repo) else str(default_path)
 
     no_network = network_namespace() if _truthy(options.get("no_network")) else ()
+    sandbox = mount_namespace() if _truthy(options.get("sandbox")) else ()
 
     cpu_tier = text("cpu_tier") or "off"
     if cpu_tier not in CPU_TIERS:
@@ -312,6 +327,7 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         sensitivity_error=sensitivity_error,
         sensitivity_mode=sensitivity_mode,
         sensitivity_output=sensitivity_output,
+        sandbox=sandbox,
         label=label,
         out=out,
         host=HostSettings.from_environ(environ),
@@ -350,17 +366,43 @@ def _escapes(path: str) -> bool:
 
 def network_namespace() -> tuple[str, ...]:
     """The prefix that runs a command in a fresh network namespace here, or a UsageError saying why not."""
-    import subprocess
-
     tried = []
     for prefix in (("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")):
         if shutil.which(prefix[0]) is None:
             raise UsageError("--no-network needs unshare (util-linux), which this host lacks")
-        done = subprocess.run([*prefix, "true"], capture_output=True, text=True)
-        if done.returncode == 0:
+        done = processes.run([*prefix, "true"], timeout_s=30)
+        if done.ok:
             return prefix
-        tried.append((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
+        tried.append(done.said())
     raise UsageError(f"--no-network: this host cannot create a network namespace ({'; '.join(tried)})")
+
+
+# Runs first inside the mount namespace: read-only binds, then writable binds inside them, then the target.
+SANDBOX_SCRIPT = """set -e
+while [ "$1" != -- ]; do mount --bind "$1" "$1"; mount -o remount,bind,ro "$1"; shift; done; shift
+while [ "$1" != -- ]; do mount --bind "$1" "$1"; mount -o remount,bind,rw "$1"; shift; done; shift
+exec "$@"
+"""
+
+
+def mount_namespace() -> tuple[str, ...]:
+    """The unshare command whose mount namespace can mount a folder read-only for one command here
+    (tried on a scratch folder: the write must fail), or a UsageError saying why not."""
+    import tempfile
+
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        raise UsageError("--sandbox needs unshare and mount (util-linux), which this host lacks")
+    tried = []
+    with tempfile.TemporaryDirectory(prefix="kvtasks-sandbox-check-") as folder:
+        for command in (("unshare", "--mount", "--propagation", "private"),
+                        ("unshare", "--mount", "--propagation", "private", "--map-root-user")):
+            done = processes.run([*command, "--", "sh", "-c", SANDBOX_SCRIPT, "kvtasks-sandbox", folder, "--", "--",
+                                  "sh", "-c", 'touch "$0/probe" 2>/dev/null && exit 3 || exit 0', folder], timeout_s=30)
+            if done.ok:
+                return command
+            tried.append("the folder stayed writable" if done.returncode == 3 else done.said())
+    raise UsageError(f"--sandbox: this host cannot mount the evidence folder read-only for targets "
+                     f"({'; '.join(tried)})")
 
 
 def grid_rows(text: str) -> list[list[str]]:

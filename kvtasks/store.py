@@ -1,14 +1,16 @@
-"""The evidence store and run journal: the only code that knows where evidence lives under cache/.
+"""The evidence store: the only code that knows where evidence lives under cache/.
 
 Evidence documents (one per stage group and key) are JSON files written atomically (temp file +
-rename) under cache/evidence/<kind>/<key>.json, with the run's artifacts (logs, JUnit XML,
-receipts, private phase caches) under cache/runs/<kind>/<key>/. A diskcache index (eviction
-policy 'none', every write checked) maps keys, labels and base OIDs to them; nothing is ever
-evicted except by `gc`, on request. Target launches are journalled in cache/launches.log.
+rename) under cache/evidence/<kind>/<key>.json, with the artifacts the validator kept from its
+runs (logs, JUnit XML, receipts) under cache/runs/<kind>/<key>/. A diskcache index (eviction
+policy 'none', every write checked, every read-modify-write inside `Cache.transact()`) maps keys,
+labels and base OIDs to them, with paths relative to the store root so a copied store stays
+whole; nothing is ever evicted except by `gc`, on request. Target launches are listed in
+cache/launches.log.
 
-The run journal (cache/journal/) records, before a patch touches a worktree, which worktree and
-which exact patch bytes; it is cleared when the tree is handed back. A validator killed outright
-(SIGKILL, a reboot) leaves its entry, and the next run on that worktree reverses exactly that patch.
+Targets never write here. A run works in a scratch folder outside the store (`scratch_dir`: the
+probe copies, receipts, JUnit files and the per-phase private caches, which a phase's runs share);
+when a stage group is done, the validator copies what is evidence into the store itself (`write`).
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ from kvtasks.stages import StageResult
 
 _RESULTS = TypeAdapter(list[StageResult])
 KINDS = ("prepare", "base", "head")
+# what a run leaves in its scratch folder that is evidence: logs, JUnit XML, receipts, perf logs
+# and the runtime probe's answer; the probe copies and the phase caches stay behind
+_ARTIFACT_FOLDERS = ("runs", "perf", "runtime")
 
 
 class StoreError(Exception):
@@ -47,42 +52,11 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-class Journal:
-    """What a worktree owes: the patch applied to it that has not been reversed yet."""
-
-    def __init__(self, root: Path):
-        self.root = root
-
-    def _paths(self, worktree: Path) -> tuple[Path, Path]:
-        tag = hashlib.sha256(str(Path(worktree).resolve()).encode()).hexdigest()[:24]
-        return self.root / f"{tag}.json", self.root / f"{tag}.patch"
-
-    def begin(self, worktree: Path, patch: str) -> None:
-        entry, copy = self._paths(worktree)
-        data = Path(patch).read_bytes()
-        write_atomic(copy, data)
-        write_atomic(entry, json.dumps({"worktree": str(worktree), "patch": str(copy), "pid": os.getpid(),
-                                        "patch_sha256": hashlib.sha256(data).hexdigest(),
-                                        "started": time.time()}).encode())
-
-    def end(self, worktree: Path) -> None:
-        for path in self._paths(worktree):
-            path.unlink(missing_ok=True)
-
-    def pending(self, worktree: Path) -> dict | None:
-        entry, _ = self._paths(worktree)
-        try:
-            return json.loads(entry.read_text())
-        except (OSError, ValueError):
-            return None
-
-
 class Store:
     def __init__(self, root: Path):
-        self.root = Path(root)
+        self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self._index = diskcache.Cache(str(self.root / "index"), eviction_policy="none")
-        self.journal = Journal(self.root / "journal")
 
     def _set(self, key, value) -> None:
         if not self._index.set(key, value):
@@ -90,21 +64,45 @@ class Store:
 
     # -- evidence ---------------------------------------------------------------------------------
     def run_dir(self, kind: str, key: str) -> Path:
+        """Where the artifacts the validator kept from a group's runs are stored."""
         return self.root / "runs" / kind / key
+
+    def scratch_dir(self, kind: str, key: str) -> Path:
+        """Where a group's runs work: outside the store, so a target never sees the evidence folder.
+
+        One folder per store and key (KVTASKS_SCRATCH, else the temp dir): a reused base's phase
+        caches are still there for the timing runs of a later PR."""
+        configured = os.environ.get("KVTASKS_SCRATCH", "").strip()
+        tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+        root = Path(configured) if configured else Path(tempfile.gettempdir()) / f"kvtasks-scratch-{os.getuid()}"
+        return root / tag / kind / key
 
     def evidence_path(self, kind: str, key: str) -> Path:
         return self.root / "evidence" / kind / f"{key}.json"
 
-    def write(self, kind: str, key: str, results: list[StageResult], *, label: str, base_oid: str | None) -> Path:
+    def write(self, kind: str, key: str, results: list[StageResult], *, label: str, base_oid: str | None,
+              scratch: Path | None = None) -> Path:
+        """Store a group's results; with `scratch`, first copy the artifacts its runs left there
+        (logs, JUnit XML, receipts, probe output; never the phase caches) into the store, and
+        point the results at the stored copies."""
         path = self.evidence_path(kind, key)
-        write_atomic(path, _RESULTS.dump_json(results, indent=1))
-        entry = self._index.get(("evidence", kind, key)) or {"labels": []}
-        labels = sorted(set(entry["labels"]) | {label})
-        self._set(("evidence", kind, key), {"kind": kind, "key": key, "labels": labels, "base_oid": base_oid,
-                                            "path": str(path), "written": time.time()})
-        if base_oid:
-            keys = set(self._index.get(("base_oid", base_oid), []))
-            self._set(("base_oid", base_oid), sorted(keys | {f"{kind}:{key}"}))
+        document = _RESULTS.dump_json(results, indent=1)
+        if scratch is not None:
+            kept = self.run_dir(kind, key)
+            for folder in _ARTIFACT_FOLDERS:
+                if (scratch / folder).is_dir():
+                    shutil.copytree(scratch / folder, kept / folder, dirs_exist_ok=True)
+            document = document.replace(json.dumps(str(scratch) + os.sep)[1:-1].encode(),
+                                        json.dumps(str(kept) + os.sep)[1:-1].encode())
+        write_atomic(path, document)
+        with self._index.transact():
+            entry = self._index.get(("evidence", kind, key)) or {"labels": []}
+            labels = sorted(set(entry["labels"]) | {label})
+            self._set(("evidence", kind, key), {"kind": kind, "key": key, "labels": labels, "base_oid": base_oid,
+                                                "path": str(path.relative_to(self.root)), "written": time.time()})
+            if base_oid:
+                keys = set(self._index.get(("base_oid", base_oid), []))
+                self._set(("base_oid", base_oid), sorted(keys | {f"{kind}:{key}"}))
         return path
 
     def read(self, kind: str, key: str) -> list[StageResult]:
@@ -119,7 +117,18 @@ class Store:
 
     # -- labels -----------------------------------------------------------------------------------
     def set_label(self, label: str, record: dict) -> None:
-        self._set(("label", label), {**(self._index.get(("label", label)) or {}), **record})
+        with self._index.transact():
+            self._set(("label", label), {**(self._index.get(("label", label)) or {}), **record})
+
+    def missing_evidence(self, label: str) -> list[str]:
+        """What a label's report needs that the store does not hold ("kind:key"); all of it for an
+        unknown label."""
+        record = self.label(label)
+        if record is None:
+            return [f"label:{label}"]
+        needed = [("prepare", label)] + ([] if record.get("halted") else
+                                         [("base", record.get("base_key")), ("head", record.get("head_key"))])
+        return [f"{kind}:{key}" for kind, key in needed if not key or not self.evidence_path(kind, key).is_file()]
 
     def label(self, label: str) -> dict | None:
         return self._index.get(("label", label))
@@ -149,20 +158,32 @@ class Store:
             if not (isinstance(key, tuple) and key[0] == "evidence"):
                 continue
             entry = self._index.get(key)
-            size = _size(Path(entry["path"])) + _size(self.run_dir(entry["kind"], entry["key"]))
-            rows.append({**entry, "size": size, "age_s": time.time() - entry["written"]})
+            if entry is None:
+                continue
+            path = self.root / entry["path"]
+            size = _size(path) + _size(self.run_dir(entry["kind"], entry["key"]))
+            rows.append({**entry, "path": str(path), "size": size, "age_s": time.time() - entry["written"]})
         return sorted(rows, key=lambda row: row["written"])
 
     def gc(self, older_than_s: float) -> list[dict]:
-        """Remove evidence written more than `older_than_s` ago, and only that."""
+        """Remove evidence written more than `older_than_s` ago, and only that; a label whose
+        report needed any of it goes with it."""
         removed = []
         for entry in self.entries():
             if entry["age_s"] <= older_than_s:
                 continue
             Path(entry["path"]).unlink(missing_ok=True)
             shutil.rmtree(self.run_dir(entry["kind"], entry["key"]), ignore_errors=True)
-            self._index.delete(("evidence", entry["kind"], entry["key"]))
+            shutil.rmtree(self.scratch_dir(entry["kind"], entry["key"]), ignore_errors=True)
+            with self._index.transact():
+                self._index.delete(("evidence", entry["kind"], entry["key"]))
+                if entry.get("base_oid"):
+                    keys = set(self._index.get(("base_oid", entry["base_oid"]), []))
+                    self._set(("base_oid", entry["base_oid"]), sorted(keys - {f"{entry['kind']}:{entry['key']}"}))
             removed.append(entry)
+        for label in self.labels():
+            if self.missing_evidence(label):
+                self._index.delete(("label", label))
         return removed
 
 

@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
 import git
 
+from kvtasks import processes
+
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+_GIT_TIMEOUT_S = 600  # a status with --ignored on a large checkout is the slowest call
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -35,12 +41,76 @@ class WorktreeBusy(Exception):
     """Another validator is using this worktree; running beside it would corrupt both."""
 
 
-def _lock_path(worktree: Path, purpose: str) -> Path:
-    tag = hashlib.sha256(str(worktree.resolve()).encode()).hexdigest()[:16]
-    return Path(os.environ.get("KVTASKS_LOCK_DIR") or tempfile.gettempdir()) / f"kvtasks-worktree-{tag}.{purpose}.lock"
+def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
+        timeout_s: float = _GIT_TIMEOUT_S) -> processes.Finished:
+    """One git command in its own process group, killed whole after `timeout_s`."""
+    return processes.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV, **(env or {})}, timeout_s=timeout_s)
+
+
+def state_dir(worktree: str | os.PathLike) -> Path:
+    """Where kvtasks keeps the lock and the journal of a worktree: in its own git dir
+    (`.git/kvtasks/`; a linked worktree's is `.git/worktrees/<name>/kvtasks/`), so every
+    KVTASKS_HOME and every TMPDIR sees the same ones."""
+    done = run_git(worktree, "rev-parse", "--absolute-git-dir", timeout_s=60)
+    if not done.ok:
+        raise GitFailed(f"git rev-parse: {done.said()}")
+    return Path(done.stdout.strip()) / "kvtasks"
+
+
+_SOURCE_SUFFIXES = (".py", ".pyi", ".so", ".pyd", ".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp", ".hip", ".pyx",
+                    ".pxd", ".json", ".toml", ".cfg")
+
+
+def source_identity(folder: str | os.PathLike) -> str:
+    """What an editable-installed distribution's source is right now, as a SHA-256: in a git
+    checkout its HEAD, uncommitted diff and untracked files; elsewhere every source-like file's
+    path and content (hidden folders and caches skipped)."""
+    root = Path(folder)
+    top = run_git(root, "rev-parse", "--show-toplevel", timeout_s=60)
+    sha = hashlib.sha256()
+    if top.ok:
+        for args in (("rev-parse", "HEAD"), ("diff", "HEAD", "--binary", "--", "."),
+                     ("ls-files", "-z", "--others", "--exclude-standard", "--", ".")):
+            done = run_git(root, *args)
+            sha.update(f"{args[0]}:{done.returncode}:{done.stdout}".encode("utf-8", "surrogateescape"))
+            if args[0] == "ls-files":
+                for name in filter(None, done.stdout.split("\0")):
+                    path = root / name
+                    if path.is_file():
+                        sha.update(name.encode("utf-8", "surrogateescape") + hashlib.sha256(path.read_bytes()).digest())
+        return sha.hexdigest()
+    for where, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(names):
+            path = Path(where) / name
+            if name.endswith(_SOURCE_SUFFIXES) and path.is_file():
+                sha.update(str(path.relative_to(root)).encode("utf-8", "surrogateescape")
+                           + hashlib.sha256(path.read_bytes()).digest())
+    return sha.hexdigest()
+
+
+def _open_lock(worktree: Path, path: Path) -> int:
+    """An fd to flock on; a lock file or folder another user owns reads as busy, in one line."""
+    try:
+        path.parent.mkdir(exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        try:
+            return os.open(path, os.O_RDONLY)  # flock needs no write access
+        except OSError:
+            pass
+    except OSError:
+        pass
+    try:
+        owner = f"uid {path.stat().st_uid}" if path.exists() else f"uid {path.parent.stat().st_uid}"
+    except OSError:
+        owner = "another user"
+    raise WorktreeBusy(f"worktree {worktree} is busy: its lock {path} belongs to {owner} and this user cannot "
+                       "take it; wait for that user's validator or use another worktree")
 
 
 _VALIDATOR_LOCKS: dict[str, int] = {}
+_DYING_HOLDER_S = 5.0
 
 
 def hold_exclusively(path: str | os.PathLike) -> None:
@@ -50,17 +120,27 @@ def hold_exclusively(path: str | os.PathLike) -> None:
     worktree = Path(path)
     if str(worktree) in _VALIDATOR_LOCKS:
         return
-    lock = _lock_path(worktree, "validator")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+    lock = state_dir(worktree) / "validator.lock"
+    fd = _open_lock(worktree, lock)
+    deadline = time.monotonic() + _DYING_HOLDER_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            # a killed validator's workers die with it, a moment later: wait for them, briefly
+            if holder.isdigit() and processes.start_time(int(holder)) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
         os.close(fd)
         raise WorktreeBusy(f"worktree {worktree} is busy: another validator (pid {holder or 'unknown'}) is "
                            "validating in it; wait for it or use another worktree") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+    except OSError:
+        pass  # another user's lock file opened read-only: ours now, without our pid in it
     _VALIDATOR_LOCKS[str(worktree)] = fd
 
 
@@ -68,6 +148,53 @@ def release_exclusive(path: str | os.PathLike) -> None:
     fd = _VALIDATOR_LOCKS.pop(str(Path(path)), None)
     if fd is not None:
         os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+class Journal:
+    """What a lent worktree owes, kept in its git dir while it is lent: the validator's pid and
+    start time, the patch applied to it (a copy of the exact bytes) and every process group
+    launched in it. A validator killed outright (SIGKILL, a reboot) leaves it behind; the next
+    run kills those groups, reverses that patch and removes what they wrote."""
+
+    def __init__(self, folder: Path):
+        self.entry = folder / "journal.json"
+        self.patch_copy = folder / "journal.patch"
+
+    def _update(self, **fields) -> None:
+        entry = self.pending() or {}
+        _write_atomic(self.entry, json.dumps({**entry, **fields}).encode())
+
+    def open(self, worktree: Path) -> None:
+        self.entry.parent.mkdir(exist_ok=True)
+        self._update(worktree=str(worktree), pid=os.getpid(), pid_start=processes.start_time(os.getpid()),
+                     started=time.time(), patch=None, patch_sha256=None, groups=[])
+
+    def patch_applied(self, patch: str) -> None:
+        data = Path(patch).read_bytes()
+        _write_atomic(self.patch_copy, data)
+        self._update(patch=str(self.patch_copy), patch_sha256=hashlib.sha256(data).hexdigest())
+
+    def patch_reversed(self) -> None:
+        self._update(patch=None, patch_sha256=None)
+
+    def group_started(self, pgid: int, started: int | None) -> None:
+        self._update(groups=[*(self.pending() or {}).get("groups", []), [pgid, started]])
+
+    def end(self) -> None:
+        for path in (self.entry, self.patch_copy):
+            path.unlink(missing_ok=True)
+
+    def pending(self) -> dict | None:
+        try:
+            return json.loads(self.entry.read_text())
+        except (OSError, ValueError):
+            return None
 
 
 class Interrupted(SystemExit):
@@ -105,26 +232,24 @@ class HeadView:
 
 
 class Worktree:
-    def __init__(self, path: str | os.PathLike, journal=None):
+    def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._journal = journal  # store.Journal: records an applied patch until it is reversed
         self._repo = git.Repo(self.path)
         self._applied_patch: str | None = None
         self._lent_directories: set[str] | None = None
+        self.recovered: dict | None = None  # what a lend found a dead validator had left, and undid
+
+    @cached_property
+    def journal(self) -> Journal:
+        return Journal(state_dir(self.path))
 
     # -- reading -------------------------------------------------------------------------
     def _run(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[int, str, str]:
-        status, out, err = self._repo.git.execute(
-            ["git", *args],
-            with_extended_output=True,
-            with_exceptions=False,
-            env={**_GIT_ENV, **(env or {})},
-            strip_newline_in_stdout=False,
-        )
-        if check and status != 0:
-            last = (err.strip().splitlines() or [f"exit {status}"])[-1]
-            raise GitFailed(f"git {args[0]}: {last}")
-        return status, out, err
+        done = run_git(self.path, *args, env=env)
+        status = -1 if done.returncode is None else done.returncode
+        if check and not done.ok:
+            raise GitFailed(f"git {args[0]}: {done.said()}")
+        return status, done.stdout, done.stderr
 
     def head_oid(self) -> str:
         return self._run("rev-parse", "HEAD")[1].strip()
@@ -196,28 +321,43 @@ class Worktree:
     # -- changing the tree (only inside handback) -----------------------------------------
     def apply(self, patch: str) -> None:
         self._run("apply", "--check", "--whitespace=nowarn", patch)
-        if self._journal is not None:
-            self._journal.begin(self.path, patch)
+        self.journal.patch_applied(patch)
         self._applied_patch = patch
         self._run("apply", "--whitespace=nowarn", patch)
 
     def recover(self) -> dict | None:
-        """Undo what a killed validator left: reverse exactly its journalled patch, then remove
-        the untracked files it wrote after it started. Returns what was done, or None."""
-        entry = self._journal.pending(self.path) if self._journal is not None else None
+        """Under the tree lock, undo what a dead validator left (see `_recover_dead`)."""
+        with self._tree_lock():
+            return self._recover_dead()
+
+    def _recover_dead(self) -> dict | None:
+        """Undo a journal whose validator is dead: kill the process groups it launched (before
+        anything else, so none writes into the tree afterwards), reverse exactly its patch, then
+        remove the untracked files written since it took the tree. Only ever called holding the
+        tree lock; a journal whose validator still runs is that validator's, and is left alone."""
+        entry = self.journal.pending()
         if entry is None:
             return None
-        reversed_ok = self._run("apply", "-R", "--check", "--whitespace=nowarn", entry["patch"], check=False)[0] == 0
-        if reversed_ok:
-            self._run("apply", "-R", "--whitespace=nowarn", entry["patch"])
+        ours = entry.get("pid") == os.getpid() and entry.get("pid_start") == processes.start_time(os.getpid())
+        if not ours and processes.alive(entry.get("pid", 0), entry.get("pid_start")):
+            raise WorktreeBusy(f"worktree {self.path} is busy: kvtasks pid {entry['pid']} has it lent and still runs")
+        killed = [pid for pgid, started in entry.get("groups", [])
+                  for pid in processes.kill_orphaned_group(pgid, started)]
+        reversed_ok = None
+        if entry.get("patch"):
+            check = self._run("apply", "-R", "--check", "--whitespace=nowarn", entry["patch"], check=False)
+            reversed_ok = check[0] == 0
+            if reversed_ok:
+                self._run("apply", "-R", "--whitespace=nowarn", entry["patch"])
         removed = []
         for status in self.status():
             path = self.path / status.path
             if status.untracked and path.exists() and path.lstat().st_mtime >= entry["started"] - 1:
                 _remove(path, root=self.path)
                 removed.append(status.path)
-        self._journal.end(self.path)
-        return {**entry, "patch_reversed": reversed_ok, "removed": removed, "still_dirty": len(self.status())}
+        self.journal.end()
+        return {**{key: entry.get(key) for key in ("pid", "patch_sha256", "started")}, "patch_reversed": reversed_ok,
+                "killed_processes": killed, "removed": removed, "still_dirty": len(self.status())}
 
     def _directories(self) -> set[str]:
         found = set()
@@ -228,28 +368,43 @@ class Worktree:
 
     def quiescent(self):
         """Hold off every lender (parallel workers of this validator) while the tree is read."""
-        return _serialised(self.path)
+        return self._tree_lock()
+
+    def _tree_lock(self):
+        return _serialised(self.path, self.journal.entry.parent / "tree.lock")
 
     @contextmanager
     def handback(self) -> Iterator["Worktree"]:
         """Lend the tree to a run; on every exit path hand it back clean, as supplied."""
-        with _signals_raise(), _serialised(self.path):
+        with _signals_raise(), self._tree_lock():
+            recovered = self._recover_dead()
+            if recovered is not None:
+                self.recovered = recovered
+                print(f"kvtasks: a dead validator (pid {recovered['pid']}) had this worktree lent; its processes "
+                      "were killed and the tree was restored", file=sys.__stderr__)
             directories = self._lent_directories = self._directories()  # git does not see empty folders
+            self.journal.open(self.path)
+            processes.spawned.append(self.journal.group_started)
             try:
                 yield self
             except Interrupted as interrupted:
                 with _signals_deferred():
-                    self.restore(directories)
+                    self._hand_back(directories)
                 print(f"kvtasks: interrupted by {interrupted.name}; the worktree was restored "
                       "and no report is written", file=sys.__stderr__)
                 raise
             except BaseException:
                 with _signals_deferred():
-                    self.restore(directories)
+                    self._hand_back(directories)
                 raise
             else:
                 with _signals_deferred():
-                    self.restore(directories)
+                    self._hand_back(directories)
+
+    def _hand_back(self, directories: set[str]) -> None:
+        processes.spawned.remove(self.journal.group_started)
+        self.restore(directories)
+        self.journal.end()  # only once the tree is back: a failed restore leaves it for recovery
 
     def write_file(self, path: str, text: str) -> None:
         """Mid-lend only: place a file (a transplanted bench) that restore will remove again."""
@@ -269,6 +424,7 @@ class Worktree:
         if self._applied_patch is not None:
             patch, self._applied_patch = self._applied_patch, None
             self._run("apply", "-R", "--whitespace=nowarn", patch, check=False)
+            self.journal.patch_reversed()
         leftovers = self.status()
         tracked = [entry.path for entry in leftovers if not entry.untracked]
         if tracked:
@@ -285,8 +441,6 @@ class Worktree:
         remaining = self.status()
         if remaining:
             raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")
-        if self._journal is not None:
-            self._journal.end(self.path)
         return [entry.path for entry in leftovers]
 
 
@@ -304,9 +458,9 @@ def _remove(path: Path, root: Path) -> None:
 
 
 @contextmanager
-def _serialised(worktree: Path) -> Iterator[None]:
+def _serialised(worktree: Path, lock: Path) -> Iterator[None]:
     """One lender at a time: parallel workers of one validator take turns with the tree."""
-    fd = os.open(_lock_path(worktree, "handback"), os.O_RDWR | os.O_CREAT, 0o666)
+    fd = _open_lock(worktree, lock)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

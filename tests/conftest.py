@@ -15,10 +15,12 @@ IDLE_AMD = {"hip_id": 57, "bdf": "0000:c1:00.0", "market_name": "Fake Instinct M
 
 @pytest.fixture(autouse=True)
 def private_gpu_locks(tmp_path, monkeypatch):
-    """Every test gets its own lock folder and a fast sampling window; none touches real locks."""
+    """Every test gets its own lock and scratch folders and a fast sampling window; none touches
+    real locks."""
     locks = tmp_path / "locks"
     locks.mkdir()
     monkeypatch.setenv("KVTASKS_LOCK_DIR", str(locks))
+    monkeypatch.setenv("KVTASKS_SCRATCH", str(tmp_path / "scratch"))  # runs' scratch goes with the test
     monkeypatch.setenv("KVTASKS_IDLE_SAMPLES", "2")
     monkeypatch.setenv("KVTASKS_IDLE_INTERVAL_S", "0")
     for name in ("PICKER", "KVTASKS_FAKE_AMDSMI", "KVTASKS_FAKE_NVML"):

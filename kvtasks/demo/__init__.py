@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 from pathlib import Path
+
+from kvtasks.worktree import GitFailed, run_git
 
 SOURCES = Path(__file__).parent / "repo"
 PATCHES = Path(__file__).parent / "prs"
@@ -61,11 +62,10 @@ def _fingerprint() -> str:
 
 
 def _git(repo: Path, *args: str) -> str:
-    import os
-
-    env = {**os.environ, **_GIT_IDENTITY}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    done = run_git(repo, *args, env=_GIT_IDENTITY)
+    if not done.ok:
+        raise GitFailed(f"git {args[0]}: {done.said()}")
+    return done.stdout.strip()
 
 
 def materialize(root: Path) -> tuple[Path, dict[str, str]]:
@@ -77,7 +77,7 @@ def materialize(root: Path) -> tuple[Path, dict[str, str]]:
             clean = _git(repo, "status", "--porcelain", "--ignored") == ""
             current = _git(repo, "log", "-1", "--format=%s", "main") == marker
             on_main = _git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
-        except subprocess.CalledProcessError:
+        except GitFailed:
             clean = current = on_main = False
         if clean and current and on_main:
             return repo, {name: _git(repo, "rev-parse", f"pr/{name}") for name in PRS}

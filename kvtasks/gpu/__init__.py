@@ -88,3 +88,21 @@ def open_backends() -> tuple[list[Backend], list[str]]:
 def device_nodes_present() -> bool:
     """Whether the kernel exposes any GPU device node (AMD KFD or NVIDIA control device)."""
     return os.path.exists("/dev/kfd") or os.path.exists("/dev/nvidiactl")
+
+
+def driver_versions(environ=os.environ) -> dict[str, str]:
+    """The GPU driver, ROCm and CUDA versions this host reports, where it reports them: a changed
+    driver or toolkit is a changed run, so they enter the cache keys. Missing files are simply absent."""
+    rocm = environ.get("ROCM_PATH") or "/opt/rocm"
+    cuda = environ.get("CUDA_HOME") or environ.get("CUDA_PATH") or "/usr/local/cuda"
+    sources = {"amdgpu": "/sys/module/amdgpu/version", "rocm": f"{rocm}/.info/version",
+               "nvidia": "/proc/driver/nvidia/version", "cuda": f"{cuda}/version.json",
+               "cuda_txt": f"{cuda}/version.txt"}
+    found = {}
+    for name, path in sources.items():
+        try:
+            with open(path, errors="replace") as handle:
+                found[name] = handle.read(4096).strip()
+        except OSError:
+            continue
+    return found

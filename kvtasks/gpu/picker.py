@@ -16,7 +16,6 @@ import fcntl
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,10 +23,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from kvtasks import processes
+from kvtasks.gpu import lease
 from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
 
-CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS = 0, 1, 2, 3
+CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS, NO_ANSWER = 0, 1, 2, 3, -1
+EXTERNAL_GRACE_S = 60.0  # what a PICKER override may take beyond its sampling window
 HEADLINES = {
+    NO_ANSWER: "the PICKER override gave no usable answer",
     NONE_IDLE: "GPUs present but none stayed below the idleness thresholds across the window",
     UNQUERYABLE: "GPU management (AMD SMI / NVML) could not be queried; this says nothing about the GPUs",
     NO_GPUS: "this host reports no GPUs",
@@ -172,15 +175,21 @@ def find_device(index: int) -> tuple[Device, Backend] | None:
 
 
 def run_external(command: str, settings: IdleSettings) -> tuple[int, list[int], str, str]:
-    """Run the PICKER override: (exit code, ranked indices, idleness basis, stderr tail)."""
+    """Run the PICKER override: (exit code, ranked indices, idleness basis, stderr tail).
+
+    It gets its sampling window plus EXTERNAL_GRACE_S; one that runs longer is killed with its
+    group and answers NO_ANSWER with the timeout as what it said."""
     argv = [command, "--samples", str(settings.samples), "--interval", str(settings.interval_s), "--quiet"]
-    done = subprocess.run([*argv, "--all"], capture_output=True, text=True, timeout=600)
-    if done.returncode not in (0, 1, 2, 3) and "--all" in done.stderr:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)  # an older picker
+    timeout_s = settings.samples * settings.interval_s + EXTERNAL_GRACE_S
+    done = processes.run([*argv, "--all"], timeout_s=timeout_s)
+    if not done.timed_out and done.returncode not in (0, 1, 2, 3) and "--all" in done.stderr:
+        done = processes.run(argv, timeout_s=timeout_s)  # an older picker
+    if done.timed_out:
+        return NO_ANSWER, [], "unknown", f"PICKER {done.said()}"
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     indices = [int(line) for line in lines if line.isdigit()]
     if done.returncode == 0 and len(indices) != len(lines):
-        return -1, [], "unknown", f"picker printed a non-numeric line: {lines[0]!r}"
+        return NO_ANSWER, [], "unknown", f"picker printed a non-numeric line: {lines[0]!r}"
     basis = [line.split(":", 1)[1].strip() for line in done.stderr.splitlines()
              if line.startswith("idleness-basis:")]
     return done.returncode, indices, (basis[-1] if basis else "unknown"), done.stderr.strip()[-300:]
@@ -193,12 +202,13 @@ def resolve_external(value: str) -> str | None:
 
 
 # -- the claim: a non-blocking flock held by the validating process ----------------------------
+# (by its lease owner when one runs: see kvtasks.gpu.lease; workers of one validator share it)
 
 @dataclass(eq=False)
 class Lease:
     index: int
     path: Path
-    fd: int
+    fd: int | None  # None: the validator's lease owner holds the lock
     basis: str = "unknown"  # the idleness basis the claim rested on, for PRs that reuse it
 
 
@@ -210,6 +220,9 @@ def lock_dir() -> Path:
 
 
 def try_lock(index: int) -> Lease | None:
+    if lease.running():
+        answer = lease.ask({"op": "lock", "index": index})
+        return Lease(index, Path(answer["path"]), None, answer["basis"]) if answer.get("locked") else None
     path = lock_dir() / f"gpu-{index}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
@@ -217,23 +230,34 @@ def try_lock(index: int) -> Lease | None:
     except BlockingIOError:
         os.close(fd)
         return None
-    lease = Lease(index, path, fd)
-    _HELD.append(lease)
-    return lease
+    claim = Lease(index, path, fd)
+    _HELD.append(claim)
+    return claim
 
 
-def release(lease: Lease) -> None:
-    if lease in _HELD:
-        _HELD.remove(lease)
-        os.close(lease.fd)
+def remember_basis(claim: Lease, basis: str) -> None:
+    """The idleness basis the claim rests on, for later PRs of the run that reuse it."""
+    claim.basis = basis
+    if claim.fd is None and lease.running():
+        lease.ask({"op": "basis", "index": claim.index, "basis": basis})
+
+
+def release(claim: Lease) -> None:
+    if claim.fd is None and lease.running():
+        lease.ask({"op": "release", "index": claim.index})
+    elif claim in _HELD:
+        _HELD.remove(claim)
+        os.close(claim.fd)
 
 
 def release_all() -> None:
-    for lease in list(_HELD):
-        release(lease)
+    for claim in held():
+        release(claim)
 
 
 def held() -> list[Lease]:
+    if lease.running():
+        return [Lease(index, Path(path), None, basis) for index, path, basis in lease.ask({"op": "held"})["held"]]
     return list(_HELD)
 
 

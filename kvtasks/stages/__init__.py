@@ -58,7 +58,8 @@ def result(name: str, status: Status, note: str = "", **fields: Any) -> StageRes
 
 @dataclass
 class Context:
-    """What a stage may see: the request, the worktree, its private run folder, earlier results."""
+    """What a stage may see: the request, the worktree, its private scratch folder (outside the
+    evidence store; the graph keeps what is evidence), earlier results."""
 
     request: Request
     worktree: Worktree

@@ -27,8 +27,8 @@ def gate(ctx: Context) -> str | None:
     runner = ctx.selected("runner", "none")
     if runner == "none":
         return f"no runner: {ctx.selected('runner_reason', 'runner selection did not run')}"
-    if runner == "pytest" and not target.pytest_available(ctx.request, ctx.run_dir):
-        return f"python -m pytest is not runnable with {ctx.request.host.python_bin}"
+    if runner == "pytest":
+        return target.pytest_available(ctx.request, ctx.run_dir)
     return None
 
 
@@ -103,7 +103,21 @@ def baseline_control(ctx: Context) -> StageResult:
         stage = result(BASELINE, "pass", f"base control ran and left the tree clean ({_base_said(repo_tests, s1_grid)})",
                        repo_tests=repo_tests, s1_grid=s1_grid)
     stage.runs = runs
+    not_reusable = reusable(stage)
+    if not_reusable:
+        stage.stage.reuse = f"not a baseline for later PRs: {not_reusable}; the next PR with this key re-runs base"
     return stage
+
+
+def reusable(baseline: StageResult) -> str | None:
+    """Why a base control must never stand for its key again (None when it may): a run that timed
+    out or was killed by a signal says how long the host let it run, not what base does."""
+    for run in baseline.runs:
+        if run.timed_out:
+            return f"{run.label} timed out"
+        if run.exit is None or run.exit < 0:
+            return f"{run.label} was killed (exit {run.exit})"
+    return None
 
 
 def repo_tests(ctx: Context) -> StageResult:
@@ -173,6 +187,9 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         stage.finding("blocker", f"the PR adds this target and it {what} on head: {tail}")
     elif base is not None and base["state"] == "ran" and base.get("exit") == 0:
         stage.finding("blocker", f"the target passes on base and {what} on head: {tail}")
+    elif base is not None and base.get("timed_out"):
+        stage.finding("note", f"the base run timed out (TIMEOUT {ctx.request.host.timeout}s), so there is no base "
+                              f"result to attribute this to; raise TIMEOUT to judge it: {tail}")
     else:
         base_said = "all skipped" if base and base["state"] == "all-skipped" else \
             f"exit {base.get('exit') if base else 'unknown'}"

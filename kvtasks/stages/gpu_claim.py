@@ -69,7 +69,8 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
     finally:
         backend.close()
     window = windows.get(device.index)
-    basis = lease.basis = window.basis if window else basis
+    basis = window.basis if window else basis
+    picker.remember_basis(lease, basis)
     index_field = "hip_index" if device.vendor == "amd" else "cuda_index"
     smi_field = "amd_smi_index" if device.vendor == "amd" else "nvml_index"
     stage = result(

@@ -438,7 +438,7 @@ def run(ctx: Context) -> StageResult:
                 ctx.say(f"perf: round {round_number}/{request.host.perf_repeat}, {side}")
                 timing = target.time_run(request, phase_root=phase_roots[side], phase=side,
                                          label=f"{side}-perf-{round_number}", file=entry.file, argv=entry.argv,
-                                         visible_devices=visible)
+                                         visible_devices=visible, run_dir=ctx.run_dir)
                 runs.append(timing)
                 logs[side].append(timing)
         artifacts += ctx.worktree.to_base()

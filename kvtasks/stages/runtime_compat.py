@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from kvtasks import sources, target
 from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, result
 from kvtasks.target import layout
-from kvtasks.worktree import GitFailed
+from kvtasks.worktree import GitFailed, source_identity
 
 NAME = "runtime_compat"
 MISMATCH = "runtime_mismatch"
@@ -135,7 +135,16 @@ def run(ctx: Context) -> StageResult:
     # what the cache keys need about the interpreter, whether or not the runtime matched
     stage.facts["runtime_fingerprint"] = {key: seen.get(key) for key in
                                           ("python_executable", "python_version", "distributions", "module_path")}
+    stage.facts["runtime_fingerprint"]["editable_sources"] = editable_sources(ctx, seen.get("editable") or {})
     return stage
+
+
+def editable_sources(ctx: Context, editable: dict[str, str]) -> dict[str, str]:
+    """Each editable-installed distribution's source identity; one inside the worktree is the tree
+    under test itself, which the base OID and the patch already name."""
+    tree = ctx.worktree.path.resolve()
+    return {name: "the worktree under test" if Path(folder).resolve().is_relative_to(tree)
+            else source_identity(folder) for name, folder in sorted(editable.items())}
 
 
 def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResult:

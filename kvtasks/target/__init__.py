@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import sys
 from pathlib import Path
 from typing import Mapping
 
+from kvtasks import processes
+from kvtasks.gpu import lease
 from kvtasks.request import Request
 from kvtasks.target import environment, layout, receipts, runtime_probe, triton_cpu
 from kvtasks.target.launch import TargetRun, launch, pytest_runnable
@@ -32,6 +34,13 @@ def python_path(request: Request) -> list[str]:
     if pylib and (worktree / "python" / "flydsl" / "__init__.py").is_file():
         return [pylib, *reversed(checkout)]
     return checkout + ([pylib] if pylib else [])
+
+
+def gpu_turn(request: Request, visible_devices: Mapping[str, str]):
+    """Wait for this validator's other workers to finish with the device (at most two target
+    timeouts), saying so, rather than run on a device another target is using."""
+    return lease.turn(visible_devices, bound_s=2 * max(request.host.timeout, request.host.perf_timeout) + 60,
+                      say=lambda line: print(f"[kvtasks] {line}", file=sys.stderr, flush=True))
 
 
 def target_env(request: Request, run_dir: Path, phase: str, label: str,
@@ -62,11 +71,12 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     env.update(env_extra or {})
     if cpu_tier:
         env["TRITON_INTERPRET"] = "1"
-    done = launch(
-        label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
-        python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
-        probe=probe.name, argv=argv, prefix=request.no_network,
-    )
+    with gpu_turn(request, visible_devices):
+        done = launch(
+            label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
+            python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
+            probe=probe.name, argv=argv, prefix=request.launch_prefix([str(run_dir)]),
+        )
     receipt, digest, note = receipts.read(probe)
     done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(probe.receipt), digest, note
     if routes:
@@ -75,19 +85,21 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
 
 
 def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file: str, argv: list[str],
-             visible_devices: Mapping[str, str] = NO_DEVICE) -> TargetRun:
+             visible_devices: Mapping[str, str] = NO_DEVICE, run_dir: Path | None = None) -> TargetRun:
     """One timing run: no probe, PERF_TIMEOUT, and the phase's caches shared with its correctness
-    runs so a JIT compile is not what gets timed."""
+    runs so a JIT compile is not what gets timed; its log goes to run_dir (default the phase root)."""
     env = target_env(request, phase_root, phase, label, visible_devices)
-    return launch(label=label, runner="script", target=file, cwd=Path(request.repo), env=env,
-                  python_bin=request.host.python_bin, run_dir=phase_root / "perf", timeout_s=request.host.perf_timeout,
-                  probe=None, argv=argv, prefix=request.no_network)
+    logs = (run_dir or phase_root) / "perf"
+    with gpu_turn(request, visible_devices):
+        return launch(label=label, runner="script", target=file, cwd=Path(request.repo), env=env,
+                      python_bin=request.host.python_bin, run_dir=logs, timeout_s=request.host.perf_timeout,
+                      probe=None, argv=argv, prefix=request.launch_prefix([str(phase_root), str(logs)]))
 
 
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],
                   visible_devices: Mapping[str, str] = NO_DEVICE, cpu_tier: dict | None = None) -> tuple[dict | None, str]:
     """Import `module` the way the target would (with cpu_tier, its settings: under the tier's
-    hooks); return what the probe saw (None if it died) and its log."""
+    hooks); return what the probe saw (None if it died or timed out) and its log, which says which."""
     probe_dir = run_dir / "runtime"
     probe_dir.mkdir(parents=True, exist_ok=True)
     out = probe_dir / "runtime.json"
@@ -101,32 +113,51 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
         hooks.write_text(Path(triton_cpu.__file__).read_text())
         tier = json.dumps({"path": str(hooks), "settings": cpu_tier})
         env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run(
-        # run as -c, not by path: the probe's own folder must not shadow the checkout's modules
-        [*request.no_network, request.host.python_bin, "-c", Path(runtime_probe.__file__).read_text(), str(out),
-         module, tier, *roots],
-        cwd=request.repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=min(300, request.host.timeout),
-    )
+    with gpu_turn(request, visible_devices):
+        done = processes.run(
+            # run as -c, not by path: the probe's own folder must not shadow the checkout's modules
+            [*request.launch_prefix([str(run_dir)]), request.host.python_bin, "-c",
+             Path(runtime_probe.__file__).read_text(), str(out), module, tier, *roots],
+            cwd=request.repo, env=env, timeout_s=min(300, request.host.timeout), track=True,
+        )
     log = (done.stdout + done.stderr)[-2000:]
+    if done.timed_out:
+        return None, f"the runtime probe {done.said()}: {log}"
     if not out.is_file():
         return None, f"probe exited {done.returncode} without a result: {log}"
     return json.loads(out.read_text()), log
 
 
-def pytest_available(request: Request, run_dir: Path) -> bool:
-    return pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
+def pytest_available(request: Request, run_dir: Path) -> str | None:
+    """None when `python -m pytest` runs in the target's environment; otherwise why not."""
+    done = pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
                            cwd=run_dir)
+    return None if done.ok else f"python -m pytest is not runnable with {request.host.python_bin}: {done.said()}"
+
+
+def passed_through_values() -> dict[str, str]:
+    """The host variables a target gets from the caller, with their values (never a credential)."""
+    return {name: os.environ[name] for name in environment.passed_through(os.environ)}
 
 
 def isolation_facts(request: Request) -> dict:
     network = f"none: a fresh network namespace ({' '.join(request.no_network[:-1])})" if request.no_network \
         else "host network (--no-network was not given)"
+    if request.sandbox:
+        sandbox = (f"evidence read-only: targets run in a mount namespace ({' '.join(request.sandbox)}) where "
+                   f"{', '.join(request.readonly) or 'the workspace'} is mounted read-only; the tree under test "
+                   "and the run's scratch stay writable")
+    else:
+        sandbox = ("none (--sandbox was not given): targets run as the validator's user and could write "
+                   "wherever it can, the evidence store included; they never see it on a path kvtasks gives them")
     return {
-        "level": "git-worktree + private caches" + (" + network namespace" if request.no_network else ""),
+        "level": "git-worktree + private caches" + (" + network namespace" if request.no_network else "")
+                 + (" + read-only evidence (mount namespace)" if request.sandbox else ""),
         "container": False,
         "network": network,
-        "reason": "targets run in the supplied worktree under a constructed environment with private per-phase caches",
+        "sandbox": sandbox,
+        "reason": "targets run in the supplied worktree under a constructed environment with private per-phase "
+                  "caches in a scratch folder outside the evidence store",
         "target_environment": environment.TargetEnvironment(
             passed_through=environment.passed_through(os.environ)).model_dump(),
     }

@@ -1,13 +1,12 @@
 """Launch one target run and read back what it did: exit status, JUnit counts, its log.
 
-Every launch gets its own process group; a timeout, an interrupt of the validator or the end of
-the run kills the whole group, grandchildren included.
+Every launch gets its own process group (kvtasks.processes); a timeout, an interrupt of the
+validator or the end of the run kills the whole group, grandchildren included; the target dies
+with its validator, and the group is journalled so a killed validator's leftovers are killed.
 """
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -17,10 +16,11 @@ from typing import Literal, Mapping
 from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
+from kvtasks import processes
+
 PYTEST_USAGE_ERROR = 4
 PYTEST_NOTHING_COLLECTED = 5
 FAILED_TESTS_KEPT = 50
-_KILL_GRACE_S = 5.0
 
 
 class ExecutionStats(BaseModel):
@@ -129,16 +129,14 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
     started = time.monotonic()
     timed_out = False
     with open(log, "wb") as log_file:
-        process = subprocess.Popen(
-            command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        process = processes.popen(command, track=True, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                                  stdout=log_file, stderr=subprocess.STDOUT)
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_group(process)
+            processes.kill_group(process)
     duration = time.monotonic() - started
     exit_code = None if timed_out else process.returncode
     if runner == "pytest":
@@ -194,29 +192,6 @@ def configured_addopts(log_text: str, cwd: Path) -> dict:
     return found
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """Terminate the run's whole process group: nothing it started may outlive it."""
-    try:
-        pgid = os.getpgid(process.pid)
-    except ProcessLookupError:
-        pgid = process.pid
-    if process.poll() is None:
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            process.wait(timeout=_KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-    _signal_group(pgid, signal.SIGKILL)
-    process.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
     if exit_code == PYTEST_USAGE_ERROR and not junit.is_file():
         return ExecutionStats(basis="pytest usage error: nothing was collected or run")  # not a test failure
@@ -249,7 +224,7 @@ def script_stats(exit_code: int | None) -> ExecutionStats:
     )
 
 
-def pytest_runnable(python_bin: str, env: Mapping[str, str], cwd: Path) -> bool:
-    result = subprocess.run([python_bin, "-m", "pytest", "--version"], cwd=cwd, env=dict(env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-    return result.returncode == 0
+def pytest_runnable(python_bin: str, env: Mapping[str, str], cwd: Path,
+                    timeout_s: float = 120) -> processes.Finished:
+    """`python -m pytest --version` in the target's environment: ok, or why not (its timeout too)."""
+    return processes.run([python_bin, "-m", "pytest", "--version"], cwd=cwd, env=env, timeout_s=timeout_s)

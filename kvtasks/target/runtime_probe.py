@@ -2,7 +2,8 @@
 
 Usage: python runtime_probe.py OUT.json MODULE TIER ROOT [ROOT ...]
 Writes {module, module_path, module_version, python_executable, python_version, inside_roots,
-native_artifacts[{path, size, sha256}], distributions["name==version"], cpu_tier_error, error}.
+native_artifacts[{path, size, sha256}], distributions["name==version"], editable{name: source
+folder}, cpu_tier_error, error}.
 TIER is "" or JSON {"path", "settings"}: on the Triton CPU tier the module is imported the way the
 target will be, under the tier's hooks (that file, loaded by path, installed first). Standard
 library only: it must run in any target environment, and it never imports kvtasks.
@@ -29,6 +30,20 @@ def _digest(path):
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
     return sha.hexdigest()
+
+
+def _editable_source(distribution):
+    """The source folder of an editable install (PEP 610 direct_url.json), else None."""
+    try:
+        direct = json.loads(distribution.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return None
+    url = direct.get("url", "")
+    if not direct.get("dir_info", {}).get("editable") or not url.startswith("file://"):
+        return None
+    from urllib.parse import unquote, urlparse
+
+    return os.path.realpath(unquote(urlparse(url).path))
 
 
 def _install_tier(tier):
@@ -68,8 +83,9 @@ def main(out, module_name, tier, *roots):
     try:
         from importlib import metadata
 
-        found["distributions"] = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
-                                         if d.metadata["Name"]})
+        distributions = [d for d in metadata.distributions() if d.metadata["Name"]]
+        found["distributions"] = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions})
+        found["editable"] = {d.metadata["Name"]: _editable_source(d) for d in distributions if _editable_source(d)}
     except Exception as exc:  # a broken installation must not hide the rest of the answer
         found["distributions"] = [f"unreadable: {exc}"]
     with open(out, "w") as handle:

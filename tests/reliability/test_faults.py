@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from kvtasks.store import Store
+from kvtasks.worktree import Worktree
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
 
 SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
@@ -48,16 +48,25 @@ def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path
         rerun = tmp_path / f"rerun-{number}.json"
         code = validator(repo, patch, rerun, home).wait(timeout=120)
         assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s"
-        assert Store(home / "cache").journal.pending(repo) is None
+        assert Worktree(repo).journal.pending() is None
         report = json.loads(rerun.read_text())
         assert report["verdict"] == "BLOCK" and code == 1, f"point {number}: the rerun blamed the caller"
         assert report["stages"]["merge_sim"]["status"] == "pass"
 
 
 def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu):
-    slow = "import time\n\n\ndef test_slow():\n    open('{marker}', 'w').close()\n    time.sleep(60)\n"
-    marker = tmp_path / "head-started"
-    patch = make_patch(repo, {"tests/test_slow.py": slow.format(marker=marker)}, tmp_path / "pr.patch")
+    """The target leaves a grandchild that would write into the tree after the validator died:
+    the target dies with its validator, the next run kills the grandchild before touching the tree."""
+    from tests.processes import alive
+
+    slow = ("import subprocess, sys, time\n\n\ndef test_slow():\n"
+            "    late = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(6); "
+            "open(\"tests/late.txt\", \"w\").write(\"late\")'])\n"
+            "    open('{pid_file}', 'w').write(str(late.pid))\n"
+            "    open('{marker}', 'w').close()\n    time.sleep(60)\n")
+    marker, pid_file = tmp_path / "head-started", tmp_path / "late.pid"
+    patch = make_patch(repo, {"tests/test_slow.py": slow.format(marker=marker, pid_file=pid_file)},
+                       tmp_path / "pr.patch")
     supplied = snapshot(repo)
     proc = subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                              "--target", "tests/test_slow.py", "--quiet", "--out", str(tmp_path / "r.json")],
@@ -68,17 +77,24 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
         time.sleep(0.05)
     proc.kill()
     proc.wait()
+    late = int(pid_file.read_text())
+    assert alive(late, settle_s=0)  # the orphan outlived its validator
     assert (repo / "tests/test_slow.py").exists()  # SIGKILL left the patch applied
-    assert Store(home / "cache").journal.pending(repo) is not None
+    assert Worktree(repo).journal.pending()["groups"]
+    # another KVTASKS_HOME and TMPDIR: the journal lives with the worktree, not with the evidence
     done = subprocess.run([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                            "--target", "tests/test_scale.py", "--no-perf", "--quiet", "--out",
-                           str(tmp_path / "again.json")], env={**os.environ, "KVTASKS_HOME": str(home)},
+                           str(tmp_path / "again.json")],
+                          env={**os.environ, "KVTASKS_HOME": str(tmp_path / "other-home"), "TMPDIR": str(tmp_path)},
                           capture_output=True, text=True, timeout=120)
     assert "was killed with patch" in done.stderr
     report = json.loads((tmp_path / "again.json").read_text())
     assert report["recovered_run"]["patch_reversed"] is True
+    assert late in report["recovered_run"]["killed_processes"] and not alive(late)
     assert report["stages"]["merge_sim"]["status"] == "pass"  # never blamed on the caller
     assert any("was not dirtied by the caller" in f["detail"] for f in report["findings"])
+    time.sleep(7)  # past the moment the orphan would have written
+    assert not (repo / "tests/late.txt").exists()
     assert snapshot(repo) == supplied
 
 
@@ -110,3 +126,29 @@ def test_credentials_in_the_validator_environment_never_reach_the_target(repo, v
     assert "secret-value" not in seen.values()
     assert not {name for name in seen if "TOKEN" in name or "SECRET" in name or "KEY" in name}
     assert result.report["isolation"]["target_environment"]["passed_through"]
+
+
+def test_a_parallel_batch_killed_anywhere_hands_everything_back_and_resumes(tmp_path, home, idle_gpu):
+    """Seeded kill points in a `doit -n 2` batch: whatever is killed, the next batch finds the tree
+    as supplied (a dead worker's lend recovered), and its verdicts are the batch's own."""
+    from tests.batches import PROJECT, eight_prs, reports, write_manifest
+    from tests.kernel_repos import tiled_repo
+
+    tiled = tiled_repo(tmp_path / "tiled")
+    prs = {label: pr for label, pr in eight_prs(tiled, tmp_path / "patches").items()
+           if label in ("docs-1", "tail", "loose")}
+    manifest = write_manifest(tiled, prs, tmp_path / "three.json")
+    supplied = snapshot(tiled)
+    command = [sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "-n", "2", "batch", f"manifest={manifest}"]
+    env = {**os.environ, "KVTASKS_HOME": str(home)}
+    rng = random.Random(20261203)
+    for sig, delay in [(rng.choice(SIGNALS), rng.uniform(1.0, 12.0)) for _ in range(2)]:
+        batch = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        batch.send_signal(sig)
+        batch.wait(timeout=120)
+    done = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+    assert snapshot(tiled) == supplied, done.stderr[-2000:]
+    assert Worktree(tiled).journal.pending() is None
+    verdicts = {label: report["verdict"] for label, report in reports(home, prs).items()}
+    assert verdicts["tail"] == "BLOCK" and verdicts["loose"] == "BLOCK" and verdicts["docs-1"] != "BLOCK"

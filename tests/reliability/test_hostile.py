@@ -5,6 +5,8 @@ import socket
 import string
 import threading
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -99,6 +101,37 @@ def test_no_network_puts_targets_in_an_empty_network_namespace(repo, idle_gpu, h
     assert closed["stages"]["correctness_repo_tests"]["status"] == "fail"
     assert closed["isolation"]["network"].startswith("none: a fresh network namespace")
     server.close()
+
+
+def _mount_namespace_available() -> bool:
+    from kvtasks.request import UsageError, mount_namespace
+
+    try:
+        mount_namespace()
+    except UsageError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _mount_namespace_available(), reason="this host cannot unshare a mount namespace")
+def test_under_sandbox_a_target_cannot_write_the_evidence_store(repo, idle_gpu, home, tmp_path):
+    """A PR that tries to rewrite its own prepare record, plant a file in KVTASKS_HOME and write
+    the reports folder: every write fails, the evidence is byte-identical, the tree stays writable."""
+    evidence = home / "cache" / "evidence" / "prepare" / "run.json"
+    hostile = ("import os\nimport pytest\n\n\ndef test_forge():\n"
+               f"    for path in [{str(evidence)!r}, {str(home / 'planted.txt')!r},\n"
+               f"                 {str(home / 'reports' / 'planted.txt')!r}]:\n"
+               "        with pytest.raises(OSError):\n"
+               "            open(path, 'w').write('{\"forged\": true}')\n"
+               "    open('scratch-ok.txt', 'w').write('the tree is writable')\n")
+    patch = make_patch(repo, {"tests/test_forge.py": hostile}, tmp_path / "forge.patch")
+    _, sandboxed = run_cli(repo, tmp_path, "--patch", str(patch), "--target", "tests/test_forge.py", "--sandbox")
+    head = sandboxed["stages"]["correctness_repo_tests"]
+    assert head["status"] == "pass", head["note"]  # every write into the store failed, the tree write did not
+    assert head["artifacts"] == ["scratch-ok.txt"]
+    assert sandboxed["isolation"]["sandbox"].startswith("evidence read-only")
+    assert "forged" not in evidence.read_text() and not (home / "planted.txt").exists()
+    assert not (home / "reports" / "planted.txt").exists()
 
 
 NAMES = st.text(alphabet=string.ascii_letters + string.digits + " _-'\"é中", min_size=1, max_size=12).filter(

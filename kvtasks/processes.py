@@ -1,0 +1,170 @@
+"""Every process kvtasks starts: a timeout, its own process group, killed whole, dying with us.
+
+A child runs in a new session (its own process group), so a timeout, an interrupt or the end of
+the run can kill everything it started, grandchildren included. It also gets PR_SET_PDEATHSIG:
+when the process that started it dies, even by SIGKILL, the kernel kills it too. What survives
+that (a grandchild in the group) is killed by the next run's recovery, which finds the group in
+the worktree's journal: `spawned` observers (the journal, while a tree is lent) hear of every
+tracked group as it starts.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Mapping, Sequence
+
+KILL_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+# called with (pgid, start time) for every tracked launch; the worktree's journal listens while lent
+spawned: list[Callable[[int, int | None], None]] = []
+
+
+@dataclass
+class Finished:
+    argv: list[str]
+    returncode: int | None  # None when it was killed for running past its timeout
+    stdout: str
+    stderr: str
+    timed_out: bool
+    timeout_s: float
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def said(self, width: int = 300) -> str:
+        """Why it failed, in one line: the timeout, or the last line it printed."""
+        if self.timed_out:
+            return f"timed out after {self.timeout_s:g}s; its process group was killed"
+        last = ((self.stderr or "").strip().splitlines() or (self.stdout or "").strip().splitlines()
+                or [f"exit {self.returncode}"])[-1]
+        return last[-width:]
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22); None if gone.
+
+    A pid can be reused; a pid together with its start time names one process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":  # a zombie has already died
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int, started: int | None) -> bool:
+    """Whether the process that had this pid and start time still runs."""
+    now = start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(137)
+    return arm
+
+
+def die_with_parent() -> None:
+    """Arm PR_SET_PDEATHSIG for this process (a forked worker whose parent is the validator)."""
+    _die_with_parent(os.getppid())()
+
+
+def popen(argv: Sequence[str], *, track: bool = False, **options) -> subprocess.Popen:
+    """Start `argv` in its own session, armed to die with this process."""
+    process = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+                               **options)
+    if track:
+        started = start_time(process.pid)
+        for observer in list(spawned):
+            observer(process.pid, started)
+    return process
+
+
+def kill_group(process: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """Terminate the process's whole group: nothing it started may outlive it."""
+    if process.poll() is None:
+        signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    signal_group(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def kill_orphaned_group(pgid: int, started: int | None) -> list[int]:
+    """Kill what is left of a group a dead validator launched; return the pids killed.
+
+    Linux never hands out a pid while it is still some group's id, so members with this group id
+    belong to the recorded group, unless its leader is alive with another start time (the pid
+    was reused after the whole group had gone)."""
+    leader = start_time(pgid)
+    if leader is not None and started is not None and leader != started:
+        return []
+    members = group_members(pgid)
+    if members:
+        signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return members
+
+
+def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None = None,
+        env: Mapping[str, str] | None = None, stdout: int | IO = subprocess.PIPE,
+        stderr: int | IO = subprocess.PIPE, track: bool = False, text: bool = True,
+        errors: str = "surrogateescape") -> Finished:
+    """Run to completion or to `timeout_s`; either way the whole group is gone afterwards."""
+    started = time.monotonic()
+    process = popen(argv, track=track, cwd=cwd, env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
+                    stdout=stdout, stderr=stderr, text=text, errors=errors if text else None)
+    timed_out = False
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(process)
+        out, err = process.communicate()
+    except BaseException:
+        kill_group(process)
+        raise
+    else:
+        signal_group(process.pid, signal.SIGKILL)  # what it left running in its group
+    return Finished(argv=list(argv), returncode=None if timed_out else process.returncode, stdout=out or "",
+                    stderr=err or "", timed_out=timed_out, timeout_s=timeout_s,
+                    duration_s=round(time.monotonic() - started, 3))

@@ -1,0 +1,103 @@
+"""Every input that can change how a base run comes out changes the base key."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvtasks import gpu, keys, target, worktree
+from kvtasks.request import Request
+from tests.kernel_repos import git, make_repo
+
+SELECTION = {"runner": "pytest", "grid_channel": "env", "grid_cells": ["64,2000,f32"]}
+FINGERPRINT = {"python_executable": "/usr/bin/python3", "python_version": "3.11.7", "distributions": ["numpy==2.0"],
+               "module_path": "/repo/kernels/__init__.py", "editable_sources": {}}
+GPU = {"vendor": "amd", "arch": "gfx942", "model": "MI300X"}
+
+
+@pytest.fixture
+def request_(tmp_path):
+    (tmp_path / "repo").mkdir()
+    return Request(repo=str(tmp_path / "repo"), target="tests/test_env.py", host={"python_bin": sys.executable})
+
+
+def base_key(request, *, fingerprint=FINGERPRINT, driver=None, environment=None):
+    runtime = keys.runtime_hash(request, fingerprint, GPU, None, driver or {"rocm": "6.2.0"})
+    return keys.base_key(request, "a" * 40, SELECTION, runtime, environment or {"PATH": "/usr/bin"})
+
+
+def test_each_input_of_a_base_run_changes_the_base_key(request_, monkeypatch):
+    reference = base_key(request_)
+    assert base_key(request_) == reference  # deterministic
+    changed = {
+        "TIMEOUT": base_key(request_.model_copy(update={"host": request_.host.model_copy(update={"timeout": 2})})),
+        "--no-network": base_key(request_.model_copy(update={"no_network": ("unshare", "--net", "--")})),
+        "--sandbox": base_key(request_.model_copy(update={"sandbox": ("unshare", "--mount")})),
+        "per-PR cpu tier": base_key(request_.model_copy(update={"cpu_tier": "triton"})),
+        "PYTEST_ADDOPTS value": base_key(request_, environment={"PATH": "/usr/bin", "PYTEST_ADDOPTS": "-x"}),
+        "LD_LIBRARY_PATH value": base_key(request_, environment={"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/lib"}),
+        "HIP_ variable value": base_key(request_, environment={"PATH": "/usr/bin", "HIP_FORCE_DEV_KERNARG": "1"}),
+        "driver": base_key(request_, driver={"rocm": "6.3.1"}),
+        "editable source": base_key(request_, fingerprint={**FINGERPRINT, "editable_sources": {"dep": "f00d"}}),
+    }
+    monkeypatch.setattr(keys, "kvtasks_identity", lambda: "another kvtasks")
+    changed["kvtasks' own code"] = base_key(request_)
+    unchanged = [name for name, key in changed.items() if key == reference]
+    assert not unchanged, unchanged
+    assert len(set(changed.values())) == len(changed)
+
+
+def test_kvtasks_identity_covers_launch_probe_and_environment_code():
+    identity = keys.kvtasks_identity()
+    assert len(identity) == 64
+    for module in ("launch.py", "probe.py", "environment.py", "runtime_probe.py"):
+        assert (keys._PACKAGE / "target" / module).is_file()
+
+
+def test_passed_through_values_are_what_the_target_sees(monkeypatch):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:cacheprovider")
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
+    monkeypatch.setenv("GITHUB_TOKEN", "secret")
+    values = target.passed_through_values()
+    assert values["PYTEST_ADDOPTS"] == "-p no:cacheprovider" and values["TORCH_SHOW_CPP_STACKTRACES"] == "1"
+    assert "GITHUB_TOKEN" not in values
+
+
+def test_driver_versions_come_from_the_toolkit_the_host_points_at(tmp_path):
+    (tmp_path / "rocm" / ".info").mkdir(parents=True)
+    (tmp_path / "rocm" / ".info" / "version").write_text("6.2.4-120\n")
+    found = gpu.driver_versions({"ROCM_PATH": str(tmp_path / "rocm"), "CUDA_HOME": str(tmp_path / "none")})
+    assert found["rocm"] == "6.2.4-120" and "cuda" not in found
+
+
+def test_an_editable_source_identity_follows_its_content(tmp_path):
+    checkout = make_repo(tmp_path / "dep", {"dep/__init__.py": "X = 1\n"})
+    first = worktree.source_identity(checkout)
+    (checkout / "dep" / "__init__.py").write_text("X = 2\n")  # uncommitted edit
+    edited = worktree.source_identity(checkout)
+    (checkout / "dep" / "extra.py").write_text("Y = 1\n")  # untracked file
+    untracked = worktree.source_identity(checkout)
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "x")
+    assert len({first, edited, untracked}) == 3 and worktree.source_identity(checkout) != first
+    plain = tmp_path / "plain"
+    (plain / "pkg").mkdir(parents=True)
+    (plain / "pkg" / "__init__.py").write_text("A = 1\n")
+    before = worktree.source_identity(plain)
+    (plain / "pkg" / "__init__.py").write_text("A = 2\n")
+    assert worktree.source_identity(plain) != before
+
+
+def test_the_runtime_probe_names_editable_installs(tmp_path):
+    site = tmp_path / "site"
+    dist = site / "dep-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dep\nVersion: 1.0\n")
+    (dist / "direct_url.json").write_text(json.dumps({"url": f"file://{tmp_path / 'src'}",
+                                                      "dir_info": {"editable": True}}))
+    out = tmp_path / "runtime.json"
+    probe = keys._PACKAGE / "target" / "runtime_probe.py"
+    subprocess.run([sys.executable, str(probe), str(out), "json", "", "/nowhere"], env={"PYTHONPATH": str(site)},
+                   check=True)
+    seen = json.loads(out.read_text())
+    assert seen["editable"]["dep"] == str(tmp_path / "src") and "dep==1.0" in seen["distributions"]

@@ -1,0 +1,51 @@
+"""Every subprocess: a timeout, its own process group killed whole, recorded; none outlives its parent."""
+import os
+import subprocess
+import sys
+import time
+
+from kvtasks import processes
+from kvtasks.gpu import picker
+from tests.processes import alive
+
+
+def test_a_timeout_kills_the_whole_group_and_says_so(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(60)\n")
+    done = processes.run([sys.executable, "-c", script], timeout_s=2)
+    assert done.timed_out and done.returncode is None and not done.ok
+    assert done.said() == "timed out after 2s; its process group was killed"
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_child_dies_with_the_process_that_started_it(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom kvtasks import processes\n"
+        "child = processes.popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(60)\n")])
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    parent.kill()
+    parent.wait()
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_start_time_tells_a_reused_pid_from_the_recorded_process():
+    started = processes.start_time(os.getpid())
+    assert processes.alive(os.getpid(), started) and not processes.alive(os.getpid(), started + 1)
+
+
+def test_a_picker_that_hangs_is_killed_and_recorded(tmp_path, monkeypatch):
+    hanging = tmp_path / "picker"
+    hanging.write_text("#!/bin/sh\nsleep 60\n")
+    hanging.chmod(0o755)
+    monkeypatch.setattr(picker, "EXTERNAL_GRACE_S", 1.0)
+    started = time.monotonic()
+    code, ranked, _, said = picker.run_external(str(hanging), picker.IdleSettings(samples=1, interval_s=0))
+    assert code == picker.NO_ANSWER and ranked == [] and "timed out after 1s" in said
+    assert time.monotonic() - started < 10
