@@ -203,11 +203,11 @@ def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
     copy = tmp_path / "copied-home"  # the index holds paths relative to the store: a copy is whole
     shutil.copytree(home, copy)
     assert "removed 3 evidence entries" in doit(copy, "cache-gc", "older=0s").stdout
-    assert len(Store(home / "cache").entries()) == 3 and doit(home, "report", "label=pr-1").returncode == 0
+    assert len(Store(home / "cache").entries()) == 3 and doit(home, "report", f"label={label}").returncode == 0
     gone = doit(home, "cache-gc", "older=0s")
     assert "removed 3 evidence entries" in gone.stdout and Store(home / "cache").entries() == []
     assert Store(home / "cache").labels() == []  # label records go with their evidence
-    report = doit(home, "report", "label=pr-1")
+    report = doit(home, "report", f"label={label}")
     assert report.returncode == 2 and len(report.stderr.strip().splitlines()) == 1
     assert "stored evidence is gone" in report.stderr and "Traceback" not in report.stderr
     assert doit(home, "cache-gc", "older=soon").returncode == 2
