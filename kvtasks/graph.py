@@ -29,8 +29,8 @@ from doit.exceptions import TaskError, TaskFailed
 from kvtasks import gpu, keys, pages, processes, report, target, worktree
 from kvtasks.gpu import lease, picker
 from kvtasks.request import Request
-from kvtasks.stages import (Context, StageResult, correctness, cpu_tier, gpu_claim, grid, merge_sim, perf, receipt,
-                            runtime_compat, selection, sensitivity, test_policy, timed)
+from kvtasks.stages import (Context, StageResult, base_oracle, correctness, cpu_tier, gpu_claim, grid, merge_sim,
+                            perf, receipt, runtime_compat, selection, sensitivity, test_policy, timed)
 from kvtasks.store import Store
 from kvtasks.worktree import Worktree
 
@@ -86,8 +86,8 @@ def _base(ctx: Context) -> list[StageResult]:
 
 def _head(ctx: Context) -> list[StageResult]:
     results = [timed(ctx, correctness.REPO_TESTS, correctness.repo_tests), timed(ctx, grid.NAME, grid.head),
-               timed(ctx, sensitivity.NAME, sensitivity.run), timed(ctx, receipt.NAME, receipt.run),
-               timed(ctx, perf.NAME, perf.run)]
+               timed(ctx, base_oracle.NAME, base_oracle.run), timed(ctx, sensitivity.NAME, sensitivity.run),
+               timed(ctx, receipt.NAME, receipt.run), timed(ctx, perf.NAME, perf.run)]
     after = gpu_claim.after_run(ctx)
     return results if after is None else [*results, after]
 

@@ -36,11 +36,13 @@ class Stages(BaseModel):
     sensitivity: Stage
     execution_receipt: Stage
     perf: Stage | None = None
+    # head's code under base's version of a modified target; optional: its skip changes no verdict
+    correctness_base_oracle: Stage | None = None
 
 
 # the stages whose runs the Triton CPU tier changes; each says so with evidence_tier
 TIERED_STAGES = ("baseline_control", "correctness_repo_tests", "correctness_grid", "sensitivity", "execution_receipt",
-                 "perf")
+                 "perf", "correctness_base_oracle")
 REQUIRED_STAGES = [name for name, field in Stages.model_fields.items() if field.is_required()]
 PIPELINE_STAGES = list(Stages.model_fields)
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import git
 
@@ -175,13 +175,14 @@ class Journal:
         self._update(worktree=str(worktree), pid=os.getpid(), pid_start=processes.start_time(os.getpid()),
                      started=time.time(), patch=None, patch_sha256=None, groups=[])
 
-    def patch_applied(self, patch: str) -> None:
+    def patch_applied(self, patch: str, exclude: list[str] = ()) -> None:
+        """Record the patch before it touches the tree, with the --exclude arguments it is applied with."""
         data = Path(patch).read_bytes()
         _write_atomic(self.patch_copy, data)
-        self._update(patch=str(self.patch_copy), patch_sha256=hashlib.sha256(data).hexdigest())
+        self._update(patch=str(self.patch_copy), patch_sha256=hashlib.sha256(data).hexdigest(), exclude=list(exclude))
 
     def patch_reversed(self) -> None:
-        self._update(patch=None, patch_sha256=None)
+        self._update(patch=None, patch_sha256=None, exclude=[])
 
     def group_started(self, pgid: int, started: int | None) -> None:
         self._update(groups=[*(self.pending() or {}).get("groups", []), [pgid, started]])
@@ -236,6 +237,7 @@ class Worktree:
         self.path = Path(path)
         self._repo = git.Repo(self.path)
         self._applied_patch: str | None = None
+        self._kept_base: list[str] = []  # --exclude arguments the applied patch was applied with
         self._lent_directories: set[str] | None = None
         self.recovered: dict | None = None  # what a lend found a dead validator had left, and undid
 
@@ -319,11 +321,13 @@ class Worktree:
         self._run("apply", "--check", "--whitespace=nowarn", patch)
 
     # -- changing the tree (only inside handback) -----------------------------------------
-    def apply(self, patch: str) -> None:
-        self._run("apply", "--check", "--whitespace=nowarn", patch)
-        self.journal.patch_applied(patch)
-        self._applied_patch = patch
-        self._run("apply", "--whitespace=nowarn", patch)
+    def apply(self, patch: str, keep_base: Sequence[str] = ()) -> None:
+        """Apply the patch; the paths in keep_base keep their base version (absent if the patch adds them)."""
+        excludes = [f"--exclude={_literal_pattern(path)}" for path in keep_base]
+        self._run("apply", "--check", "--whitespace=nowarn", *excludes, patch)
+        self.journal.patch_applied(patch, excludes)
+        self._applied_patch, self._kept_base = patch, excludes
+        self._run("apply", "--whitespace=nowarn", *excludes, patch)
 
     def recover(self) -> dict | None:
         """Under the tree lock, undo what a dead validator left (see `_recover_dead`)."""
@@ -345,10 +349,11 @@ class Worktree:
                   for pid in processes.kill_orphaned_group(pgid, started)]
         reversed_ok = None
         if entry.get("patch"):
-            check = self._run("apply", "-R", "--check", "--whitespace=nowarn", entry["patch"], check=False)
+            excludes = entry.get("exclude") or []
+            check = self._run("apply", "-R", "--check", "--whitespace=nowarn", *excludes, entry["patch"], check=False)
             reversed_ok = check[0] == 0
             if reversed_ok:
-                self._run("apply", "-R", "--whitespace=nowarn", entry["patch"])
+                self._run("apply", "-R", "--whitespace=nowarn", *excludes, entry["patch"])
         removed = []
         for status in self.status():
             path = self.path / status.path
@@ -423,7 +428,7 @@ class Worktree:
         that existed before, every new empty folder); return what was removed."""
         if self._applied_patch is not None:
             patch, self._applied_patch = self._applied_patch, None
-            self._run("apply", "-R", "--whitespace=nowarn", patch, check=False)
+            self._run("apply", "-R", "--whitespace=nowarn", *self._kept_base, patch, check=False)
             self.journal.patch_reversed()
         leftovers = self.status()
         tracked = [entry.path for entry in leftovers if not entry.untracked]
@@ -442,6 +447,11 @@ class Worktree:
         if remaining:
             raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")
         return [entry.path for entry in leftovers]
+
+
+def _literal_pattern(path: str) -> str:
+    """A path as a git apply --exclude pattern that matches only itself."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in path)
 
 
 def _remove(path: Path, root: Path) -> None:

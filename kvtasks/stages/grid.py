@@ -12,12 +12,14 @@ nothing; axes (--axis NAME=--flag:v1;v2) add script flags under the same burden 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import asdict, dataclass, field
 
 from kvtasks import sources, target
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult, cpu_tier, nonfinite, result
 from kvtasks.request import grid_rows
+from kvtasks.target import probe as route_probe
 from kvtasks.target import triton_cpu
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
@@ -26,6 +28,7 @@ NAME = "correctness_grid"
 CHANNEL = "grid_channel"
 SENTINEL = "__VALIDATOR_INVALID_GRID__"
 AXIS_SENTINEL = "__VALIDATOR_INVALID_AXIS__"
+_CELL = re.compile(rf"\b{route_probe.CELL_ID}(\d+)=")
 _TILE = 64
 _LARGE_ELEMENTS = 2**31  # past this, 32-bit element offsets wrap
 _M_NAMES = {"m", "batch", "b", "rows", "num_rows", "seq", "seq_len", "seqlen", "tokens", "num_tokens", "n_rows"}
@@ -270,14 +273,100 @@ def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[Targ
     if repo_run is None:
         return {"state": "target-not-present"}, []
     probe = _run(ctx, plan, "base-grid-probe", _poisoned(plan))
-    fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log}
-    if probe.exit == 0 or not repo_run.passed:
+    proven, why = proves_channel(plan, probe)
+    fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "hook_proof": why}
+    if not proven or not repo_run.passed:
         return {"state": "hook-not-consumed", **fields}, [probe]
     run = _run(ctx, plan, "base-grid", plan.rows)
     tier = cpu_tier.run_evidence(run)
+    cells, basis = cell_outcomes(ctx, plan, run)
     return {"state": _state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
-            **({"cpu_tier": tier} if tier else {}),
+            "cells": cells, "cells_basis": basis, **({"cpu_tier": tier} if tier else {}),
             **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, [probe, run]
+
+
+def _log_names(run: TargetRun, marker: str) -> bool:
+    try:
+        with open(run.log, errors="replace") as log:
+            return any(marker in line for line in log)
+    except OSError:
+        return False
+
+
+def proves_channel(plan: Plan, probe: TargetRun) -> tuple[bool, str]:
+    """A poisoned run proves the channel only by failing in time over the invalid value: its output
+    names the marker, or the parametrized test failed at the poisoned cell."""
+    if probe.exit == 0:
+        return False, f"the target passed with {SENTINEL} as its grid"
+    if probe.timed_out:
+        return False, "the poisoned run timed out: a timeout proves nothing about the channel"
+    if _log_names(probe, SENTINEL):
+        return True, f"failed, naming {SENTINEL}"
+    if plan.channel == "pytest" and any(case.outcome in ("failed", "error") and _cell_index(case.name) == 0
+                                        for case in probe.cases):
+        return True, "the parametrized test failed at the poisoned cell"
+    return False, (f"the poisoned run failed (exit {probe.exit}) without naming {SENTINEL}: an unrelated crash "
+                   f"proves nothing about the channel ({probe.log_tail(2)})")
+
+
+def _cell_index(name: str) -> int | None:
+    found = _CELL.search(name)
+    return int(found.group(1)) if found else None
+
+
+def canonical_cell(text) -> str:
+    """A cell as the route sees it: the probe's own coercion and normalisation, dtypes by one name."""
+    value = route_probe._normalise(route_probe._coerce(str(text).strip()))
+    return sources.canonical_dtype(value) or value.replace(" ", "")
+
+
+def canonical_row(text: str) -> tuple[str, ...]:
+    """A row of cells (grid text, or a receipt's captured shape) as the route sees it."""
+    cells = grid_rows(text)
+    return tuple(canonical_cell(cell) for cell in (cells[0] if cells else []))
+
+
+def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, str] | None, str]:
+    """Each cell of one grid run: executed, skipped or absent; None (with why) when cells cannot be
+    told apart in that run."""
+    cells = [row_text(row) for row in plan.rows]
+    if plan.channel == "pytest":
+        seen: dict[int, list[str]] = {}
+        for case in run.cases:
+            index = _cell_index(case.name)
+            if index is not None:
+                seen.setdefault(index, []).append(case.outcome)
+        outcomes = {}
+        for index, cell in enumerate(cells):
+            found = seen.get(index, [])
+            outcomes[cell] = "absent" if not found else "skipped" if all(o == "skipped" for o in found) \
+                else "executed"
+        return outcomes, "per-cell JUnit items"
+    names = ctx.request.shape_var_names
+    if not names:
+        return None, "no --shape-vars were named, so the cells (one process runs them all) were not individually " \
+                     "evidenced"
+    if any(len(row) != len(names) for row in plan.rows):
+        return None, "the grid cells and --shape-vars differ in width, so the cells were not individually evidenced"
+    captured = (run.receipt or {}).get("executed_shapes") or []
+    if not captured:
+        return None, "the route captured no shape in this run, so the cells were not individually evidenced"
+    shapes = {canonical_row(shape) for shape in captured}
+    return {cell: "executed" if tuple(canonical_cell(v) for v in row) in shapes else "absent"
+            for cell, row in zip(cells, plan.rows)}, "the receipt's captured shape vars"
+
+
+def oracle_run(ctx: Context) -> TargetRun | None:
+    """The grid cells once more inside the base oracle's lend (base's target, head's code), when the
+    grid ran on head and passed on base; None otherwise."""
+    plan = _plan(ctx)
+    head_grid = ctx.earlier.get(NAME)
+    baseline = ctx.earlier.get("baseline_control")
+    base = (baseline.stage.model_extra.get("s1_grid") if baseline else None) or {}
+    if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
+            or "exit" not in head_grid.stage.model_extra or base.get("state") != "ran" or base.get("exit") != 0:
+        return None
+    return _run(ctx, plan, "head-baseoracle-grid", plan.rows, head_grid.stage.model_extra.get("axis_argv") or [])
 
 
 def _axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
@@ -286,7 +375,8 @@ def _axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
         run = target.run(ctx.request, runner="script", run_dir=ctx.run_dir, label=f"head-axisprobe-{axis.name}",
                          **cpu_tier.launch_options(ctx), argv=[axis.flag, AXIS_SENTINEL])
         runs.append(run)
-        axis.hook_proof = "refused-invalid-value" if run.exit not in (0, None) else "accepted-invalid-value"
+        refused = run.exit not in (0, None) and not run.timed_out and _log_names(run, AXIS_SENTINEL)
+        axis.hook_proof = "refused-invalid-value" if refused else "accepted-invalid-value"
         if axis.hook_proof == "accepted-invalid-value":
             accepted.append(axis.flag)
     if accepted:
@@ -332,10 +422,14 @@ def head(ctx: Context) -> StageResult:
         probe_fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "grid": ctx.request.grid,
                         "cells": [row_text(r) for r in plan.rows], "channel": plan.channel,
                         **({"interpreter_skipped_cells": _limited(plan)} if plan.interpreter_skipped else {})}
-        if probe.exit == 0:
-            stage = result(NAME, "skip", f"the declared {plan.channel} channel was not consumed: the target passed "
-                                         f"with {SENTINEL} as its grid", **probe_fields)
-            stage.finding("note", f"the {plan.channel} channel did not reach the target; the grid proves nothing")
+        proven, why = proves_channel(plan, probe)
+        probe_fields["hook_proof"] = why
+        if not proven:
+            unproven = "consumed" if probe.exit == 0 else "proven"
+            stage = result(NAME, "skip", f"the declared {plan.channel} channel was not {unproven}: {why}",
+                           **probe_fields)
+            stage.finding("note", f"the {plan.channel} channel was not shown to reach the target ({why}); the grid "
+                                  "proves nothing")
             stage.runs = runs
             return stage
         axis_argv, axis_state, axis_reason = [], plan.axis_state, ""
@@ -395,12 +489,30 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     if tiered is not None:
         return tiered
     executed, observed = run.stats.executed, run.stats.observed_work
+    cells, basis = cell_outcomes(ctx, plan, run)
+    fields.update(cells=cells, cells_basis=basis)
+    if run.passed and executed > 0 and cells is not None:
+        unrun = [cell for cell, outcome in cells.items() if outcome != "executed"]
+        on_base = [cell for cell in unrun if (base.get("cells") or {}).get(cell) == "executed"]
+        if on_base:
+            stage = result(NAME, "fail", f"{len(on_base)} cells ran on base and not on head: {', '.join(on_base)}",
+                           cells_skipped=unrun, **fields)
+            return stage.finding("blocker", "grid cells that ran on base are skipped or deselected on head, so the "
+                                            f"PR hides them from its own grid: {', '.join(on_base)} "
+                                            f"({', '.join(cells[c] for c in on_base)} on head; {basis})")
+        if unrun:
+            stage = result(NAME, "skip", f"{len(unrun)} of {len(cells)} cells did not run ({', '.join(unrun)}), on "
+                                         "base either: the grid falls short of a pass", cells_skipped=unrun, **fields)
+            return stage.finding("note", f"grid cells not executed on either side: {', '.join(unrun)} ({basis}); "
+                                         "no correctness claim is made for them")
     if run.passed and executed > 0:
         if independence == "duplicates-target-defaults":
             stage = result(NAME, "skip", "the grid passed, but every cell is one of the target's own defaults: a "
                                          "duplicate proves only what the repo tests already said", **fields)
             return stage.finding("note", "grid duplicates the target defaults; it earns no pass")
-        return result(NAME, "pass", f"{executed} executed over {len(plan.rows)} cells via {plan.channel}", **fields)
+        evidenced = f"every cell executed ({basis})" if cells is not None else basis
+        return result(NAME, "pass", f"{executed} executed over {len(plan.rows)} cells via {plan.channel}; {evidenced}",
+                      **fields)
     if run.passed:
         stage = result(NAME, "skip", "the grid run executed no test", **fields)
         return stage.finding("note", "the grid executed nothing; no correctness claim is made")

@@ -6,7 +6,7 @@ It never fails: a missing receipt is missing evidence, not a defect of the PR.
 """
 from __future__ import annotations
 
-from kvtasks.stages import Context, StageResult, result
+from kvtasks.stages import Context, StageResult, grid, result
 from kvtasks.target.launch import TargetRun
 from kvtasks.target.probe import PRODUCER
 
@@ -43,9 +43,9 @@ def run(ctx: Context) -> StageResult:
         return _skip("no head run took place, so there is no receipt to read")
     scope, chosen = (with_route or runs)[0]
     receipt = chosen.receipt
-    # grid rows must show up among the route's shapes, unless pytest renamed them into its own cells
+    # every grid row must show up among the route's shapes, on every channel (parametrize cells too)
     required_shapes = ctx.selected("grid_cells", []) if chosen.label == "head-grid" else []
-    check_required = chosen.label == "head-grid" and ctx.selected("grid_channel") != "pytest"
+    check_required = chosen.label == "head-grid"
     fields = {"receipt": chosen.receipt_path, "receipt_sha256": chosen.receipt_sha256, "receipt_scope": scope}
     if receipt is None:
         return _skip(f"{chosen.label}: {chosen.receipt_note}", **fields)
@@ -73,9 +73,11 @@ def run(ctx: Context) -> StageResult:
             f"no route call bound all of {', '.join(requested)} (captured at call and at return)"
         return _skip(f"the route ran but no executed shape was captured: {why}", **fields)
     if ctx.selected("grid_channel") == "pytest" and chosen.label == "head-grid":
-        fields["shape_namespace"] = "pytest parametrize cells; the grid's own evidence is correctness_grid"
+        fields["shape_namespace"] = "pytest parametrize cells, compared with the route's shapes after the probe's " \
+                                    "coercion"
     if check_required:
-        missing = [shape for shape in required_shapes if shape not in unique_shapes]
+        observed_rows = {grid.canonical_row(shape) for shape in unique_shapes}
+        missing = [shape for shape in required_shapes if grid.canonical_row(shape) not in observed_rows]
         if missing:
             return _skip(f"missing required shapes: {missing}", **fields)
     calls = sum(receipt.get("route_calls", {}).values())

@@ -122,8 +122,7 @@ def run(ctx: Context) -> StageResult:
         # on the CPU tier the module is imported the way the target will be: under the tier's hooks
         tiered = cpu_tier.settings(ctx) if cpu_tier.wanted(ctx)[0] else None
         import_roots = target.import_roots(ctx.request)
-        seen, log = target.probe_runtime(ctx.request, run_dir=ctx.run_dir, module=chosen.module, roots=chosen.roots,
-                                         visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=tiered)
+        seen, log = _probe(ctx, chosen, ctx.run_dir, tiered)
     fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root,
               "import_roots": import_roots}
     if tiered is not None:
@@ -131,7 +130,14 @@ def run(ctx: Context) -> StageResult:
             f"not installed: {(seen or {}).get('cpu_tier_error') or 'the probe died'}"
     if seen is None:
         return _mismatch(f"the runtime probe died: {log[-300:]}", **fields)
-    stage = _judge(chosen, seen, fields, ctx)
+    if seen["error"] and ctx.request.has_patch:
+        # who broke the import? base answers: only then is it asked (the probe on the clean base tree)
+        with ctx.worktree.handback():
+            base_seen, _ = _probe(ctx, chosen, ctx.run_dir / "base", tiered)
+        fields["base_import"] = "imports" if base_seen and not base_seen["error"] and base_seen["inside_roots"] \
+            else f"fails too: {(base_seen or {}).get('error') or 'the probe died'}"
+    stage = _broken_by_pr(chosen, seen, fields) if fields.get("base_import") == "imports" else \
+        _judge(chosen, seen, fields, ctx)
     # what the cache keys need about the interpreter, whether or not the runtime matched
     stage.facts["runtime_fingerprint"] = {key: seen.get(key) for key in
                                           ("python_executable", "python_version", "distributions", "module_path")}
@@ -145,6 +151,19 @@ def editable_sources(ctx: Context, editable: dict[str, str]) -> dict[str, str]:
     tree = ctx.worktree.path.resolve()
     return {name: "the worktree under test" if Path(folder).resolve().is_relative_to(tree)
             else source_identity(folder) for name, folder in sorted(editable.items())}
+
+
+def _probe(ctx: Context, chosen: Profile, run_dir, tiered: dict | None) -> tuple[dict | None, str]:
+    return target.probe_runtime(ctx.request, run_dir=run_dir, module=chosen.module, roots=chosen.roots,
+                                visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=tiered)
+
+
+def _broken_by_pr(chosen: Profile, seen: dict, fields: dict) -> StageResult:
+    tail = " | ".join((seen.get("traceback") or seen["error"]).strip().splitlines()[-4:])[-600:]
+    stage = result(NAME, "fail", f"import {chosen.module} fails on head and succeeds on base: {seen['error']}",
+                   traceback_tail=tail, **fields)
+    return stage.finding("blocker", f"the PR breaks `import {chosen.module}` (base imports it from the same runtime): "
+                                    f"{tail}")
 
 
 def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResult:

@@ -38,6 +38,15 @@ class ExecutionStats(BaseModel):
     failed_tests: list[str] = []
 
 
+class CaseResult(BaseModel):
+    """One JUnit test item: which ran, which were skipped (xfail included), and why one failed."""
+
+    name: str
+    classname: str = ""
+    outcome: Literal["passed", "failed", "error", "skipped"]
+    message: str = ""
+
+
 class TargetRun(BaseModel):
     label: str
     runner: Literal["pytest", "script"]
@@ -55,6 +64,7 @@ class TargetRun(BaseModel):
     # once with -o addopts=: {"dropped": the addopts the repository's config file sets, "file",
     # "error": pytest's message, "first_log"}
     addopts_dropped: dict | None = None
+    cases: list[CaseResult] = []
 
     @property
     def usage_error(self) -> bool:
@@ -139,6 +149,7 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
             processes.kill_group(process)
     duration = time.monotonic() - started
     exit_code = None if timed_out else process.returncode
+    cases = pytest_cases(junit) if runner == "pytest" else []
     if runner == "pytest":
         stats = pytest_stats(junit, exit_code)
         if exit_code == PYTEST_USAGE_ERROR:
@@ -148,7 +159,7 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
     if timed_out:
         stats.note = f"timed out after {timeout_s}s; the process group was killed"
     return TargetRun(label=label, runner=runner, command=command, exit=exit_code, timed_out=timed_out,
-                     duration_s=round(duration, 3), log=str(log), stats=stats)
+                     duration_s=round(duration, 3), log=str(log), stats=stats, cases=cases)
 
 
 def usage_message(log_text: str) -> str:
@@ -215,6 +226,23 @@ def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
         executed=max(0, tests - skipped - errors), junit_xml=str(junit), basis="pytest-junit", note=note,
         failed_tests=failed[:FAILED_TESTS_KEPT],
     )
+
+
+def pytest_cases(junit: Path) -> list[CaseResult]:
+    try:
+        xml = JUnitXml.fromfile(str(junit))
+    except Exception:  # missing or unreadable: pytest_stats says so; there are no items to name
+        return []
+    cases = []
+    for suite in [xml] if isinstance(xml, TestSuite) else list(xml):
+        for case in suite:
+            outcomes = {type(item).__name__.lower(): item for item in case.result}
+            outcome = next((name for name in ("error", "failure", "skipped") if name in outcomes), "passed")
+            item = outcomes.get(outcome)
+            cases.append(CaseResult(name=case.name or "", classname=case.classname or "",
+                                    outcome="failed" if outcome == "failure" else outcome,
+                                    message=((item.message or "") if item is not None else "")[:300]))
+    return cases
 
 
 def script_stats(exit_code: int | None) -> ExecutionStats:

@@ -31,6 +31,8 @@ import sys
 import threading
 
 PRODUCER = "validate-kernel-pr.validation_probe"
+# each grid cell's pytest id starts with this and its index, so JUnit names which cells ran
+CELL_ID = "kvcell"
 # kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
 CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "cpu_tier": {}, "sensitivity": {}}
 
@@ -545,7 +547,8 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
             names = [name for _, _, bound in marks for name in bound]
             order = [CONFIG["grid_argnames"].index(name) for name in names]
             rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
-            replacement = pytest.mark.parametrize(list(names), rows).mark
+            ids = [f"{CELL_ID}{index}={','.join(map(str, row))}" for index, row in enumerate(CONFIG["grid_rows"])]
+            replacement = pytest.mark.parametrize(list(names), rows, ids=ids).mark
             node, mark, _ = marks[0]
             node.own_markers[node.own_markers.index(mark)] = replacement
             for node, mark, _ in marks[1:]:  # stacked marks: the grid's rows carry all their names

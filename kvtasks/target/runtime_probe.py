@@ -3,7 +3,7 @@
 Usage: python runtime_probe.py OUT.json MODULE TIER ROOT [ROOT ...]
 Writes {module, module_path, module_version, python_executable, python_version, inside_roots,
 native_artifacts[{path, size, sha256}], distributions["name==version"], editable{name: source
-folder}, cpu_tier_error, error}.
+folder}, cpu_tier_error, error, traceback (on error)}.
 TIER is "" or JSON {"path", "settings"}: on the Triton CPU tier the module is imported the way the
 target will be, under the tier's hooks (that file, loaded by path, installed first). Standard
 library only: it must run in any target environment, and it never imports kvtasks.
@@ -73,7 +73,10 @@ def main(out, module_name, tier, *roots):
         found.update(module_path=path, module_version=getattr(module, "__version__", None),
                      inside_roots=any(path.startswith(root) for root in roots))
     except BaseException as exc:  # the probe reports, it never crashes: SystemExit from a module body too
+        import traceback
+
         found["error"] = f"{type(exc).__name__}: {exc}"
+        found["traceback"] = traceback.format_exc()[-2000:]
     artifacts = []
     for library in _loaded_libraries():
         real = os.path.realpath(library)

@@ -6,8 +6,8 @@ from kvtasks.request import UsageError, build_request, grid_rows
 from kvtasks.stages import Context, StageResult
 from kvtasks.stages.grid import argparse_flags, channel, default_grid, parametrize_marks, reads_env
 from kvtasks.worktree import Worktree
-from tests.kernel_repos import (ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT, TILED_TAIL_BUG, check, git,
-                                make_patch, make_repo, tiled_repo)
+from tests.kernel_repos import (ARGNAMES_TEST, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT, TILED_TAIL_BUG,
+                                check, git, make_patch, make_repo, tiled_repo)
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
 
@@ -250,3 +250,45 @@ def test_parametrize_reads_unpacked_constants_and_tuple_cells(tmp_path):
     repo = make_repo(tmp_path / "repo", {"t.py": ""})
     with pytest.raises(UsageError, match="unbalanced brackets"):
         build_request({"repo": str(repo), "target": "t.py", "shape_argnames": "shape", "grid": "(3,100;(5,29)"})
+
+
+def test_a_cell_the_pr_skips_on_head_is_named_and_blocks(tiled, validate, tmp_path):
+    skipping = ARGNAMES_TEST.replace("def test_tiled(M, N, dtype_str):\n",
+                                     "def test_tiled(M, N, dtype_str):\n    if N % 64:\n        pytest.skip()\n")
+    patch = make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG, "tests/test_argnames.py": skipping},
+                       tmp_path / "skip.patch")
+    result = validate(tiled, "--patch", str(patch), "--target", "tests/test_argnames.py",
+                      "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32;4,128,f32", *ROUTE)
+    grid = result.stage("correctness_grid")
+    assert grid["cells"] == {"64,2000,f32": "skipped", "4,128,f32": "executed"}
+    assert grid["status"] == "fail" and grid["cells_skipped"] == ["64,2000,f32"]
+    assert result.stage("baseline_control")["s1_grid"]["cells"] == {"64,2000,f32": "executed",
+                                                                      "4,128,f32": "executed"}
+    assert any("ran on base are skipped or deselected on head" in f["detail"] and "64,2000,f32" in f["detail"]
+               for f in result.findings("blocker"))
+    assert any("a new skip/xfail call (pytest.skip)" in f["detail"] for f in result.findings("should-fix"))
+    # base's target, head's kernel: the cells fail where base's own run passed
+    oracle = result.stage("correctness_base_oracle")
+    assert oracle["status"] == "fail" and oracle["runs"]["head-baseoracle-grid"]["outcome"] == "fail"
+    assert "missing required shapes" in result.stage("execution_receipt")["note"]
+    assert result.verdict == "BLOCK"
+
+
+def test_a_poisoned_run_proves_a_channel_only_by_naming_the_value(tmp_path):
+    from kvtasks.stages.grid import SENTINEL, Plan, proves_channel
+    from kvtasks.target.launch import CaseResult, ExecutionStats, TargetRun
+
+    def run(exit_code, text, timed_out=False, cases=()):
+        log = tmp_path / f"{len(list(tmp_path.iterdir()))}.log"
+        log.write_text(text)
+        return TargetRun(label="head-grid-probe", runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
+                         duration_s=1.0, log=str(log), stats=ExecutionStats(), cases=list(cases))
+
+    env, pytest_plan = Plan(channel="env", rows=[["1", "2"]]), Plan(channel="pytest", rows=[["1", "2"]])
+    assert proves_channel(env, run(1, f"ValueError: invalid literal for int(): '{SENTINEL}'"))[0]
+    assert not proves_channel(env, run(None, SENTINEL, timed_out=True))[0]
+    crashed, why = proves_channel(env, run(1, "ImportError: libcuda.so.1: cannot open shared object file"))
+    assert not crashed and "unrelated crash proves nothing" in why
+    failed_cell = CaseResult(name="test_x[kvcell0=a,b]", outcome="failed", message="TypeError: bad operand")
+    assert proves_channel(pytest_plan, run(1, "1 failed", cases=[failed_cell]))[0]
+    assert not proves_channel(env, run(0, ""))[0]

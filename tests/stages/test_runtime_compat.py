@@ -112,3 +112,18 @@ def test_native_libraries_loaded_by_the_import_are_hashed(tmp_path, validate):
     artifacts = result.report["runtime_identity"]["native_artifacts"]
     assert [a["path"] for a in artifacts] == [str(repo / "kernels" / "libanswer.so")]
     assert len(artifacts[0]["sha256"]) == 64 and artifacts[0]["size"] > 0
+
+
+@pytest.mark.parametrize("init", ["VALUE = 1\ndef broken(:\n", "import kvtasks_missing_dependency\nVALUE = 1\n"])
+def test_a_pr_that_breaks_the_package_import_is_blamed(tmp_path, validate, init):
+    repo = make_repo(tmp_path / "pkg", {"kernels/__init__.py": "VALUE = 1\n",
+                                        "tests/test_value.py": CHECK.format(module="kernels")})
+    patch = make_patch(repo, {"kernels/__init__.py": init}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_value.py")
+    compat = result.stage("runtime_compat")
+    assert compat["status"] == "fail" and compat["base_import"] == "imports"
+    error = "SyntaxError" if "broken" in init else "ModuleNotFoundError"
+    assert error in compat["traceback_tail"]
+    assert any("the PR breaks `import kernels`" in f["detail"] and error in f["detail"]
+               for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK"

@@ -1,0 +1,117 @@
+"""correctness_base_oracle: head's code judged by the tests that existed before the PR.
+
+A PR that modifies its own target can loosen the oracle that judges it. So when the target is
+modified (not added), head's code runs once more with base's version of the target file, and of
+every conftest.py the PR changed, in place of head's: the patch is applied with those paths kept at
+base (`Worktree.apply(keep_base=...)`), inside the same lend that hands the tree back clean. The
+grid cells run the same way when the grid ran on both sides. Optional: its skip never changes a
+verdict. Head failing where base passes is should-fix, a blocker when test_policy found the PR
+widened, skipped or removed a check in the target; a failure to import or collect (a renamed API)
+is a note that says so.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from kvtasks import target
+from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, test_policy
+from kvtasks.target.launch import TargetRun
+from kvtasks.worktree import GitFailed
+
+NAME = "correctness_base_oracle"
+# what a test that no longer fits head's API fails with
+_API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|NameError)\b|"
+                         r"TypeError: .*(argument|positional)")
+
+
+def _kept_at_base(ctx: Context) -> list[str]:
+    changes = ctx.head_view.changes
+    return [ctx.request.target_path, *(path for path in changes
+                                       if PurePosixPath(path).name == "conftest.py" and path != ctx.request.target_path)]
+
+
+def run(ctx: Context) -> StageResult:
+    request = ctx.request
+    if ctx.head_view is None:
+        return result(NAME, "skip", "no patch: there is no base version of the target to judge head with")
+    change = ctx.head_view.changes.get(request.target_path)
+    if change is None:
+        return result(NAME, "skip", "the PR does not modify the target: head already ran the tests base had")
+    if change != "M":
+        what = "adds" if change == "A" else "deletes"
+        return result(NAME, "skip", f"the PR {what} the target: there is no base oracle to hold head to")
+    blocked = correctness.gate(ctx)
+    if blocked:
+        return result(NAME, "skip", blocked)
+    baseline = ctx.earlier.get(correctness.BASELINE)
+    base_repo = baseline.stage.model_extra.get("repo_tests") if baseline and baseline.stage.status == "pass" else None
+    if not base_repo or base_repo.get("state") != "ran" or base_repo.get("exit") != 0:
+        return result(NAME, "skip", "the target does not pass on base, so base's tests cannot judge head")
+
+    kept = _kept_at_base(ctx)
+    runs: list[TargetRun] = []
+    with ctx.worktree.handback():
+        try:
+            ctx.worktree.apply(request.patch, keep_base=kept)
+        except GitFailed as exc:
+            return result(NAME, "skip", f"the patch could not be applied with base's {', '.join(kept)}: {exc}")
+        ctx.say(f"{NAME}: running head's code under base's target")
+        runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-baseoracle",
+                               **cpu_tier.launch_options(ctx)))
+        grid_run = grid.oracle_run(ctx)
+        if grid_run is not None:
+            runs.append(grid_run)
+    stage = _judge(ctx, runs, kept)
+    stage.runs = runs
+    return stage
+
+
+def _outcome(run: TargetRun) -> str:
+    if run.passed and run.stats.executed > 0:
+        return "pass"
+    if run.passed:
+        return "executed-nothing"
+    failing = [case.message for case in run.cases if case.outcome in ("failed", "error")]
+    collected_nothing = run.runner == "pytest" and run.stats.executed == 0
+    if collected_nothing or (failing and all(_API_CHANGE.search(message) for message in failing)) or \
+            (run.runner == "script" and _API_CHANGE.search(run.log_tail(6, 1200))):
+        return "api-change"
+    return "fail"
+
+
+def _judge(ctx: Context, runs: list[TargetRun], kept: list[str]) -> StageResult:
+    outcomes = {run.label: _outcome(run) for run in runs}
+    fields = {"kept_at_base": kept, "runs": {run.label: {"exit": run.exit, "log": run.log,
+                                                          "stats": run.stats.model_dump(), "outcome": outcomes[run.label]}
+                                             for run in runs}}
+    for run in runs:
+        sparse = cpu_tier.sparse_skip(NAME, run, fields)
+        if sparse is not None:
+            return sparse
+    failed = [run for run in runs if outcomes[run.label] == "fail"]
+    if failed:
+        return _blame(ctx, failed, fields)
+    if "api-change" in outcomes.values():
+        run = next(run for run in runs if outcomes[run.label] == "api-change")
+        stage = result(NAME, "skip", "base's version of the target does not import or collect against head's code",
+                       **fields)
+        return stage.finding("note", "base's tests no longer fit head's API (a renamed or changed interface), so "
+                                     f"they cannot judge head: {run.log_tail()}")
+    if "executed-nothing" in outcomes.values():
+        return result(NAME, "skip", "head's code under base's target executed no test", **fields)
+    what = " and its grid cells" if len(runs) > 1 else ""
+    return result(NAME, "pass", f"head's code passes base's version of the target{what}", **fields)
+
+
+def _blame(ctx: Context, failed: list[TargetRun], fields: dict) -> StageResult:
+    names = ", ".join(run.label for run in failed)
+    stage = result(NAME, "fail", f"head's code fails base's version of the target ({names})", **fields)
+    policy = ctx.earlier.get(test_policy.NAME)
+    weakened = (policy.stage.model_extra.get("weakened_files") or []) if policy and policy.stage else []
+    tail = failed[0].log_tail()
+    if ctx.request.target_path in weakened:
+        return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
+                                        f"{ctx.request.target_path} (see test_policy): {tail}")
+    return stage.finding("should-fix", f"head fails the tests base had for {ctx.request.target_path}, which pass on "
+                                       f"base; the PR changed them, so its own version passing is not enough: {tail}")

@@ -1,0 +1,50 @@
+"""correctness_base_oracle, with test_policy: a PR cannot weaken the oracle that judges it."""
+from tests.kernel_repos import ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, TILED, make_patch, tiled_repo
+
+ARGNAMES = ["--target", "tests/test_argnames.py", "--expected-route", "kernels.tiled:tiled_scale",
+            "--shape-vars", "M,N,dtype_str"]
+# the last output column 20% wrong: a tolerance of 0.5 relative hides it
+LAST_COLUMN_WRONG = TILED.replace("    return out\n", "    out[:, -1] *= 1.2\n    return out\n")
+
+
+def test_a_tolerance_added_with_a_kernel_defect_blocks(tmp_path, validate):
+    repo = tiled_repo(tmp_path / "tiled")
+    patch = make_patch(repo, {"kernels/tiled.py": LAST_COLUMN_WRONG,
+                              "tests/test_argnames.py": ARGNAMES_TEST.replace("atol=1e-3)", "atol=1e-3, rtol=0.5)")},
+                       tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), *ARGNAMES)
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # its own loosened test is green
+    policy = result.stage("test_policy")
+    assert policy["loosened"] == [{"where": "tests/test_argnames.py::test_tiled:assert_allclose.rtol#1", "base": 1e-7,
+                                   "head": 0.5, "basis": "added where base passed none; the callee's default: "
+                                                         "numpy.testing.assert_allclose: rtol=1e-07, atol=0"}]
+    oracle = result.stage("correctness_base_oracle")
+    assert oracle["status"] == "fail" and oracle["kept_at_base"] == ["tests/test_argnames.py"]
+    blockers = [f["detail"] for f in result.findings("blocker")]
+    assert any("head fails the tests base had, and the PR weakened those tests" in d for d in blockers)
+    assert any("needs numerical justification" in f["detail"] for f in result.findings("should-fix"))
+    assert result.verdict == "BLOCK"
+
+
+def _renamed(text: str) -> str:
+    return text.replace("tiled_scale", "scale_tiles")
+
+
+def test_legitimate_changes_to_the_target_are_not_blamed(tmp_path, validate):
+    repo = tiled_repo(tmp_path / "tiled")
+    tightened_with_a_row = make_patch(repo, {"tests/test_argnames.py": ARGNAMES_TEST.replace(
+        "atol=1e-3)", "atol=1e-5)").replace('    (8, 128, "f16"),\n', '    (8, 128, "f16"),\n    (3, 100, "f32"),\n')},
+        tmp_path / "tighten.patch")
+    renamed_api = make_patch(repo, {"kernels/tiled.py": _renamed(TILED), "tests/test_argnames.py": _renamed(ARGNAMES_TEST),
+                                    "tests/test_env.py": _renamed(ENV_TEST), "bench/check_tiled.py": _renamed(CLI_SCRIPT)},
+                             tmp_path / "rename.patch")
+    tightened = validate(repo, "--patch", str(tightened_with_a_row), "--target", "tests/test_argnames.py")
+    assert tightened.stage("correctness_base_oracle")["status"] == "pass"
+    renamed = validate(repo, "--patch", str(renamed_api), "--target", "tests/test_argnames.py")
+    oracle = renamed.stage("correctness_base_oracle")
+    assert oracle["status"] == "skip" and "does not import or collect against head's code" in oracle["note"]
+    assert any("no longer fit head's API" in f["detail"] for f in renamed.findings("note"))
+    for result in (tightened, renamed):
+        assert result.stage("correctness_repo_tests")["status"] == "pass"
+        assert result.stage("test_policy")["status"] == "pass"
+        assert result.findings("blocker") == [] and result.findings("should-fix") == []
