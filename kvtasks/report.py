@@ -35,9 +35,9 @@ class Stages(BaseModel):
     correctness_grid: Stage
     sensitivity: Stage
     execution_receipt: Stage
-    perf: Stage | None = None
     # head's code under base's version of a modified target; optional: its skip changes no verdict
     correctness_base_oracle: Stage | None = None
+    perf: Stage | None = None
 
 
 # the stages whose runs the Triton CPU tier changes; each says so with evidence_tier

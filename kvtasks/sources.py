@@ -429,7 +429,10 @@ WEAKENINGS = {
     "skip-mark": Weakening("skip-mark", "a new skip/skipif/xfail mark"),
     "discarded-comparison": Weakening("discarded-comparison", "a comparison whose result is thrown away"),
     "early-return": Weakening("early-return", "a return before the assertions"),
+    "swallowed-assertion": Weakening("swallowed-assertion", "an assertion whose failure is caught and dropped"),
 }
+# exceptions whose handler, if it does not re-raise, swallows a failed assertion
+_SWALLOWING = {None, "Exception", "BaseException", "AssertionError"}
 SKIP_CALLS = {"pytest.skip", "pytest.xfail", "pytest.importorskip", "unittest.SkipTest", "pytest.skip.Exception"}
 SKIP_MARKS = {"pytest.mark.skip", "pytest.mark.skipif", "pytest.mark.xfail", "unittest.skip", "unittest.skipIf",
               "unittest.skipUnless", "unittest.expectedFailure"}
@@ -533,6 +536,8 @@ class _Reader(ast.NodeVisitor):
                  if name in TOLERANCE_PARAMETERS and (value := number(node_)) is not None}
         if given:
             self.policy.helpers[node.name] = Callee(tuple(positional), given, f"{node.name}'s own signature")
+            # the defaults are tolerances in their own right: a PR may loosen the helper instead of the call
+            self.policy.tolerances.update({f"{node.name}:default.{name}": value for name, value in given.items()})
 
     def _parametrize_rows(self, function: str, mark: ast.Call) -> None:
         names, values = parametrize_arguments(mark, self.policy.constants.get)
@@ -649,6 +654,21 @@ class _Reader(ast.NodeVisitor):
                [f"{kw.arg}={ast.unparse(kw.value)}" for kw in node.keywords if id(kw.value) not in tolerance_nodes]
         self.policy.calls.append(Call(where, name, f"{name}({', '.join(rest)})", tolerances,
                                       set(self.dtypes[-1]), node.lineno))
+
+    def visit_Try(self, node: ast.Try) -> None:
+        checks = any(isinstance(sub, ast.Assert) or (isinstance(sub, ast.Call) and (dotted(sub.func) or "")
+                                                      .rsplit(".", 1)[-1] in _STRICT_CHECKS)
+                     for statement in node.body for sub in ast.walk(statement))
+        for handler in node.handlers:
+            caught = [dotted(t) for t in (handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type])] \
+                if handler.type is not None else [None]
+            reraises = any(isinstance(sub, ast.Raise) for statement in handler.body for sub in ast.walk(statement))
+            if checks and not reraises and any((name or "").rsplit(".", 1)[-1] in _SWALLOWING or name is None
+                                               for name in caught):
+                self.policy.weakenings[("swallowed-assertion", self._where(), "")] += 1
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try
 
     def visit_Assert(self, node: ast.Assert) -> None:
         self.policy.checks[(self._where(), "assert")] += 1

@@ -29,7 +29,9 @@ def test_doit_validate_with_no_variables_validates_the_demo(tmp_path):
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
     assert report["stages"]["correctness_grid"]["status"] == "fail"
     assert report["verdict"] == "BLOCK" and done.returncode == 1
-    assert [f["stage"] for f in report["findings"] if f["severity"] == "blocker"] == ["correctness_grid"]
+    # and base's tests, with their non-aligned rows, fail head's code
+    assert [f["stage"] for f in report["findings"] if f["severity"] == "blocker"] == \
+        ["correctness_grid", "correctness_base_oracle"]
     demo_repo = Path(report["repo"]["worktree"])
     assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=demo_repo,
                           capture_output=True, text=True).stdout == ""
@@ -46,6 +48,17 @@ def test_demo_tolerance_loosening_blocks_through_test_policy(tmp_path):
     blockers = [f for f in report["findings"] if f["severity"] == "blocker"]
     assert [f["stage"] for f in blockers] == ["test_policy"]
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # the suite itself stays green
+
+
+def test_demo_weakened_oracle_blocks_naming_the_tolerance_and_the_skipped_cell(tmp_path):
+    report = demo_report(tmp_path, "weakened-oracle")
+    assert report["verdict"] == "BLOCK"
+    assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # its own weakened suite is green
+    blockers = {f["stage"]: f["detail"] for f in report["findings"] if f["severity"] == "blocker"}
+    assert "7,4097,f16" in blockers["correctness_grid"]
+    assert "assert_allclose.rtol#1 widened 1e-07 -> 0.05" in blockers["correctness_base_oracle"]
+    assert "a new skip/xfail call (pytest.skip)" in blockers["correctness_base_oracle"]
+    assert report["stages"]["correctness_base_oracle"]["kept_at_base"] == ["tests/test_softmax.py"]
 
 
 def test_demo_clean_fix_has_nothing_to_fix(tmp_path):

@@ -86,6 +86,11 @@ def test_torch_assert_close_defaults_follow_the_dtype_the_test_names():
         [(1.3e-6, 1e-2)]
 
 
+def test_a_helpers_own_default_is_a_tolerance_too():
+    found = diff(BASE.replace("def check(a, b, atol=1e-6)", "def check(a, b, atol=1e-1)"))
+    assert [(i["where"], i["base"], i["head"]) for i in found.loosened] == [("t.py::check:default.atol", 1e-6, 1e-1)]
+
+
 def test_a_new_table_entry_is_held_against_base_and_the_reference():
     head = BASE.replace('"f16": 2e-3}', '"f16": 2e-3, "bf16": 5e-2}')
     assert [i["where"] for i in diff(head).loosened] == ["t.py::TOL[bf16]"]
@@ -122,6 +127,10 @@ def test_a_tolerance_that_stops_being_a_literal_is_named():
      "test_gone: a test function base had is deleted"),
     (lambda s: s.replace("(3, 13), ", ""), "test_a[M,N]: parametrize row (3, 13) deleted"),
     (lambda s: s.replace(", atol=1e-4)", ")"), "test_b:assert_allclose.atol#1: tolerance no longer given"),
+    (lambda s: s.replace("    np.testing.assert_allclose(x, y, atol=1e-4)\n",
+                         "    try:\n        np.testing.assert_allclose(x, y, atol=1e-4)\n    except AssertionError:\n"
+                         "        pass\n"),
+     "test_b: an assertion whose failure is caught and dropped"),
 ])
 def test_each_weakening_is_named(edit, says):
     found = diff(edit(BASE))

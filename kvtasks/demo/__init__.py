@@ -1,4 +1,4 @@
-"""The embedded demo: a small numpy kernel repository and three pull requests against it.
+"""The embedded demo: a small numpy kernel repository and four pull requests against it.
 
 `materialize` turns the sources shipped here into a real git repository (base on `main`, one
 branch per PR whose tip is that PR's head OID). Authors and dates are fixed, so the base and head
@@ -16,11 +16,12 @@ SOURCES = Path(__file__).parent / "repo"
 PATCHES = Path(__file__).parent / "prs"
 DEFAULT_PR = "hidden-tail-bug"
 
-# What each PR shows; the validation options are the same for all three.
+# What each PR shows; the validation options are the same for all four.
 PRS = {
     "hidden-tail-bug": "tail tiles dropped from the kernel; the non-aligned test rows commented out",
     "loosen-tolerance": "test-only change widening the f32 tolerance from 1e-5 to 1e-2",
     "clean-fix": "a correct single-pass store plus a new non-aligned test row",
+    "weakened-oracle": "the tail tile dropped from the row sum, hidden by a new rtol and a skip of f16 tail rows",
 }
 OPTIONS = {
     "target": "tests/test_softmax.py",

@@ -26,9 +26,10 @@ _API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|Nam
 
 
 def _kept_at_base(ctx: Context) -> list[str]:
-    changes = ctx.head_view.changes
-    return [ctx.request.target_path, *(path for path in changes
-                                       if PurePosixPath(path).name == "conftest.py" and path != ctx.request.target_path)]
+    """The target and every conftest.py the PR changes: pytest loads those around the target."""
+    target_path = ctx.request.target_path
+    conftests = [path for path in ctx.head_view.changes if PurePosixPath(path).name == "conftest.py"]
+    return [target_path, *(path for path in conftests if path != target_path)]
 
 
 def run(ctx: Context) -> StageResult:
@@ -82,9 +83,9 @@ def _outcome(run: TargetRun) -> str:
 
 def _judge(ctx: Context, runs: list[TargetRun], kept: list[str]) -> StageResult:
     outcomes = {run.label: _outcome(run) for run in runs}
-    fields = {"kept_at_base": kept, "runs": {run.label: {"exit": run.exit, "log": run.log,
-                                                          "stats": run.stats.model_dump(), "outcome": outcomes[run.label]}
-                                             for run in runs}}
+    fields = {"kept_at_base": kept,
+              "runs": {run.label: {"exit": run.exit, "log": run.log, "stats": run.stats.model_dump(),
+                                   "outcome": outcomes[run.label]} for run in runs}}
     for run in runs:
         sparse = cpu_tier.sparse_skip(NAME, run, fields)
         if sparse is not None:
@@ -108,10 +109,22 @@ def _blame(ctx: Context, failed: list[TargetRun], fields: dict) -> StageResult:
     names = ", ".join(run.label for run in failed)
     stage = result(NAME, "fail", f"head's code fails base's version of the target ({names})", **fields)
     policy = ctx.earlier.get(test_policy.NAME)
-    weakened = (policy.stage.model_extra.get("weakened_files") or []) if policy and policy.stage else []
-    tail = failed[0].log_tail()
-    if ctx.request.target_path in weakened:
-        return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
-                                        f"{ctx.request.target_path} (see test_policy): {tail}")
-    return stage.finding("should-fix", f"head fails the tests base had for {ctx.request.target_path}, which pass on "
+    found = policy.stage.model_extra if policy and policy.stage else {}
+    tail, path = failed[0].log_tail(), ctx.request.target_path
+    if path in (found.get("weakened_files") or []):
+        return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in {path}: "
+                                        f"{'; '.join(_weakenings(found, path))} — base's version fails: {tail}")
+    return stage.finding("should-fix", f"head fails the tests base had for {path}, which pass on "
                                        f"base; the PR changed them, so its own version passing is not enough: {tail}")
+
+
+def _weakenings(policy: dict, path: str) -> list[str]:
+    """What test_policy found in one file, as the blocker names it (at most five)."""
+    prefix = f"{path}::"
+    named = [f"{item['where'][len(prefix):]} widened {item['base']:g} -> {item['head']:g}"
+             for item in policy.get("loosened") or [] if item["where"].startswith(prefix)]
+    named += [text[len(prefix):] for text in [*(policy.get("not_literal") or []), *(policy.get("weakened") or [])]
+              if text.startswith(prefix)]
+    named += [row[len(path) + 2:] + " commented out" for row in policy.get("newly_commented_rows") or []
+              if row.startswith(f"{path}: ")]
+    return named[:5]

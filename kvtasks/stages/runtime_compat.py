@@ -5,8 +5,11 @@ Profiles: aiter (imports from the checkout), FlyDSL (the pinned package from PYL
 its version compared with the checkout's python/flydsl), and a generic one for any other kernel
 repository (`--runtime-module`, else inferred from what the target imports, then from the
 packaging). The checkout's import roots (a src/ layout, --python-path) come first on the path and
-are recorded in runtime_identity. On the Triton CPU tier the probe imports under the tier's hooks. A mismatch is an
-environment fact: skip with reason runtime_mismatch, nothing blamed on the author.
+are recorded in runtime_identity. On the Triton CPU tier the probe imports under the tier's hooks.
+A mismatch is an environment fact: skip with reason runtime_mismatch, nothing blamed on the
+author. Except when the import fails on head only: then base is probed too (only then: its answer
+decides nothing else), and a package that imports on base and not on head is the PR's doing:
+fail, with a blocker quoting the traceback's tail.
 """
 from __future__ import annotations
 
