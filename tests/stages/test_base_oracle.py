@@ -25,6 +25,12 @@ def test_a_tolerance_added_with_a_kernel_defect_blocks(tmp_path, validate):
     assert any("head fails the tests base had, and the PR weakened those tests" in d for d in blockers)
     assert any("needs numerical justification" in f["detail"] for f in result.findings("should-fix"))
     assert result.verdict == "BLOCK"
+    # the control: the same kernel change under the unchanged test is what it was, a head-only failure
+    control = validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": LAST_COLUMN_WRONG},
+                                                          tmp_path / "control.patch")), *ARGNAMES)
+    assert control.stage("correctness_base_oracle")["status"] == "skip"  # the target is not modified
+    assert [f["stage"] for f in control.findings("blocker")] == ["correctness_repo_tests"]
+    assert control.verdict == "BLOCK"
 
 
 def _renamed(text: str) -> str:
