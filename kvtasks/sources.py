@@ -10,8 +10,8 @@ comparisons, early returns, test functions and parametrize rows).
 
 Two tables make the policy reader easy to extend: CALLEES, each comparison callee with its
 documented default tolerances (a keyword head passes where base passed none is compared with
-these), and WEAKENINGS, each kind of weakening with what it looks like in source. `compare`
-holds head against base with both.
+these), and WEAKENINGS, each kind of weakening the reader records (SKIP_CALLS and SKIP_MARKS say
+what a skip looks like). `compare` holds head against base with both.
 """
 from __future__ import annotations
 
@@ -346,8 +346,8 @@ _ANY_CALLEE_KEYWORDS = {"atol", "rtol"}
 
 _STRICT_CHECKS = {"assert_close", "assert_allclose", "assert_array_almost_equal", "assert_almost_equal",
                   "assert_array_equal", "assert_equal", "assert_array_max_ulp", "assertEqual", "assertAlmostEqual"}
-_COMPARISONS = {"allclose", "isclose", "array_equal", "array_equiv", "equal", "assert_close", "assert_allclose",
-                "approx", "isfinite", "all"}
+# calls whose only effect is their result: as a bare statement, nothing is checked
+_COMPARISONS = {"allclose", "isclose", "array_equal", "array_equiv", "equal", "approx", "isfinite", "all"}
 
 
 def callee_for(name: str) -> Callee | None:
@@ -395,7 +395,6 @@ class Call:
     signature: str  # the callee and its non-tolerance arguments
     tolerances: dict[str, Tolerance]
     dtypes: set[str] = field(default_factory=set)  # dtypes named in the enclosing function
-    line: int = 0
 
 
 @dataclass
@@ -418,18 +417,13 @@ class Policy:
     table_tolerances: dict[str, tuple[str, str, str, float]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Weakening:
-    kind: str
-    says: str  # how a finding names one
-
-
+# each kind of weakening the reader records, and how a finding names one
 WEAKENINGS = {
-    "skip-call": Weakening("skip-call", "a new skip/xfail call"),
-    "skip-mark": Weakening("skip-mark", "a new skip/skipif/xfail mark"),
-    "discarded-comparison": Weakening("discarded-comparison", "a comparison whose result is thrown away"),
-    "early-return": Weakening("early-return", "a return before the assertions"),
-    "swallowed-assertion": Weakening("swallowed-assertion", "an assertion whose failure is caught and dropped"),
+    "skip-call": "a new skip/xfail call",
+    "skip-mark": "a new skip/skipif/xfail mark",
+    "discarded-comparison": "a comparison whose result is thrown away",
+    "early-return": "a return before the assertions",
+    "swallowed-assertion": "an assertion whose failure is caught and dropped",
 }
 # exceptions whose handler, if it does not re-raise, swallows a failed assertion
 _SWALLOWING = {None, "Exception", "BaseException", "AssertionError"}
@@ -601,8 +595,7 @@ class _Reader(ast.NodeVisitor):
     def visit_Expr(self, node: ast.Expr) -> None:
         value = node.value
         if isinstance(value, ast.Compare) or (isinstance(value, ast.Call) and (dotted(value.func) or "")
-                                              .rsplit(".", 1)[-1] in _COMPARISONS - {"assert_close",
-                                                                                      "assert_allclose"}):
+                                              .rsplit(".", 1)[-1] in _COMPARISONS):
             self.policy.weakenings[("discarded-comparison", self._where(), ast.unparse(value)[:80])] += 1
         self.generic_visit(node)
 
@@ -652,8 +645,7 @@ class _Reader(ast.NodeVisitor):
         tolerance_nodes = {id(value_node) for _, value_node in given}
         rest = [ast.unparse(a) for a in node.args if id(a) not in tolerance_nodes] + \
                [f"{kw.arg}={ast.unparse(kw.value)}" for kw in node.keywords if id(kw.value) not in tolerance_nodes]
-        self.policy.calls.append(Call(where, name, f"{name}({', '.join(rest)})", tolerances,
-                                      set(self.dtypes[-1]), node.lineno))
+        self.policy.calls.append(Call(where, name, f"{name}({', '.join(rest)})", tolerances, set(self.dtypes[-1])))
 
     def visit_Try(self, node: ast.Try) -> None:
         checks = any(isinstance(sub, ast.Assert) or (isinstance(sub, ast.Call) and (dotted(sub.func) or "")
@@ -917,7 +909,7 @@ def _compare_weakenings(base: Policy, head: Policy, path: str, found: Comparison
             found.weakened.append(f"{path}::{function}: {count} {kind}s on base, "
                                   f"{head.checks.get((function, kind), 0)} on head")
     for (kind, where, what), count in (head.weakenings - base.weakenings).items():
-        found.weakened.append(f"{path}::{where}: {WEAKENINGS[kind].says}{f' ({what})' if what else ''}"
+        found.weakened.append(f"{path}::{where}: {WEAKENINGS[kind]}{f' ({what})' if what else ''}"
                               f"{f' x{count}' if count > 1 else ''}")
     for test in sorted(base.tests - head.tests):
         found.weakened.append(f"{path}::{test}: a test function base had is deleted")

@@ -2,9 +2,9 @@
 
 A PR that modifies its own target can loosen the oracle that judges it. So when the target is
 modified (not added), head's code runs once more with base's version of the target file, and of
-every conftest.py the PR changed, in place of head's: the patch is applied with those paths kept at
-base (`Worktree.apply(keep_base=...)`), inside the same lend that hands the tree back clean. The
-grid cells run the same way when the grid ran on both sides. Optional: its skip never changes a
+every conftest.py (and pytest.ini) the PR changed, in place of head's: the patch is applied with
+those paths kept at base (`Worktree.apply(keep_base=...)`), inside the same lend that hands the
+tree back clean. The grid cells run the same way when the grid ran on both sides. Optional: its skip never changes a
 verdict. Head failing where base passes is should-fix, a blocker when test_policy found the PR
 widened, skipped or removed a check in the target; a failure to import or collect (a renamed API)
 is a note that says so.
@@ -25,11 +25,15 @@ _API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|Nam
                          r"TypeError: .*(argument|positional)")
 
 
+# what pytest loads around a target: a PR's edits to these shape the oracle as much as the target's
+_PYTEST_SURROUNDINGS = {"conftest.py", "pytest.ini"}
+
+
 def _kept_at_base(ctx: Context) -> list[str]:
-    """The target and every conftest.py the PR changes: pytest loads those around the target."""
+    """The target and every conftest.py (and pytest.ini) the PR changes."""
     target_path = ctx.request.target_path
-    conftests = [path for path in ctx.head_view.changes if PurePosixPath(path).name == "conftest.py"]
-    return [target_path, *(path for path in conftests if path != target_path)]
+    around = [path for path in ctx.head_view.changes if PurePosixPath(path).name in _PYTEST_SURROUNDINGS]
+    return [target_path, *(path for path in around if path != target_path)]
 
 
 def run(ctx: Context) -> StageResult:
