@@ -33,6 +33,9 @@ def test_doit_validate_with_no_variables_validates_the_demo(tmp_path):
     # NaN/Inf, a second grid blocker when it does)
     assert list(dict.fromkeys(f["stage"] for f in report["findings"] if f["severity"] == "blocker")) == \
         ["correctness_grid", "correctness_base_oracle"]
+    # one env-channel process ran every cell: the blocker says so instead of calling every cell failed
+    grid_blocker = next(f["detail"] for f in report["findings"] if "passes on base and fails on head" in f["detail"])
+    assert "(grid cells 64,2000,f32, 4096,192,f32, 7,4097,f16, run as one)" in grid_blocker
     demo_repo = Path(report["repo"]["worktree"])
     assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=demo_repo,
                           capture_output=True, text=True).stdout == ""

@@ -326,6 +326,16 @@ def canonical_row(text: str) -> tuple[str, ...]:
     return tuple(canonical_cell(cell) for cell in (cells[0] if cells else []))
 
 
+def failing_cells(plan: Plan, run: TargetRun) -> str:
+    """Which cells a failed grid run failed: named per cell where JUnit tells them apart (the pytest
+    channel), else the cells the one process ran."""
+    failed = {_cell_index(case.name) for case in run.cases if case.outcome in ("failed", "error")}
+    named = [row_text(row) for index, row in enumerate(plan.rows) if index in failed]
+    if plan.channel == "pytest" and named:
+        return f"failing cells {', '.join(named)}"
+    return f"grid cells {', '.join(row_text(row) for row in plan.rows)}, run as one"
+
+
 def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, str] | None, str]:
     """Each cell of one grid run: executed, skipped or absent; None (with why) when cells cannot be
     told apart in that run."""
@@ -528,7 +538,7 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     if base.get("state") == "target-not-present":
         return stage.finding("blocker", f"the PR adds this target and it fails the independent grid: {tail}")
     if base.get("state") == "ran" and base.get("exit") == 0:
-        return stage.finding("blocker", f"the grid passes on base and fails on head "
-                                        f"(cells {', '.join(row_text(r) for r in plan.rows)}): {tail}")
+        return stage.finding("blocker", f"the grid passes on base and fails on head ({failing_cells(plan, run)}): "
+                                        f"{tail}")
     return stage.finding("note", f"the grid is red on both sides (base: {base.get('state', 'not run')}), so the "
                                  f"failure is not attributed to the PR: {tail}")

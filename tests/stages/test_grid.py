@@ -46,12 +46,14 @@ def test_env_channel_finds_the_hidden_tail_bug(tiled, validate, tmp_path):
 
 def test_pytest_argnames_channel_replaces_the_parametrize_cells(tiled, validate, tmp_path):
     result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "tests/test_argnames.py",
-                      "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32;3,100,f16", *ROUTE)
+                      "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32;4,128,f32;3,100,f16", *ROUTE)
     selection = result.report["test_selection"]
     assert selection["grid_channel"] == "pytest" and selection["grid_independence"] == "adds-coverage"
     grid = result.stage("correctness_grid")
-    assert grid["status"] == "fail" and grid["stats"]["executed"] == 2 and grid["stats"]["failures"] == 2
+    assert grid["status"] == "fail" and grid["stats"]["executed"] == 3 and grid["stats"]["failures"] == 2
     assert result.verdict == "BLOCK"
+    # each cell is its own JUnit item, so the blocker names the cells that failed, not the aligned one
+    assert any("(failing cells 64,2000,f32, 3,100,f16)" in f["detail"] for f in result.findings("blocker"))
     assert result.stage("execution_receipt")["shape_namespace"].startswith("pytest parametrize cells")
 
 
