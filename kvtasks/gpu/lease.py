@@ -70,13 +70,19 @@ def ask(request: dict) -> dict:
         connection.settimeout(30)
         connection.connect("\0" + _OWNER["name"])
         connection.sendall(json.dumps(request).encode() + b"\n")
-        answer = b""
-        while not answer.endswith(b"\n"):
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
+        answer = _read_line(connection)
     return json.loads(answer)
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    """One newline-terminated message (or what came before the peer closed)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 @contextmanager
@@ -128,12 +134,7 @@ def serve(name: str, lock_dir: str) -> None:
                                                                  credentials.size))
             if uid != os.getuid():
                 continue
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = connection.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = _read_line(connection)
             try:
                 answer = _answer(json.loads(data), held, Path(lock_dir))
             except (ValueError, KeyError, OSError) as exc:
