@@ -424,7 +424,11 @@ WEAKENINGS = {
     "discarded-comparison": "a comparison whose result is thrown away",
     "early-return": "a return before the assertions",
     "swallowed-assertion": "an assertion whose failure is caught and dropped",
+    "outcome-hook": "a pytest hook that can rewrite, drop or deselect test outcomes",
 }
+# pytest hooks through which a conftest.py or plugin can turn a failure into a pass or make a test vanish
+OUTCOME_HOOKS = {"pytest_runtest_makereport", "pytest_report_teststatus", "pytest_collection_modifyitems",
+                 "pytest_runtest_call", "pytest_pyfunc_call", "pytest_runtest_protocol", "pytest_runtest_logreport"}
 # exceptions whose handler, if it does not re-raise, swallows a failed assertion
 _SWALLOWING = {None, "Exception", "BaseException", "AssertionError"}
 SKIP_CALLS = {"pytest.skip", "pytest.xfail", "pytest.importorskip", "unittest.SkipTest", "pytest.skip.Exception"}
@@ -505,6 +509,8 @@ class _Reader(ast.NodeVisitor):
         name = ".".join([*self.classes, node.name])
         if node.name.startswith("test"):
             self.policy.tests.add(name)
+        if node.name in OUTCOME_HOOKS:
+            self.policy.weakenings[("outcome-hook", name, node.name)] += 1
         for decorator in node.decorator_list:
             if _is_parametrize(decorator):  # its rows' marks are read where pytest.param is called
                 self._parametrize_rows(node.name, decorator)

@@ -1,13 +1,14 @@
 """correctness_base_oracle: head's code judged by the tests that existed before the PR.
 
-A PR that modifies its own target can loosen the oracle that judges it. So when the target is
-modified (not added), head's code runs once more with base's version of the target file, and of
-every conftest.py (and pytest.ini) the PR changed, in place of head's: the patch is applied with
-those paths kept at base (`Worktree.apply(keep_base=...)`), inside the same lend that hands the
-tree back clean. The grid cells run the same way when the grid ran on both sides. Optional: its skip never changes a
-verdict. Head failing where base passes is should-fix, a blocker when test_policy found the PR
-widened, skipped or removed a check in the target; a failure to import or collect (a renamed API)
-is a note that says so.
+A PR that changes its own suite can loosen the oracle that judges it: the target, a conftest.py (a
+hook that rewrites outcomes), pytest's configuration, or a test helper the target imports. So when
+the PR changes any of them, head's code runs once more with base's version of each changed one in
+place of head's: the patch is applied with those paths kept at base
+(`Worktree.apply(keep_base=...)`), inside the same lend that hands the tree back clean. The grid
+cells run the same way when the grid ran on both sides. Optional: its skip never changes a verdict.
+Head failing where base passes is should-fix, a blocker when test_policy found the PR widened,
+skipped or removed a check in one of those files; a failure to import or collect (a renamed API)
+is a note that says so. Code outside the test paths is the code under test and always runs as head.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import re
 from pathlib import PurePosixPath
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, test_policy
+from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, sensitivity, test_policy
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -25,15 +26,29 @@ _API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|Nam
                          r"TypeError: .*(argument|positional)")
 
 
-# what pytest loads around a target: a PR's edits to these shape the oracle as much as the target's
-_PYTEST_SURROUNDINGS = {"conftest.py", "pytest.ini"}
+# pytest's own configuration: a PR's edits to it shape the oracle as much as the target's
+_PYTEST_CONFIGS = {"pytest.ini", "tox.ini", "setup.cfg"}
+
+
+def _shapes_the_suite(ctx: Context, path: str) -> bool:
+    name = PurePosixPath(path).name
+    if name == "conftest.py" or name in _PYTEST_CONFIGS:
+        return True
+    if name == "pyproject.toml":
+        return any("tool.pytest" in (text or "") for text in (ctx.head_text(path), ctx.worktree.read_base(path)))
+    return False
 
 
 def _kept_at_base(ctx: Context) -> list[str]:
-    """The target and every conftest.py (and pytest.ini) the PR changes."""
-    target_path = ctx.request.target_path
-    around = [path for path in ctx.head_view.changes if PurePosixPath(path).name in _PYTEST_SURROUNDINGS]
-    return [target_path, *(path for path in around if path != target_path)]
+    """The target and every file around it the PR changes that shapes its verdict: conftest.py files,
+    pytest's configuration, and the test helpers the target imports (never the route's modules)."""
+    changes, target_path = ctx.head_view.changes, ctx.request.target_path
+    helpers = [path for path in sensitivity.suite_sources(ctx)
+               if path in changes and test_policy.is_test_path(path)
+               and path not in sensitivity.route_files(ctx.request.routes)]
+    around = [path for path in changes if _shapes_the_suite(ctx, path)]
+    kept = [path for path in dict.fromkeys([*helpers, *around]) if path != target_path]
+    return [target_path, *kept] if target_path in changes else kept
 
 
 def run(ctx: Context) -> StageResult:
@@ -41,9 +56,11 @@ def run(ctx: Context) -> StageResult:
     if ctx.head_view is None:
         return result(NAME, "skip", "no patch: there is no base version of the target to judge head with")
     change = ctx.head_view.changes.get(request.target_path)
-    if change is None:
-        return result(NAME, "skip", "the PR does not modify the target: head already ran the tests base had")
-    if change != "M":
+    kept = _kept_at_base(ctx)
+    if not kept:
+        return result(NAME, "skip", "the PR changes neither the target nor what shapes it (conftest.py, pytest's "
+                                    "configuration, test helpers): head already ran the tests base had")
+    if change not in (None, "M"):
         what = "adds" if change == "A" else "deletes"
         return result(NAME, "skip", f"the PR {what} the target: there is no base oracle to hold head to")
     blocked = correctness.gate(ctx)
@@ -54,14 +71,13 @@ def run(ctx: Context) -> StageResult:
     if not base_repo or base_repo.get("state") != "ran" or base_repo.get("exit") != 0:
         return result(NAME, "skip", "the target does not pass on base, so base's tests cannot judge head")
 
-    kept = _kept_at_base(ctx)
     runs: list[TargetRun] = []
     with ctx.worktree.handback():
         try:
             ctx.worktree.apply(request.patch, keep_base=kept)
         except GitFailed as exc:
             return result(NAME, "skip", f"the patch could not be applied with base's {', '.join(kept)}: {exc}")
-        ctx.say(f"{NAME}: running head's code under base's target")
+        ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
         runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-baseoracle",
                                **cpu_tier.launch_options(ctx)))
         grid_run = grid.oracle_run(ctx)
@@ -115,11 +131,15 @@ def _blame(ctx: Context, failed: list[TargetRun], fields: dict) -> StageResult:
     policy = ctx.earlier.get(test_policy.NAME)
     found = policy.stage.model_extra if policy and policy.stage else {}
     tail, path = failed[0].log_tail(), ctx.request.target_path
-    if path in (found.get("weakened_files") or []):
-        return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in {path}: "
-                                        f"{'; '.join(_weakenings(found, path))} — base's version fails: {tail}")
-    return stage.finding("should-fix", f"head fails the tests base had for {path}, which pass on "
-                                       f"base; the PR changed them, so its own version passing is not enough: {tail}")
+    kept = fields["kept_at_base"]
+    weakened = [file for file in kept if file in (found.get("weakened_files") or [])]
+    if weakened:
+        named = "; ".join(item for file in weakened for item in _weakenings(found, file))
+        return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
+                                        f"{', '.join(weakened)}: {named} — base's version fails: {tail}")
+    return stage.finding("should-fix", f"head fails the tests base had for {path} (with base's {', '.join(kept)}), "
+                                       f"which pass on base; the PR changed them, so its own version passing is not "
+                                       f"enough: {tail}")
 
 
 def _weakenings(policy: dict, path: str) -> list[str]:

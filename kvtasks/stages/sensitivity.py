@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 
 from kvtasks import sources, target
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
-from kvtasks.stages.test_policy import _KERNEL_SUFFIXES, _is_test_path
+from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -247,7 +247,7 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
     stage.runs += runs
     if status == "pass":
         # test_policy's rule (a code file outside the tests), and the route's own module whatever its name
-        kernel_changed = any(path in kernel_files or (path.endswith(_KERNEL_SUFFIXES) and not _is_test_path(path))
+        kernel_changed = any(path in kernel_files or (path.endswith(KERNEL_SUFFIXES) and not is_test_path(path))
                              for path in changes)
         severity = "should-fix" if kernel_changed else "blocker"
         scope = "" if kernel_changed else " in a PR that changes no kernel code"

@@ -20,7 +20,7 @@ from kvtasks.sources import compare, read_policy
 from kvtasks.stages import Context, StageResult, result
 
 NAME = "test_policy"
-_KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
+KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
 
 
 def parse_tol_table(text: str) -> dict[str, float]:
@@ -34,9 +34,11 @@ def parse_tol_table(text: str) -> dict[str, float]:
     return table
 
 
-def _is_test_path(path: str) -> bool:
+def is_test_path(path: str) -> bool:
+    """Test code, wherever it sits: a conftest.py anywhere is pytest's, never the kernel's."""
     pure = PurePosixPath(path)
-    return (pure.suffix == ".py" and (pure.name.startswith("test_") or pure.stem.endswith("_test"))) or \
+    return (pure.suffix == ".py" and (pure.name.startswith("test_") or pure.stem.endswith("_test")
+                                      or pure.name == "conftest.py")) or \
         any(part in ("tests", "test", "op_tests") for part in pure.parts[:-1])
 
 
@@ -63,8 +65,8 @@ def run(ctx: Context) -> StageResult:
     if ctx.head_view is None:
         return result(NAME, "skip", "no patch: head and base tests cannot be compared")
     changes = ctx.head_view.changes
-    files = list(dict.fromkeys([request.target_path, *(p for p in changes if _is_test_path(p) and p.endswith(".py"))]))
-    kernel_changed = any(p.endswith(_KERNEL_SUFFIXES) and not _is_test_path(p) for p in changes)
+    files = list(dict.fromkeys([request.target_path, *(p for p in changes if is_test_path(p) and p.endswith(".py"))]))
+    kernel_changed = any(p.endswith(KERNEL_SUFFIXES) and not is_test_path(p) for p in changes)
     reference = parse_tol_table(request.tol_table)
     ceiling = max(reference.values()) if reference else None
 

@@ -56,3 +56,29 @@ def test_legitimate_changes_to_the_target_are_not_blamed(tmp_path, validate):
         assert result.stage("correctness_repo_tests")["status"] == "pass"
         assert result.stage("test_policy")["status"] == "pass"
         assert result.findings("blocker") == [] and result.findings("should-fix") == []
+
+
+# a conftest.py the PR adds that turns the failures of one test into passes
+OUTCOME_FLIPPING_CONFTEST = '''import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if item.name.startswith("test_tiled") and report.failed:
+        report.outcome = "passed"
+'''
+
+
+def test_a_conftest_that_rewrites_outcomes_is_judged_at_base_and_blocks(tmp_path, validate):
+    repo = tiled_repo(tmp_path / "tiled")
+    patch = make_patch(repo, {"kernels/tiled.py": LAST_COLUMN_WRONG, "conftest.py": OUTCOME_FLIPPING_CONFTEST},
+                       tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), *ARGNAMES)
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # the hook turned its failures green
+    policy = result.stage("test_policy")
+    assert any("conftest.py::pytest_runtest_makereport: a pytest hook that can rewrite" in w for w in policy["weakened"])
+    oracle = result.stage("correctness_base_oracle")  # the target is untouched, its surroundings are not
+    assert oracle["status"] == "fail" and oracle["kept_at_base"] == ["conftest.py"]
+    assert any("the PR weakened those tests in conftest.py" in f["detail"] for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK"
