@@ -881,12 +881,20 @@ def _compare_call(old: Call, new: Call, base: Policy, head: Policy, path: str, f
         where = f"{path}::{given.key}"
         before = old.tolerances.get(parameter)
         value = given.value if given.value is not None else resolve(_expression(given.text), head)
-        if before is not None and before.value is not None:
+        # a named tolerance (atol=ATOL) is held at the value base gave that name, not skipped as unknown
+        earlier = None if before is None else \
+            before.value if before.value is not None else resolve(_expression(before.text), base)
+        if before is not None and given.text == before.text and before.value is None:
+            continue  # the same name on both sides: a change of its value is reported where it is assigned
+        if before is not None and earlier is not None:
             if value is None:
                 found.uncomparable.append(f"{where}: {parameter}={given.text} is not a literal on head "
                                           f"(base: {before.text}), so it cannot be compared")
-            elif looser(parameter, value, before.value):
-                found.loosened.append({"where": where, "base": before.value, "head": value})
+            elif looser(parameter, value, earlier):
+                found.loosened.append({"where": where, "base": earlier, "head": value})
+        elif before is not None and given.text != before.text:
+            found.uncomparable.append(f"{where}: {parameter}={given.text} on head, {before.text} on base, and "
+                                      "base's value could not be resolved, so they cannot be compared")
         elif before is None:
             if callee is None or parameter not in callee.defaults:
                 found.unknown_defaults.append(f"{where}: {parameter}={given.text} added to {new.callee}, whose "

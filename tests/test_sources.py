@@ -156,3 +156,26 @@ def test_an_inserted_call_does_not_shift_which_call_is_compared():
                         "    np.testing.assert_allclose(out[:1], ref[:1], atol=1e-2)\n"
                         "    np.testing.assert_allclose(out, ref, atol=1e-3)\n")
     assert diff(head).loosened == []
+
+
+NAMED_TOLERANCE = '''import numpy as np
+ATOL = 1e-5
+
+
+def test_a(out, ref):
+    np.testing.assert_allclose(out, ref, atol=ATOL)
+'''
+
+
+@pytest.mark.parametrize("head,loosened,uncomparable", [
+    ("atol=1e-1", [(1e-5, 0.1)], False),   # the name base used is replaced by a looser literal
+    ("atol=1e-6", [], False),              # tighter
+    ("atol=ATOL", [], False),              # unchanged
+    ("atol=ATOL * 1e4", [], True),         # an expression over the name: named, never silent
+    ("atol=OTHER_NAME", [], True),
+])
+def test_a_named_tolerance_on_base_is_held_at_its_value(head, loosened, uncomparable):
+    found = compare(read_policy(NAMED_TOLERANCE), read_policy(NAMED_TOLERANCE.replace("atol=ATOL)", head + ")")),
+                    "tests/test_a.py")
+    assert [(item["base"], item["head"]) for item in found.loosened] == loosened
+    assert bool(found.uncomparable) is uncomparable
