@@ -57,6 +57,15 @@ def aliases(tree: ast.AST | None) -> dict[str, str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    # a module-level name bound to a skip, a mark or a comparison is another spelling of it:
+    # `S = pytest.mark.skipif(...)` then `@S`, `sk = pytest.skip`, `check = np.testing.assert_allclose`
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, (ast.Attribute, ast.Name, ast.Call)) and dotted(node.value):
+            name = qualified(node.value, bound)
+            is_mark = name in SKIP_MARKS or name in SKIP_CALLS
+            if is_mark or (not isinstance(node.value, ast.Call) and callee_for(name) is not None):
+                bound[node.targets[0].id] = name
     return bound
 
 

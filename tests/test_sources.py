@@ -179,3 +179,31 @@ def test_a_named_tolerance_on_base_is_held_at_its_value(head, loosened, uncompar
                     "tests/test_a.py")
     assert [(item["base"], item["head"]) for item in found.loosened] == loosened
     assert bool(found.uncomparable) is uncomparable
+
+
+PLAIN = '''import numpy as np
+import pytest
+
+
+def test_a(out, ref):
+    np.testing.assert_allclose(out, ref)
+'''
+
+
+@pytest.mark.parametrize("spelling,decorator,body,expected", [
+    ("S = pytest.mark.skipif(True, reason='')", "@S\n", "", "a new skip/skipif/xfail mark (pytest.mark.skipif)"),
+    ("XF = pytest.mark.xfail", "@XF\n", "", "a new skip/skipif/xfail mark (pytest.mark.xfail)"),
+    ("sk = pytest.skip", "", "    sk('not today')\n", "a new skip/xfail call (pytest.skip)"),
+])
+def test_a_skip_bound_to_a_module_name_is_still_a_skip(spelling, decorator, body, expected):
+    head = PLAIN.replace("\n\ndef test_a", f"\n{spelling}\n\n{decorator}def test_a").replace(
+        "    np.testing", f"{body}    np.testing")
+    found = compare(read_policy(PLAIN), read_policy(head), "tests/test_a.py")
+    assert f"tests/test_a.py::test_a: {expected}" in found.weakened
+
+
+def test_a_comparison_bound_to_a_module_name_keeps_its_default():
+    head = PLAIN.replace("\n\ndef test_a", "\nchk = np.testing.assert_allclose\n\ndef test_a").replace(
+        "np.testing.assert_allclose(out, ref)", "chk(out, ref, rtol=0.5)")
+    found = compare(read_policy(PLAIN), read_policy(head), "tests/test_a.py")
+    assert [(item["base"], item["head"]) for item in found.loosened] == [(1e-7, 0.5)]
