@@ -6,6 +6,7 @@ evidence by the graph and composed and judged by report.py alone.
 """
 from __future__ import annotations
 
+import ast
 import sys
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,38 @@ class Context:
             parts = name.split(".")
             paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
         return list(dict.fromkeys(paths))
+
+    def suite_sources(self) -> list[str]:
+        """The target, its conftest.py files and the checkout modules it imports (head or base), also
+        where pytest's rootdir insertion finds them beside the target and through relative imports."""
+        paths = self.target_sources()
+        target_path = self.request.target_path
+        folder = PurePosixPath(target_path).parent
+        for text in (self.head_text(target_path), self.worktree.read_base(target_path)):
+            tree = sources.parse(text)
+            for node in ast.walk(tree) if tree else []:
+                if isinstance(node, ast.ImportFrom):
+                    anchor = folder
+                    for _ in range(max(node.level - 1, 0)):
+                        anchor = anchor.parent
+                    modules = [node.module] if node.module else [alias.name for alias in node.names]
+                elif isinstance(node, ast.Import):
+                    anchor, modules = folder, [alias.name for alias in node.names]
+                else:
+                    continue
+                for module in modules:
+                    stem = anchor.joinpath(*module.split("."))
+                    paths += [f"{stem}.py", f"{stem}/__init__.py"]
+        return list(dict.fromkeys(path.removeprefix("./") for path in paths))
+
+    def route_files(self) -> set[str]:
+        """The files that hold the expected routes' modules (the code under test, never a test helper)."""
+        files = set()
+        for route in self.request.routes:
+            stem = "/".join(route.partition(":")[0].split("."))
+            for prefix in ("", "python/"):
+                files |= {f"{prefix}{stem}.py", f"{prefix}{stem}/__init__.py"}
+        return files
 
     def fact(self, name: str, default: Any = None) -> Any:
         for stage_result in self.earlier.values():

@@ -16,7 +16,7 @@ import re
 from pathlib import PurePosixPath
 
 from kvtasks import target
-from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, sensitivity, test_policy
+from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, test_policy
 from kvtasks.target.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
@@ -43,9 +43,9 @@ def _kept_at_base(ctx: Context) -> list[str]:
     """The target and every file around it the PR changes that shapes its verdict: conftest.py files,
     pytest's configuration, and the test helpers the target imports (never the route's modules)."""
     changes, target_path = ctx.head_view.changes, ctx.request.target_path
-    helpers = [path for path in sensitivity.suite_sources(ctx)
-               if path in changes and test_policy.is_test_path(path)
-               and path not in sensitivity.route_files(ctx.request.routes)]
+    route_files = ctx.route_files()
+    helpers = [path for path in ctx.suite_sources()
+               if path in changes and test_policy.is_test_path(path) and path not in route_files]
     around = [path for path in changes if _shapes_the_suite(ctx, path)]
     kept = [path for path in dict.fromkeys([*helpers, *around]) if path != target_path]
     return [target_path, *kept] if target_path in changes else kept

@@ -19,10 +19,7 @@ the repository, not the PR.
 """
 from __future__ import annotations
 
-import ast
-from pathlib import PurePosixPath
-
-from kvtasks import sources, target
+from kvtasks import target
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
 from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
 from kvtasks.target.launch import TargetRun
@@ -173,38 +170,6 @@ def run(ctx: Context) -> StageResult:
 
 # -- blame -------------------------------------------------------------------------------------------
 
-def suite_sources(ctx: Context) -> list[str]:
-    """The target, its conftest.py files and the checkout modules it imports (head or base), also
-    where pytest's rootdir insertion finds them beside the target and through relative imports."""
-    paths = ctx.target_sources()
-    folder = PurePosixPath(ctx.request.target_path).parent
-    for text in (ctx.head_text(ctx.request.target_path), ctx.worktree.read_base(ctx.request.target_path)):
-        tree = sources.parse(text)
-        for node in ast.walk(tree) if tree else []:
-            if isinstance(node, ast.ImportFrom):
-                anchor = folder
-                for _ in range(max(node.level - 1, 0)):
-                    anchor = anchor.parent
-                modules = [node.module] if node.module else [alias.name for alias in node.names]
-            elif isinstance(node, ast.Import):
-                anchor, modules = folder, [alias.name for alias in node.names]
-            else:
-                continue
-            for module in modules:
-                stem = anchor.joinpath(*module.split("."))
-                paths += [f"{stem}.py", f"{stem}/__init__.py"]
-    return list(dict.fromkeys(path.removeprefix("./") for path in paths))
-
-
-def route_files(routes: list[str]) -> set[str]:
-    files = set()
-    for route in routes:
-        stem = "/".join(route.partition(":")[0].split("."))
-        for prefix in ("", "python/"):
-            files |= {f"{prefix}{stem}.py", f"{prefix}{stem}/__init__.py"}
-    return files
-
-
 def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[TargetRun]]:
     """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs)."""
     baseline = ctx.earlier.get(correctness.BASELINE)
@@ -232,8 +197,8 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
     request = ctx.request
     if ctx.head_view is None:
         return stage.finding("note", f"{detail}; there is no patch, so this is about the supplied checkout")
-    suite_files = suite_sources(ctx)
-    kernel_files = route_files(request.routes)
+    suite_files = ctx.suite_sources()
+    kernel_files = ctx.route_files()
     changes = ctx.head_view.changes
     changed = [path for path in suite_files if path in changes and path not in kernel_files]
     if not changed:
