@@ -1,5 +1,4 @@
 """Import roots and packages from a checkout's packaging: src layouts without a workaround."""
-from pathlib import Path
 
 import pytest
 
