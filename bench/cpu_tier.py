@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvtasks.target import receipts
+from kvtasks.harness import receipts
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvtasks.target import receipts
+from kvtasks.harness import receipts
 
 TARGET = '''import hot
 

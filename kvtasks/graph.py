@@ -26,7 +26,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import gpu, keys, pages, processes, report, target, worktree
+from kvtasks import gpu, keys, pages, processes, report, harness, worktree
 from kvtasks.gpu import lease, picker
 from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, base_oracle, correctness, cpu_tier, gpu_claim, grid, merge_sim,
@@ -65,10 +65,10 @@ class Workspace:
 
 def _prepare(ctx: Context) -> list[StageResult]:
     facts = StageResult(name="run", facts={"started_utc": report.utc_now(),
-                                           "isolation": target.isolation_facts(ctx.request),
+                                           "isolation": harness.isolation_facts(ctx.request),
                                            # inputs of the base key that describe the host, as this run saw them
                                            "gpu_driver": gpu.driver_versions(),
-                                           "target_environment_values": target.passed_through_values()})
+                                           "target_environment_values": harness.passed_through_values()})
     merged = timed(ctx, merge_sim.NAME, merge_sim.run)
     if "halt" in merged.facts:
         return [facts, merged]
@@ -150,7 +150,7 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
     done = [result for name, result in ctx.earlier.items() if (loaded or {}).get(name) is not result]
     crash = StageResult(name="run" if group == "prepare" else f"{group}_crash", facts={"halt": detail})
     if group == "prepare":
-        crash.facts.update(started_utc=report.utc_now(), isolation=target.isolation_facts(ctx.request))
+        crash.facts.update(started_utc=report.utc_now(), isolation=harness.isolation_facts(ctx.request))
     if group == "prepare" and not any("repo" in r.facts for r in done):
         crash.facts["repo"] = {"worktree": str(ctx.worktree.path), "base": None, "head": ctx.request.head_sha,
                                "kind": "unknown", "patch_sha256": None}

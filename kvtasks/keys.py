@@ -60,7 +60,7 @@ def tree_identity(root: str | None) -> str | None:
 def kvtasks_identity() -> str:
     """The code that launches targets, probes them, builds their environment and judges a base
     run: a changed kvtasks is a changed base run, whatever its version string says."""
-    return digest([tree_identity(str(_PACKAGE / "target")), tree_identity(str(_PACKAGE / "stages")),
+    return digest([tree_identity(str(_PACKAGE / "harness")), tree_identity(str(_PACKAGE / "stages")),
                    hashlib.sha256((_PACKAGE / "processes.py").read_bytes()).hexdigest()])
 
 

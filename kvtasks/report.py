@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from kvtasks.stages import Finding, Stage, StageResult
 from kvtasks.store import write_atomic
-from kvtasks.target.environment import TargetEnvironment
-from kvtasks.target.probe import PRODUCER
+from kvtasks.harness.environment import TargetEnvironment
+from kvtasks.harness.probe import PRODUCER
 
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
@@ -26,18 +26,18 @@ class Stages(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    merge_sim: Stage
-    gpu_claim: Stage
-    runtime_compat: Stage
-    test_policy: Stage
-    baseline_control: Stage
-    correctness_repo_tests: Stage
-    correctness_grid: Stage
-    sensitivity: Stage
-    execution_receipt: Stage
+    merge_sim: SerializeAsAny[Stage]
+    gpu_claim: SerializeAsAny[Stage]
+    runtime_compat: SerializeAsAny[Stage]
+    test_policy: SerializeAsAny[Stage]
+    baseline_control: SerializeAsAny[Stage]
+    correctness_repo_tests: SerializeAsAny[Stage]
+    correctness_grid: SerializeAsAny[Stage]
+    sensitivity: SerializeAsAny[Stage]
+    execution_receipt: SerializeAsAny[Stage]
     # head's code under base's version of a modified target; optional: its skip changes no verdict
-    correctness_base_oracle: Stage | None = None
-    perf: Stage | None = None
+    correctness_base_oracle: SerializeAsAny[Stage] | None = None
+    perf: SerializeAsAny[Stage] | None = None
 
 
 # the stages whose runs the Triton CPU tier changes; each says so with evidence_tier

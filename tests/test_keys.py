@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from kvtasks import gpu, keys, target, worktree
+from kvtasks import gpu, keys, harness, worktree
 from kvtasks.request import Request
 from tests.kernel_repos import git, make_repo
 
@@ -51,14 +51,14 @@ def test_kvtasks_identity_covers_launch_probe_and_environment_code():
     identity = keys.kvtasks_identity()
     assert len(identity) == 64
     for module in ("launch.py", "probe.py", "environment.py", "runtime_probe.py"):
-        assert (keys._PACKAGE / "target" / module).is_file()
+        assert (keys._PACKAGE / "harness" / module).is_file()
 
 
 def test_passed_through_values_are_what_the_target_sees(monkeypatch):
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:cacheprovider")
     monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
     monkeypatch.setenv("GITHUB_TOKEN", "secret")
-    values = target.passed_through_values()
+    values = harness.passed_through_values()
     assert values["PYTEST_ADDOPTS"] == "-p no:cacheprovider" and values["TORCH_SHOW_CPP_STACKTRACES"] == "1"
     assert "GITHUB_TOKEN" not in values
 
@@ -96,7 +96,7 @@ def test_the_runtime_probe_names_editable_installs(tmp_path):
     (dist / "direct_url.json").write_text(json.dumps({"url": f"file://{tmp_path / 'src'}",
                                                       "dir_info": {"editable": True}}))
     out = tmp_path / "runtime.json"
-    probe = keys._PACKAGE / "target" / "runtime_probe.py"
+    probe = keys._PACKAGE / "harness" / "runtime_probe.py"
     subprocess.run([sys.executable, str(probe), str(out), "json", "", "/nowhere"], env={"PYTHONPATH": str(site)},
                    check=True)
     seen = json.loads(out.read_text())

@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 
 from kvtasks import demo, pages, report
 from kvtasks.stages import StageResult, cpu_tier, perf, result
-from kvtasks.target.launch import pytest_stats
+from kvtasks.harness.launch import pytest_stats
 from tests.kernel_repos import make_patch
 from tests.processes import PROJECT, doit
 

@@ -14,11 +14,11 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializeAsAny, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from kvtasks import sources
 from kvtasks.request import Request
-from kvtasks.target.launch import TargetRun
+from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import HeadView, Worktree
 
 Status = Literal["pass", "fail", "skip", "info"]
@@ -26,12 +26,34 @@ Severity = Literal["blocker", "should-fix", "note"]
 
 
 class Stage(BaseModel):
-    """One stage object in the report: a status, a reason, and the stage's own fields."""
+    """One stage object in the report: a status, a reason, and the stage's own fields.
+
+    A stage module declares its fields by subclassing this under `@payload(NAME)` (extra fields
+    forbidden there); a stage without a declared payload still carries its fields as extras. Only
+    the fields a stage set are written, so a declared field with a default adds no key to a report."""
 
     model_config = ConfigDict(extra="allow")
 
     status: Status
     note: str = ""
+
+    @model_serializer(mode="wrap")
+    def _only_what_was_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        kept = {"status", "note"} | self.model_fields_set | set(self.model_extra or {})
+        return {key: value for key, value in data.items() if key in kept}
+
+
+PAYLOADS: dict[str, type[Stage]] = {}
+
+
+def payload(name: str):
+    """Declare the payload model of stage `name`: `result(name, ...)` builds it and stored evidence
+    of that stage is read back into it."""
+    def register(model: type[Stage]) -> type[Stage]:
+        PAYLOADS[name] = model
+        return model
+    return register
 
 
 class Finding(BaseModel):
@@ -42,11 +64,19 @@ class Finding(BaseModel):
 
 class StageResult(BaseModel):
     name: str
-    stage: Stage | None = None  # None for selection-only steps that publish no stage object
+    stage: SerializeAsAny[Stage] | None = None  # None for selection-only steps that publish no stage object
     findings: list[Finding] = []
     selection: dict[str, Any] = {}
     facts: dict[str, Any] = {}
     runs: list[TargetRun] = []
+
+    @field_validator("stage", mode="before")
+    @classmethod
+    def _declared_payload(cls, value: Any, info) -> Any:
+        model = PAYLOADS.get(info.data.get("name", ""))
+        if model is not None and isinstance(value, dict):
+            return model.model_validate(value)
+        return value
 
     def finding(self, severity: Severity, detail: str) -> "StageResult":
         self.findings.append(Finding(severity=severity, stage=self.name, detail=detail))
@@ -54,7 +84,7 @@ class StageResult(BaseModel):
 
 
 def result(name: str, status: Status, note: str = "", **fields: Any) -> StageResult:
-    return StageResult(name=name, stage=Stage(status=status, note=note, **fields))
+    return StageResult(name=name, stage=PAYLOADS.get(name, Stage)(status=status, note=note, **fields))
 
 
 @dataclass

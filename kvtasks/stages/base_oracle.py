@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from kvtasks import target
+from kvtasks import harness
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, test_policy
-from kvtasks.target.launch import TargetRun
+from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
 NAME = "correctness_base_oracle"
@@ -78,7 +78,7 @@ def run(ctx: Context) -> StageResult:
         except GitFailed as exc:
             return result(NAME, "skip", f"the patch could not be applied with base's {', '.join(kept)}: {exc}")
         ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
-        runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-baseoracle",
+        runs.append(harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-baseoracle",
                                **cpu_tier.launch_options(ctx)))
         grid_run = grid.oracle_run(ctx)
         if grid_run is not None:

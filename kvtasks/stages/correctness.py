@@ -7,9 +7,9 @@ head. Both borrow the tree through `Worktree.handback`, which returns it clean o
 """
 from __future__ import annotations
 
-from kvtasks import target
+from kvtasks import harness
 from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, grid, nonfinite, result, runtime_compat
-from kvtasks.target.launch import PYTEST_NOTHING_COLLECTED, TargetRun
+from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import GitFailed
 
 BASELINE = "baseline_control"
@@ -28,7 +28,7 @@ def gate(ctx: Context) -> str | None:
     if runner == "none":
         return f"no runner: {ctx.selected('runner_reason', 'runner selection did not run')}"
     if runner == "pytest":
-        return target.pytest_available(ctx.request, ctx.run_dir)
+        return harness.pytest_available(ctx.request, ctx.run_dir)
     return None
 
 
@@ -85,7 +85,7 @@ def baseline_control(ctx: Context) -> StageResult:
             return result(BASELINE, "skip", f"base tree is not clean ({len(before)} entries); nothing was run")
         if worktree.exists_on_base(request.target_path):
             ctx.say("baseline_control: running base-repo")
-            runs.append(target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo",
+            runs.append(harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo",
                                    **cpu_tier.launch_options(ctx)))
             repo_tests = {"state": _state(runs[0]), **_run_fields(runs[0])}
         else:
@@ -139,7 +139,7 @@ def repo_tests(ctx: Context) -> StageResult:
                 return stage.finding("note", "head was not tested: the patch did not apply after the base run")
         expected = set(worktree.status())
         ctx.say("correctness_repo_tests: running head-repo")
-        run = target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
+        run = harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
                          **cpu_tier.launch_options(ctx))
         artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
 

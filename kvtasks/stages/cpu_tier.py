@@ -3,7 +3,7 @@
 --cpu-tier triton turns it on; auto turns it on when no GPU was claimed and the target (or what it
 imports from the checkout) imports triton. It needs triton, torch and numpy installed for PYTHON_BIN
 (as the runtime probe found them); their versions are recorded, and each run's receipt records
-the versions that run imported. Runs under the tier carry the in-target hooks of target/triton_cpu.py
+the versions that run imported. Runs under the tier carry the in-target hooks of harness/triton_cpu.py
 (bounds sanitizer, device redirect, autotune on the interpreter, sparse grid) and see no GPU.
 
 What the tier changes in judging: a sanitizer violation on head that base does not show is a
@@ -11,10 +11,10 @@ blocker; the interpreter credits no architecture; interpreter timings are never 
 """
 from __future__ import annotations
 
-from kvtasks import sources, target
+from kvtasks import sources, harness
 from kvtasks.stages import Context, StageResult, gpu_claim, result
-from kvtasks.target import triton_cpu
-from kvtasks.target.launch import TargetRun
+from kvtasks.harness import triton_cpu
+from kvtasks.harness.launch import TargetRun
 
 NAME = "cpu_tier"
 EVIDENCE = "triton-interpreter (CPU)"
@@ -121,7 +121,7 @@ def launch_options(ctx: Context) -> dict:
     the tier's in-target settings."""
     if not active(ctx):
         return {"visible_devices": gpu_claim.visible_devices(ctx), "cpu_tier": None}
-    return {"visible_devices": target.NO_DEVICE, "cpu_tier": settings(ctx)}
+    return {"visible_devices": harness.NO_DEVICE, "cpu_tier": settings(ctx)}
 
 
 def run_evidence(run: TargetRun) -> dict | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-from kvtasks import target
+from kvtasks import harness
 from kvtasks.gpu import picker
 from kvtasks.stages import Context, StageResult, result
 from kvtasks.worktree import GitFailed
@@ -111,7 +111,7 @@ def after_run(ctx: Context) -> StageResult | None:
 
 
 def visible_devices(ctx: Context) -> dict[str, str]:
-    return ctx.fact("visible_devices") or target.NO_DEVICE
+    return ctx.fact("visible_devices") or harness.NO_DEVICE
 
 
 def requirement(ctx: Context) -> StageResult | None:
@@ -134,7 +134,7 @@ def requirement(ctx: Context) -> StageResult | None:
                                          gpu_requirement_basis=f"not probed: the patch did not apply ({exc})")
                 return updated
         ctx.say("gpu_claim: running gpufree-probe with no visible device")
-        run = target.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
+        run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
     executed, observed = run.stats.executed, run.stats.observed_work
     if run.passed and executed >= 1 and observed != 0:
         basis = f"passed with no visible device, {executed} executed ({run.runner})"

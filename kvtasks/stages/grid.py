@@ -15,13 +15,13 @@ import itertools
 import re
 from dataclasses import asdict, dataclass, field
 
-from kvtasks import sources, target
+from kvtasks import sources, harness
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult, cpu_tier, nonfinite, result
 from kvtasks.request import grid_rows
-from kvtasks.target import probe as route_probe
-from kvtasks.target import triton_cpu
-from kvtasks.target.launch import TargetRun
+from kvtasks.harness import probe as route_probe
+from kvtasks.harness import triton_cpu
+from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
 NAME = "correctness_grid"
@@ -241,7 +241,7 @@ def _run(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv:
     elif plan.channel == "pytest":
         argnames = request.argnames
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
-    return target.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+    return harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
                       env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
                       sensitivity=sensitivity)
@@ -382,7 +382,7 @@ def oracle_run(ctx: Context) -> TargetRun | None:
 def _axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
     runs, accepted = [], []
     for axis in plan.axes:
-        run = target.run(ctx.request, runner="script", run_dir=ctx.run_dir, label=f"head-axisprobe-{axis.name}",
+        run = harness.run(ctx.request, runner="script", run_dir=ctx.run_dir, label=f"head-axisprobe-{axis.name}",
                          **cpu_tier.launch_options(ctx), argv=[axis.flag, AXIS_SENTINEL])
         runs.append(run)
         refused = run.exit not in (0, None) and not run.timed_out and _log_names(run, AXIS_SENTINEL)

@@ -10,7 +10,7 @@ sensitivity proof) records nothing.
 from __future__ import annotations
 
 from kvtasks.stages import StageResult
-from kvtasks.target.launch import TargetRun
+from kvtasks.harness.launch import TargetRun
 
 
 def outputs(run: TargetRun) -> list[dict]:

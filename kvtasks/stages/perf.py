@@ -27,7 +27,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from kvtasks import target
+from kvtasks import harness
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, gpu_claim, result
 from kvtasks.worktree import GitFailed
 
@@ -436,7 +436,7 @@ def run(ctx: Context) -> StageResult:
                 except GitFailed as exc:
                     return _skip(f"the tree could not be switched to {side} for round {round_number}: {exc}", **fields)
                 ctx.say(f"perf: round {round_number}/{request.host.perf_repeat}, {side}")
-                timing = target.time_run(request, phase_root=phase_roots[side], phase=side,
+                timing = harness.time_run(request, phase_root=phase_roots[side], phase=side,
                                          label=f"{side}-perf-{round_number}", file=entry.file, argv=entry.argv,
                                          visible_devices=visible, run_dir=ctx.run_dir)
                 runs.append(timing)

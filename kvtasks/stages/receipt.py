@@ -7,8 +7,8 @@ It never fails: a missing receipt is missing evidence, not a defect of the PR.
 from __future__ import annotations
 
 from kvtasks.stages import Context, StageResult, grid, result
-from kvtasks.target.launch import TargetRun
-from kvtasks.target.probe import PRODUCER
+from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.probe import PRODUCER
 
 NAME = "execution_receipt"
 

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from kvtasks import sources, target
+from kvtasks import sources, harness
 from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, result
-from kvtasks.target import layout
+from kvtasks.harness import layout
 from kvtasks.worktree import GitFailed, source_identity
 
 NAME = "runtime_compat"
@@ -46,7 +46,7 @@ def _infer_module(ctx: Context) -> str | None:
     declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
     tests, examples or scripts."""
     worktree = ctx.worktree.path
-    roots = [worktree / root for root in target.import_roots(ctx.request)]
+    roots = [worktree / root for root in harness.import_roots(ctx.request)]
     bases = [*roots, *([worktree / "python"] if (worktree / "python").is_dir() else []), worktree]
 
     def in_checkout(name: str) -> bool:
@@ -124,7 +124,7 @@ def run(ctx: Context) -> StageResult:
                 return _mismatch(f"the patch did not apply for the runtime probe: {exc}")
         # on the CPU tier the module is imported the way the target will be: under the tier's hooks
         tiered = cpu_tier.settings(ctx) if cpu_tier.wanted(ctx)[0] else None
-        import_roots = target.import_roots(ctx.request)
+        import_roots = harness.import_roots(ctx.request)
         seen, log = _probe(ctx, chosen, ctx.run_dir, tiered)
     fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root,
               "import_roots": import_roots}
@@ -157,7 +157,7 @@ def editable_sources(ctx: Context, editable: dict[str, str]) -> dict[str, str]:
 
 
 def _probe(ctx: Context, chosen: Profile, run_dir, tiered: dict | None) -> tuple[dict | None, str]:
-    return target.probe_runtime(ctx.request, run_dir=run_dir, module=chosen.module, roots=chosen.roots,
+    return harness.probe_runtime(ctx.request, run_dir=run_dir, module=chosen.module, roots=chosen.roots,
                                 visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=tiered)
 
 

@@ -19,10 +19,10 @@ the repository, not the PR.
 """
 from __future__ import annotations
 
-from kvtasks import target
+from kvtasks import harness
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
 from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
-from kvtasks.target.launch import TargetRun
+from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import GitFailed
 
 NAME = "sensitivity"
@@ -65,7 +65,7 @@ def _launch(ctx: Context, kind: str, label: str, mode: str, axis_argv: list[str]
     ctx.say(f"{NAME}: running {label} ({_describe(ctx, mode)})")
     if kind == "grid":
         return grid.rerun(ctx, label, axis_argv, _settings(ctx, mode))
-    return target.run(ctx.request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+    return harness.run(ctx.request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), sensitivity=_settings(ctx, mode))
 
 

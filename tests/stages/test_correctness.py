@@ -1,7 +1,7 @@
 from types import SimpleNamespace
 
 from kvtasks.stages import correctness
-from kvtasks.target.launch import ExecutionStats, TargetRun
+from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
 
 FAILING_TEST = '''import numpy as np

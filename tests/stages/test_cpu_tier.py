@@ -9,8 +9,8 @@ import pytest
 
 from kvtasks import cli
 from kvtasks.stages import Stage, StageResult, cpu_tier
-from kvtasks.target import triton_cpu
-from kvtasks.target.launch import ExecutionStats, TargetRun
+from kvtasks.harness import triton_cpu
+from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests import triton_repos
 from tests.conftest import Validation
 from tests.kernel_repos import make_patch, snapshot

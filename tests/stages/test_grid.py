@@ -278,7 +278,7 @@ def test_a_cell_the_pr_skips_on_head_is_named_and_blocks(tiled, validate, tmp_pa
 
 def test_a_poisoned_run_proves_a_channel_only_by_naming_the_value(tmp_path):
     from kvtasks.stages.grid import SENTINEL, Plan, proves_channel
-    from kvtasks.target.launch import CaseResult, ExecutionStats, TargetRun
+    from kvtasks.harness.launch import CaseResult, ExecutionStats, TargetRun
 
     def run(exit_code, text, timed_out=False, cases=()):
         log = tmp_path / f"{len(list(tmp_path.iterdir()))}.log"

@@ -1,6 +1,6 @@
 """NaN from the route behind a NaN-blind test helper: the probe sees what the assertion cannot."""
 from kvtasks.stages import Stage, StageResult, nonfinite
-from kvtasks.target.launch import ExecutionStats, TargetRun
+from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import make_patch, make_repo
 
 KL = '''import numpy as np

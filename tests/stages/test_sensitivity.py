@@ -7,7 +7,7 @@ import pytest
 from kvtasks import cli, keys, report
 from kvtasks.request import build_request
 from kvtasks.stages import sensitivity
-from kvtasks.target.launch import ExecutionStats, TargetRun
+from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import make_patch
 from tests.sensitivity_repos import HELPERS_SELF_REFERENCE, OPS_REFACTORED, sensitivity_repo
 

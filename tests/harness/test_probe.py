@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks.target import receipts
+from kvtasks.harness import receipts
 
 
 def _candidates():

@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from kvtasks.target import environment
+from kvtasks.harness import environment
 
 CALLER = {
     "PATH": "/usr/bin", "LANG": "C.UTF-8", "ROCM_PATH": "/opt/rocm", "HIP_PLATFORM": "amd",

@@ -1,8 +1,8 @@
 import os
 import time
 
-from kvtasks.target import receipts
-from kvtasks.target.launch import launch, pytest_stats
+from kvtasks.harness import receipts
+from kvtasks.harness.launch import launch, pytest_stats
 from tests.processes import alive
 
 

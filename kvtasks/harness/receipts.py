@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtasks.target import probe, triton_cpu
+from kvtasks.harness import probe, triton_cpu
 
 _CONFIG_LINE = next(line for line in Path(probe.__file__).read_text().splitlines() if line.startswith("CONFIG = "))
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks import target
+from kvtasks import harness
 from kvtasks.request import build_request
-from kvtasks.target import triton_cpu
+from kvtasks.harness import triton_cpu
 from tests import triton_repos
 
 TIER = {"sparse_programs": 4096}
@@ -18,7 +18,7 @@ def needs_triton():
 
 def _run(repo: Path, test: str, tmp_path: Path, cpu_tier=TIER, **grid):
     request = build_request({"repo": str(repo), "target": test})
-    return target.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-tier", cpu_tier=cpu_tier,
+    return harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-tier", cpu_tier=cpu_tier,
                       **grid)
 
 
@@ -131,7 +131,7 @@ else:
 def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path):
     repo = triton_repos.make_repo(tmp_path / "repo", {"queries.py": QUERIES_AND_LIBDEVICE})
     request = build_request({"repo": str(repo), "target": "queries.py"})
-    run = target.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
+    run = harness.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
                      cpu_tier={**TIER, "device_capability": "9.0"})
     tier = run.receipt["cpu_tier"]
     assert run.exit == 0, Path(run.log).read_text()[-2000:]

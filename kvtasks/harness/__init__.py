@@ -10,8 +10,8 @@ from typing import Mapping
 from kvtasks import processes
 from kvtasks.gpu import lease
 from kvtasks.request import Request
-from kvtasks.target import environment, layout, receipts, runtime_probe, triton_cpu
-from kvtasks.target.launch import TargetRun, launch, pytest_runnable
+from kvtasks.harness import environment, layout, receipts, runtime_probe, triton_cpu
+from kvtasks.harness.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
 NO_DEVICE = {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": ""}
