@@ -11,7 +11,7 @@ import argparse
 
 import numpy as np
 
-from kvtasks.stages.perf import best_of, compare
+from kvtasks.stages.perf.stats import best_of, compare
 
 ROWS, REPEATS, THRESHOLD, MIN_ROWS = 8, 3, 0.95, 3
 

@@ -141,7 +141,7 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
     tier = facts.get("cpu_tier")
     if tier:
         for name in TIERED_STAGES:
-            if name in stages and stages[name].model_extra.get("evidence_tier") is None:
+            if name in stages and getattr(stages[name], "evidence_tier", None) is None:
                 stages[name].evidence_tier = tier["evidence"]
     verdict = judge(stages, findings, facts.get("runtime_identity"))
     coverage, coverage_basis = ({}, {}) if tier else arch_coverage(stages)

@@ -14,7 +14,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from kvtasks import demo, pages, report
-from kvtasks.stages import StageResult, cpu_tier, perf, result
+from kvtasks.stages import StageResult, cpu_tier, result
+from kvtasks.stages.perf.scrape import scrape
+from kvtasks.stages.perf.stats import METHOD, compare
 from kvtasks.harness.launch import pytest_stats
 from tests.kernel_repos import make_patch
 from tests.processes import PROJECT, doit
@@ -67,15 +69,15 @@ def measured_perf(ratios=(1.01, 0.97, 0.9)) -> StageResult:
     def log(scale):
         lines = ["| M | kernel us |", "| --- | --- |",
                  *(f"| {2 ** (10 + i)} | {10.0 * scale(ratio):.6f} |" for i, ratio in enumerate(ratios))]
-        return perf.scrape("\n".join(lines))
+        return scrape("\n".join(lines))
 
-    compared = perf.compare([log(lambda r: 1.0), log(lambda r: 1.02)], [log(lambda r: 1 / r), log(lambda r: 1.01 / r)],
-                            threshold=0.95, min_rows=3)
+    compared = compare([log(lambda r: 1.0), log(lambda r: 1.02)], [log(lambda r: 1 / r), log(lambda r: 1.01 / r)],
+                       threshold=0.95, min_rows=3)
     worst = compared.columns[compared.worst_column]
     return result("perf", "pass", compared.reason, rows=compared.rows, threshold=0.95,
                   noise_floor=compared.noise_floor, columns=compared.columns, worst_column=compared.worst_column,
                   median_ratio=compared.headline, interval=list(compared.interval),
-                  interval_confidence=worst["interval_confidence"], statistics=perf.METHOD)
+                  interval_confidence=worst["interval_confidence"], statistics=METHOD)
 
 
 def test_a_report_page_shows_stages_findings_grid_sanitizer_perf_and_tier(tmp_path):

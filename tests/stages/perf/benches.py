@@ -1,0 +1,81 @@
+"""Timing benches for perf validations: small repos whose printed times follow the kernel's COST."""
+
+from tests.kernel_repos import make_patch, make_repo
+
+KERNEL = "COST = 1.0\n\n\ndef op(n):\n    return n\n"
+TEST = "from kernels.op import op\n\n\ndef test_op():\n    assert op(3) == 3\n"
+# A bench whose printed times follow the kernel's COST, with small run-to-run jitter: the timing
+# pipeline (rounds, scraping, statistics) is real; only the clock is synthetic, so tests are exact.
+BENCH = '''import os
+import random
+
+from kernels.op import COST, op
+
+ROWS = {rows}
+
+if __name__ == "__main__":
+    jitter = random.Random(os.getpid())
+    print("| M | N | time (us) | ref (us) |")
+    print("|---|---|---|---|")
+    for m in range(ROWS):
+        op(m)
+        base = 10.0 * (m + 1)
+        print(f"| {{m}} | 128 | {{base * COST * (1 + jitter.uniform(0, 0.01)):.3f}} | "
+              f"{{base * (1 + jitter.uniform(0, 0.01)) * {control}:.3f}} |")
+    {extra}
+'''
+
+
+def perf_repo(tmp_path, rows=6, extra="pass", control="1.0"):
+    return make_repo(tmp_path / "perf-repo", {
+        "kernels/__init__.py": "", "kernels/op.py": KERNEL, "tests/test_op.py": TEST,
+        "bench/bench_op.py": BENCH.format(rows=rows, extra=extra, control=control),
+    })
+
+
+PERF = ["--target", "tests/test_op.py", "--perf-args", "bench/bench_op.py"]
+
+# aiter's perftest convention: one [perf] line per shape; `torch` is both a metric and part of the dtype
+AITER_BENCH = '''import os
+import random
+
+from kernels.op import COST, op
+
+if __name__ == "__main__":
+    jitter = random.Random(os.getpid())
+    for m in range(6):
+        op(m)
+        base = 10.0 * (m + 1)
+        print(f"[perf] dim: ({64 * (m + 1)}, 1024), dtype: torch.bfloat16, "
+              f"torch avg: {base * (1 + jitter.uniform(0, 0.01)):.2f} us, "
+              f"ck avg: {base * COST * (1 + jitter.uniform(0, 0.01)):.2f} us")
+'''
+# a measured error column beside the timing: its value differs on every run, base or head
+ERROR_COLUMN_BENCH = '''import os
+import random
+
+from kernels.op import COST, op
+
+if __name__ == "__main__":
+    jitter = random.Random(os.getpid())
+    print("| M | N | kernel us | rel err |")
+    print("|---|---|---|---|")
+    for m in range(6):
+        op(m)
+        print(f"| {m} | 128 | {10.0 * (m + 1) * COST * (1 + jitter.uniform(0, 0.01)):.3f} | "
+              f"{jitter.uniform(1e-4, 9e-4):.2e} |")
+'''
+
+
+def slower_head(tmp_path, bench):
+    repo = make_repo(tmp_path / "perf-repo", {"kernels/__init__.py": "", "kernels/op.py": KERNEL,
+                                              "tests/test_op.py": TEST, "bench/bench_op.py": bench})
+    return repo, make_patch(repo, {"kernels/op.py": KERNEL.replace("COST = 1.0", "COST = 1.25")},
+                            tmp_path / "slow.patch")
+
+
+def pr_added_bench(tmp_path, control):
+    repo = make_repo(tmp_path / "perf-repo", {"kernels/__init__.py": "", "kernels/op.py": KERNEL,
+                                              "tests/test_op.py": TEST})
+    bench = BENCH.format(rows=6, extra="pass", control=control)
+    return repo, make_patch(repo, {"bench/bench_op.py": bench}, tmp_path / "bench.patch")
