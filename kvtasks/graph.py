@@ -120,7 +120,7 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
         path.with_name("summary.md").unlink(missing_ok=True)
     (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
     scratch = store.scratch_dir("prepare", request.label)
-    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=scratch, quiet=quiet)
+    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet)
     recovered = None
     try:
         recovered = ctx.worktree.recover()
@@ -179,7 +179,7 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     key = record[f"{kind}_key"]
     sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
     scratch = store.scratch_dir(kind, key)
-    ctx = Context(request=request, worktree=Worktree(request.repo), run_dir=scratch,
+    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
                   earlier=_earlier(store, sources), quiet=quiet,
                   phase_roots={"base": store.scratch_dir("base", record["base_key"]),
                                "head": store.scratch_dir("head", record["head_key"])})
@@ -505,7 +505,7 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
     if len(set(labels)) != len(labels):
         fail_usage(f"manifest labels must be unique: {labels}")
     if expected_base:
-        actual = Worktree(requests[0].repo).head_oid()
+        actual = Worktree(requests[0].repo, None).head_oid()
         if actual != expected_base:
             fail_usage(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
     return manifest.stem, requests

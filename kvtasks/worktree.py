@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
 import git
 
@@ -35,6 +35,14 @@ _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class GitFailed(Exception):
     """A git command failed; the message carries git's own last line."""
+
+
+class PatchRefused(GitFailed):
+    """The patch did not apply to the lent tree, so the head side was not built; the message is
+    the one skip reason every stage gives for it."""
+
+    def __init__(self, git_said: str):
+        super().__init__(f"the patch could not be applied to the worktree for a head run: {git_said}")
 
 
 class WorktreeBusy(Exception):
@@ -232,9 +240,16 @@ class HeadView:
         return None if blob is None else blob.decode("utf-8", errors="replace")
 
 
+Side = Literal["base", "head"]
+
+
 class Worktree:
-    def __init__(self, path: str | os.PathLike):
+    """The supplied checkout and the patch under review: `lend(side)` is the only way a run gets it."""
+
+    def __init__(self, path: str | os.PathLike, patch: str | None):
         self.path = Path(path)
+        self.patch = patch  # None: head is base (a run on the checkout as supplied); never defaulted, so
+        # no caller can forget it and run base under the name of head
         self._repo = git.Repo(self.path)
         self._applied_patch: str | None = None
         self._kept_base: list[str] = []  # --exclude arguments the applied patch was applied with
@@ -377,6 +392,34 @@ class Worktree:
 
     def _tree_lock(self):
         return _serialised(self.path, self.journal.entry.parent / "tree.lock")
+
+    @contextmanager
+    def lend(self, side: Side, keep_base: Sequence[str] = ()) -> Iterator["Worktree"]:
+        """Lend the tree on `side` for the runs of one stage, and hand it back clean on every path.
+
+        Base is the tree as supplied; head has the patch applied (the paths in keep_base stay at
+        base). A patch that does not apply raises PatchRefused once the tree is back: no run ever
+        sees a half-built head."""
+        with self.handback():
+            if side == "head":
+                self._apply_patch(keep_base)
+            yield self
+
+    def switch(self, side: Side, keep_base: Sequence[str] = ()) -> list[str]:
+        """Mid-lend: turn the tree to `side` (the clean base, then the patch for head); return
+        what earlier runs had left and was removed. Raises PatchRefused as `lend` does."""
+        removed = self.to_base()
+        if side == "head":
+            self._apply_patch(keep_base)
+        return removed
+
+    def _apply_patch(self, keep_base: Sequence[str]) -> None:
+        if self.patch is None:
+            return
+        try:
+            self.apply(self.patch, keep_base)
+        except GitFailed as exc:
+            raise PatchRefused(str(exc).removeprefix("git apply: ")) from None
 
     @contextmanager
     def handback(self) -> Iterator["Worktree"]:

@@ -145,8 +145,8 @@ def test_lock_and_journal_live_in_the_worktrees_git_dir(tiled, tmp_path):
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(linked)], cwd=tiled, check=True)
     own = worktree.state_dir(linked)
     assert own.parent.parent.name == "worktrees" and own != worktree.state_dir(tiled)
-    tree = worktree.Worktree(linked)
-    with tree.handback():
+    tree = worktree.Worktree(linked, None)
+    with tree.lend("base"):
         entry = tree.journal.pending()
         assert entry["pid"] == os.getpid() and tree.journal.entry.parent == own
     assert tree.journal.pending() is None

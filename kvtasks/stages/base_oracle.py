@@ -4,7 +4,7 @@ A PR that changes its own suite can loosen the oracle that judges it: the target
 hook that rewrites outcomes), pytest's configuration, or a test helper the target imports. So when
 the PR changes any of them, head's code runs once more with base's version of each changed one in
 place of head's: the patch is applied with those paths kept at base
-(`Worktree.apply(keep_base=...)`), inside the same lend that hands the tree back clean. The grid
+(`Worktree.lend("head", keep_base=...)`), inside the same lend that hands the tree back clean. The grid
 cells run the same way when the grid ran on both sides. Optional: its skip never changes a verdict.
 Head failing where base passes is should-fix, a blocker when test_policy found the PR widened,
 skipped or removed a check in one of those files; a failure to import or collect (a renamed API)
@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 from kvtasks import harness
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, test_policy
 from kvtasks.harness.launch import TargetRun
-from kvtasks.worktree import GitFailed
+from kvtasks.worktree import PatchRefused
 
 NAME = "correctness_base_oracle"
 # what a test that no longer fits head's API fails with
@@ -72,17 +72,16 @@ def run(ctx: Context) -> StageResult:
         return result(NAME, "skip", "the target does not pass on base, so base's tests cannot judge head")
 
     runs: list[TargetRun] = []
-    with ctx.worktree.handback():
-        try:
-            ctx.worktree.apply(request.patch, keep_base=kept)
-        except GitFailed as exc:
-            return result(NAME, "skip", f"the patch could not be applied with base's {', '.join(kept)}: {exc}")
-        ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
-        runs.append(harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-baseoracle",
-                               **cpu_tier.launch_options(ctx)))
-        grid_run = grid.oracle_run(ctx)
-        if grid_run is not None:
-            runs.append(grid_run)
+    try:
+        with ctx.worktree.lend("head", keep_base=kept):
+            ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
+            runs.append(harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir,
+                                   label="head-baseoracle", **cpu_tier.launch_options(ctx)))
+            grid_run = grid.oracle_run(ctx)
+            if grid_run is not None:
+                runs.append(grid_run)
+    except PatchRefused as refused:
+        return result(NAME, "skip", f"{refused} (with base's {', '.join(kept)} kept)")
     stage = _judge(ctx, runs, kept)
     stage.runs = runs
     return stage

@@ -3,14 +3,14 @@
 baseline_control runs the target on the clean base tree (the patch is simply not applied: the
 same tree `git apply -R` would give, and a base-side result that no patch can alter). The tree
 must still be clean afterwards. correctness_repo_tests applies the patch and runs the target on
-head. Both borrow the tree through `Worktree.handback`, which returns it clean on every path.
+head. Both borrow the tree through `Worktree.lend`, which returns it clean on every path.
 """
 from __future__ import annotations
 
 from kvtasks import harness
 from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, grid, nonfinite, result, runtime_compat
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, TargetRun
-from kvtasks.worktree import GitFailed
+from kvtasks.worktree import PatchRefused
 
 BASELINE = "baseline_control"
 REPO_TESTS = "correctness_repo_tests"
@@ -79,7 +79,7 @@ def baseline_control(ctx: Context) -> StageResult:
         return result(BASELINE, "skip", blocked)
 
     runs: list[TargetRun] = []
-    with worktree.handback():
+    with worktree.lend("base"):
         before = worktree.status()
         if before:
             return result(BASELINE, "skip", f"base tree is not clean ({len(before)} entries); nothing was run")
@@ -130,18 +130,16 @@ def repo_tests(ctx: Context) -> StageResult:
         reason = baseline.stage.note if baseline else "it did not run"
         return result(REPO_TESTS, "skip", f"baseline control did not pass ({reason}); head tests were not run")
 
-    with worktree.handback():
-        if request.has_patch:
-            try:
-                worktree.apply(request.patch)
-            except GitFailed as exc:
-                stage = result(REPO_TESTS, "skip", f"the patch could not be applied for the head run: {exc}")
-                return stage.finding("note", "head was not tested: the patch did not apply after the base run")
-        expected = set(worktree.status())
-        ctx.say("correctness_repo_tests: running head-repo")
-        run = harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
-                         **cpu_tier.launch_options(ctx))
-        artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
+    try:
+        with worktree.lend("head"):
+            expected = set(worktree.status())
+            ctx.say("correctness_repo_tests: running head-repo")
+            run = harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
+                             **cpu_tier.launch_options(ctx))
+            artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
+    except PatchRefused as refused:
+        stage = result(REPO_TESTS, "skip", str(refused))
+        return stage.finding("note", "head was not tested: the patch did not apply after the base run")
 
     base = baseline.stage.model_extra.get("repo_tests") if baseline else None
     stage = _judge_head(ctx, run, base)

@@ -11,7 +11,7 @@ import socket
 from kvtasks import harness
 from kvtasks.gpu import picker
 from kvtasks.stages import Context, StageResult, result
-from kvtasks.worktree import GitFailed
+from kvtasks.worktree import PatchRefused
 
 NAME = "gpu_claim"
 
@@ -125,16 +125,13 @@ def requirement(ctx: Context) -> StageResult | None:
         updated.selection.update(gpu_requirement="required",
                                  gpu_requirement_basis="not probed: no runner was selected; conservative default")
         return updated
-    with ctx.worktree.handback():
-        if ctx.request.has_patch:
-            try:
-                ctx.worktree.apply(ctx.request.patch)
-            except GitFailed as exc:
-                updated.selection.update(gpu_requirement="required",
-                                         gpu_requirement_basis=f"not probed: the patch did not apply ({exc})")
-                return updated
-        ctx.say("gpu_claim: running gpufree-probe with no visible device")
-        run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
+    try:
+        with ctx.worktree.lend("head"):
+            ctx.say("gpu_claim: running gpufree-probe with no visible device")
+            run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
+    except PatchRefused as refused:
+        updated.selection.update(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
+        return updated
     executed, observed = run.stats.executed, run.stats.observed_work
     if run.passed and executed >= 1 and observed != 0:
         basis = f"passed with no visible device, {executed} executed ({run.runner})"

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from kvtasks import sources, harness
 from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, result
 from kvtasks.harness import layout
-from kvtasks.worktree import GitFailed, source_identity
+from kvtasks.worktree import PatchRefused, source_identity
 
 NAME = "runtime_compat"
 MISMATCH = "runtime_mismatch"
@@ -116,16 +116,14 @@ def run(ctx: Context) -> StageResult:
         return _mismatch(f"PYLIB holds a prebuilt runtime but the patch changes runtime sources "
                          f"({', '.join(changed[:5])}); a binary's provenance cannot be proved, so it is refused",
                          profile=chosen.name, runtime_sources_changed=changed)
-    with ctx.worktree.handback():
-        if ctx.request.has_patch:
-            try:
-                ctx.worktree.apply(ctx.request.patch)
-            except GitFailed as exc:
-                return _mismatch(f"the patch did not apply for the runtime probe: {exc}")
-        # on the CPU tier the module is imported the way the target will be: under the tier's hooks
-        tiered = cpu_tier.settings(ctx) if cpu_tier.wanted(ctx)[0] else None
-        import_roots = harness.import_roots(ctx.request)
-        seen, log = _probe(ctx, chosen, ctx.run_dir, tiered)
+    try:
+        with ctx.worktree.lend("head"):
+            # on the CPU tier the module is imported the way the target will be: under the tier's hooks
+            tiered = cpu_tier.settings(ctx) if cpu_tier.wanted(ctx)[0] else None
+            import_roots = harness.import_roots(ctx.request)
+            seen, log = _probe(ctx, chosen, ctx.run_dir, tiered)
+    except PatchRefused as refused:
+        return _mismatch(f"the runtime was not probed: {refused}")
     fields = {"profile": chosen.name, "module": chosen.module, "expected_root": chosen.expected_root,
               "import_roots": import_roots}
     if tiered is not None:
@@ -135,7 +133,7 @@ def run(ctx: Context) -> StageResult:
         return _mismatch(f"the runtime probe died: {log[-300:]}", **fields)
     if seen["error"] and ctx.request.has_patch:
         # who broke the import? base answers: only then is it asked (the probe on the clean base tree)
-        with ctx.worktree.handback():
+        with ctx.worktree.lend("base"):
             base_seen, _ = _probe(ctx, chosen, ctx.run_dir / "base", tiered)
         fields["base_import"] = "imports" if base_seen and not base_seen["error"] and base_seen["inside_roots"] \
             else f"fails too: {(base_seen or {}).get('error') or 'the probe died'}"

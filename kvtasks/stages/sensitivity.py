@@ -23,7 +23,7 @@ from kvtasks import harness
 from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
 from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
 from kvtasks.harness.launch import TargetRun
-from kvtasks.worktree import GitFailed
+from kvtasks.worktree import PatchRefused
 
 NAME = "sensitivity"
 _HOW = {"tail": "its last element made 2*x + 1", "nan": "every element made NaN"}
@@ -138,15 +138,13 @@ def run(ctx: Context) -> StageResult:
     grid_stage = ctx.earlier.get(grid.NAME)
     axis_argv = (grid_stage.stage.model_extra.get("axis_argv") or []) if kind == "grid" and grid_stage else []
     runs, outcomes = [], {}
-    with ctx.worktree.handback():
-        if request.has_patch:
-            try:
-                ctx.worktree.apply(request.patch)
-            except GitFailed as exc:
-                return result(NAME, "skip", f"the patch could not be applied for the corrupted run: {exc}")
-        for mode in request.sensitivity_modes:
-            runs.append(_launch(ctx, kind, f"head-sensitivity-{mode}", mode, axis_argv))
-            outcomes[mode] = judge_run(ctx, mode, runs[-1])
+    try:
+        with ctx.worktree.lend("head"):
+            for mode in request.sensitivity_modes:
+                runs.append(_launch(ctx, kind, f"head-sensitivity-{mode}", mode, axis_argv))
+                outcomes[mode] = judge_run(ctx, mode, runs[-1])
+    except PatchRefused as refused:
+        return result(NAME, "skip", str(refused))
     status, reason = _combine(outcomes)
     route = request.expected_route
     fields = {"route": route, "corrupted_run": f"head-{kind}", "modes_run": list(outcomes),
@@ -182,7 +180,7 @@ def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[
     else:
         return "skip", "base's own run of the target did not pass", {}, []
     runs, outcomes = [], {}
-    with ctx.worktree.handback():  # the tree as supplied: base
+    with ctx.worktree.lend("base"):
         for mode in modes:
             runs.append(_launch(ctx, kind, f"base-sensitivity-{mode}", mode, []))
             outcomes[mode] = judge_run(ctx, mode, runs[-1])

@@ -48,7 +48,7 @@ def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path
         rerun = tmp_path / f"rerun-{number}.json"
         code = validator(repo, patch, rerun, home).wait(timeout=120)
         assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s"
-        assert Worktree(repo).journal.pending() is None
+        assert Worktree(repo, None).journal.pending() is None
         report = json.loads(rerun.read_text())
         assert report["verdict"] == "BLOCK" and code == 1, f"point {number}: the rerun blamed the caller"
         assert report["stages"]["merge_sim"]["status"] == "pass"
@@ -80,7 +80,7 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     late = int(pid_file.read_text())
     assert alive(late, settle_s=0)  # the orphan outlived its validator
     assert (repo / "tests/test_slow.py").exists()  # SIGKILL left the patch applied
-    assert Worktree(repo).journal.pending()["groups"]
+    assert Worktree(repo, None).journal.pending()["groups"]
     # another KVTASKS_HOME and TMPDIR: the journal lives with the worktree, not with the evidence
     done = subprocess.run([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                            "--target", "tests/test_scale.py", "--no-perf", "--quiet", "--out",
@@ -149,6 +149,6 @@ def test_a_parallel_batch_killed_anywhere_hands_everything_back_and_resumes(tmp_
         batch.wait(timeout=120)
     done = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
     assert snapshot(tiled) == supplied, done.stderr[-2000:]
-    assert Worktree(tiled).journal.pending() is None
+    assert Worktree(tiled, None).journal.pending() is None
     verdicts = {label: report["verdict"] for label, report in reports(home, prs).items()}
     assert verdicts["tail"] == "BLOCK" and verdicts["loose"] == "BLOCK" and verdicts["docs-1"] != "BLOCK"

@@ -190,7 +190,7 @@ def test_default_grid_covers_the_three_classes():
 def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
     request = build_request({"repo": str(tiled), "target": "tests/test_argnames.py", "shape_argnames": "M,N,dtype_str",
                              "expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"})
-    ctx = Context(request=request, worktree=Worktree(tiled), run_dir=tmp_path / "run", quiet=True)
+    ctx = Context(request=request, worktree=Worktree(tiled, request.patch), run_dir=tmp_path / "run", quiet=True)
     ctx.earlier["selection"] = StageResult(name="selection", selection={"runner": "pytest"})
     selection = channel(ctx).selection
     assert selection["grid_channel"] == "pytest"
