@@ -16,7 +16,7 @@ from pathlib import Path
 from doit import get_var
 
 from kvtasks import demo, graph, pages
-from kvtasks.request import UsageError, build_request
+from kvtasks.request import UsageError, build_request, doit_variables
 
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
 WORKSPACE = graph.Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__).resolve().parent))
@@ -24,10 +24,8 @@ DOIT_CONFIG = WORKSPACE.doit_config()
 COMMAND = graph.doit_command(sys.argv[1:])
 QUIET = get_var("quiet", "") not in ("", "0")
 
-OPTIONS = ("repo", "target", "tests", "patch", "head_sha", "expected_route", "shape_vars", "shape_env",
-           "shape_arg", "shape_argnames", "grid", "axis", "runner", "tol_table", "runtime_module", "perf_args",
-           "perf_control_column", "no_perf", "cpu_tier", "cpu_sparse_grid", "cpu_device_capability", "python_path",
-           "no_network", "sandbox", "sensitivity_error", "sensitivity_mode", "sensitivity_output", "label", "out")
+# every doit variable that fills a Request field, as the Request declares them
+OPTIONS = doit_variables()
 
 
 def _request(options: dict):

@@ -65,6 +65,7 @@ def test_usage_errors_exit_2_with_one_line_and_no_report(case, argv_of, message,
     ("PERF_THRESHOLD", "2.5", "PERF_THRESHOLD must be in (0, 2]"),
     ("PERF_THRESHOLD", "0", "PERF_THRESHOLD must be in (0, 2]"),
     ("PYTHON_BIN", "/nonexistent/python", "not an executable interpreter"),
+    ("KVTASKS_IDLE_SAMPLES", "many", "KVTASKS_IDLE_SAMPLES must be a positive integer"),
 ])
 def test_bad_host_settings_are_usage_errors(variable, value, message, repo, home, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(variable, value)

@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel
 
 from kvtasks import processes
 from kvtasks.gpu import lease
 from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
+from kvtasks.host import IdleSettings  # KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3
 
 CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS, NO_ANSWER = 0, 1, 2, 3, -1
 EXTERNAL_GRACE_S = 60.0  # what a PICKER override may take beyond its sampling window
@@ -35,21 +35,6 @@ HEADLINES = {
     UNQUERYABLE: "GPU management (AMD SMI / NVML) could not be queried; this says nothing about the GPUs",
     NO_GPUS: "this host reports no GPUs",
 }
-
-
-class IdleSettings(BaseModel):
-    samples: int = 10
-    interval_s: float = 1.0
-    max_busy_pct: float = 2.0
-    max_used_gib: float = 2.0
-    min_free_gib: float = 16.0
-
-    @classmethod
-    def from_environ(cls, environ=os.environ) -> "IdleSettings":
-        """KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3."""
-        values = {name: environ[f"KVTASKS_IDLE_{name.upper()}"] for name in cls.model_fields
-                  if environ.get(f"KVTASKS_IDLE_{name.upper()}")}
-        return cls(**values)
 
 
 @dataclass

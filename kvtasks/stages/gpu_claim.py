@@ -28,7 +28,7 @@ def run(ctx: Context) -> StageResult:
     if held:
         # one validator process (a batch) keeps the device it verified and locked for every PR
         return _claimed(held[0], held[0].basis, {}, "claim held by this validator since an earlier PR of the run")
-    settings = picker.IdleSettings.from_environ()
+    settings = ctx.request.host.idle
     override = ctx.request.host.picker
     windows: dict[int, picker.Window] = {}
     if override:

@@ -1,0 +1,58 @@
+"""build_request: every declared option reaches its field, whichever front door spells it."""
+import pytest
+
+from kvtasks import cli
+from kvtasks.request import UsageError, build_request, declared_options
+from kvtasks.request import build
+from tests.kernel_repos import make_patch
+
+
+def given_values(repo, tmp_path) -> dict:
+    """A value, other than the default, for every option the Request declares."""
+    return {
+        "repo": str(repo), "target": "tests/test_scale.py",
+        "patch": str(make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")), "head_sha": "a" * 40,
+        "expected_route": "kernels.scale:scale", "shape_vars": "M,N", "shape_env": "SHAPES", "shape_arg": "--shapes",
+        "shape_argnames": "M,N", "grid": "1,2;3,4", "axis": ["X=--x:1;2", "Y=--y:3"], "runner": "script",
+        "tol_table": "f32=1e-5", "runtime_module": "kernels", "perf_args": "--bench", "perf_control_column": "ref",
+        "no_perf": True, "cpu_tier": "triton", "cpu_sparse_grid": "0", "cpu_device_capability": "9.0",
+        "python_path": ["kernels", "tests"], "no_network": True, "sensitivity_error": "1e-3",
+        "sensitivity_mode": "both", "sensitivity_output": "out", "sandbox": True, "label": "spelt",
+        "out": str(tmp_path / "report.json"),
+    }
+
+
+def test_every_option_reaches_its_field_from_the_cli_and_from_doit(repo, tmp_path, monkeypatch):
+    # the namespace checks are the host's to pass; here each switch only has to reach its field
+    monkeypatch.setattr(build, "network_namespace", lambda: ("net-prefix",))
+    monkeypatch.setattr(build, "mount_namespace", lambda: ("mount-prefix",))
+    values = given_values(repo, tmp_path)
+    assert sorted(values) == sorted(declared.field for declared in declared_options())
+    argv, variables = [], {}
+    for declared in declared_options():
+        value, option = values[declared.field], declared.option
+        if option.switch:
+            argv.append(declared.flags[-1])
+            variables[declared.variables[-1]] = "1"
+        elif option.repeated:
+            argv += [word for part in value for word in (declared.flags[-1], part)]
+            variables[declared.variables[-1]] = option.joined_by.join(value)
+        else:
+            argv += [declared.flags[-1], value]  # the last spelling: aliases such as --tests count too
+            variables[declared.variables[-1]] = value
+    given = vars(cli.parser().parse_args(cli._normalise(argv)))
+    given.pop("quiet")
+    from_cli, from_doit = build_request(given), build_request(variables)
+    assert from_cli == from_doit
+    unchanged = [declared.field for declared in declared_options()
+                 if getattr(from_cli, declared.field) == declared.default]
+    assert unchanged == []
+    assert from_cli.axis == ("X=--x:1;2", "Y=--y:3") and from_cli.python_path == ("kernels", "tests")
+    assert from_cli.shape_arg == "--shapes" and from_cli.no_network == ("net-prefix",)
+
+
+@pytest.mark.parametrize("misspelt", ["no_netwrok", "sensitivty_mode", "Label"])
+def test_a_name_that_is_no_option_is_a_usage_error(misspelt, repo):
+    # a manifest key spelt wrong would otherwise be dropped without a word (a run with the network on)
+    with pytest.raises(UsageError, match=f"'{misspelt}' is no option"):
+        build_request({"repo": str(repo), "target": "tests/test_scale.py", misspelt: "1"})
