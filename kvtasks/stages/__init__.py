@@ -6,7 +6,6 @@ evidence by the graph and composed and judged by report.py alone.
 """
 from __future__ import annotations
 
-import ast
 import sys
 import time
 from dataclasses import dataclass, field
@@ -118,8 +117,7 @@ class Context:
         path = PurePosixPath(self.request.target_path)
         paths = [str(path)] + [str(parent / "conftest.py") for parent in path.parents]
         for name in sources.imported_modules(sources.parse(self.head_text(str(path)))):
-            parts = name.split(".")
-            paths += ["/".join(parts) + ".py", "/".join(parts) + "/__init__.py"]
+            paths += sources.module_files(name)
         return list(dict.fromkeys(paths))
 
     def suite_sources(self) -> list[str]:
@@ -129,20 +127,7 @@ class Context:
         target_path = self.request.target_path
         folder = PurePosixPath(target_path).parent
         for text in (self.head_text(target_path), self.worktree.read_base(target_path)):
-            tree = sources.parse(text)
-            for node in ast.walk(tree) if tree else []:
-                if isinstance(node, ast.ImportFrom):
-                    anchor = folder
-                    for _ in range(max(node.level - 1, 0)):
-                        anchor = anchor.parent
-                    modules = [node.module] if node.module else [alias.name for alias in node.names]
-                elif isinstance(node, ast.Import):
-                    anchor, modules = folder, [alias.name for alias in node.names]
-                else:
-                    continue
-                for module in modules:
-                    stem = anchor.joinpath(*module.split("."))
-                    paths += [f"{stem}.py", f"{stem}/__init__.py"]
+            paths += sources.imported_files(sources.parse(text), folder)
         return list(dict.fromkeys(path.removeprefix("./") for path in paths))
 
     def route_files(self) -> set[str]:

@@ -1,0 +1,197 @@
+"""compare: head's test policy held against base's, one file at a time: tolerances loosened (against
+base, a callee's documented default, or --tol-table), tolerances no longer literal, and weakenings
+without a number moving.
+
+It judges two policies; it must never read source itself (the reader does).
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kvtasks.sources.dtypes import canonical_dtype
+from kvtasks.sources.policy import Call, Policy
+from kvtasks.sources.skips import WEAKENINGS
+from kvtasks.sources.syntax import number
+from kvtasks.sources.tolerances import FEWER_IS_LOOSER, Callee, callee_for, looser
+
+
+@dataclass
+class Comparison:
+    """What head does to the oracle base had, in one file."""
+
+    loosened: list[dict] = field(default_factory=list)  # {where, base, head[, basis]}
+    uncomparable: list[str] = field(default_factory=list)  # tolerances that are no longer literals
+    weakened: list[str] = field(default_factory=list)  # weakenings without a number moving
+    unknown_defaults: list[str] = field(default_factory=list)  # added tolerances on callees with no known default
+
+
+def resolve(text_node: ast.AST | None, policy: Policy) -> float | None:
+    """A tolerance given by name: a module constant, or the loosest entry of a module-level table
+    it subscripts (`TOL[dtype]`); None if it is computed."""
+    if text_node is None:
+        return None
+    found = number(text_node)
+    if found is not None:
+        return found
+    if isinstance(text_node, ast.Name) and text_node.id in policy.constants:
+        return resolve(policy.constants[text_node.id], policy)
+    if isinstance(text_node, ast.Subscript) and isinstance(text_node.value, ast.Name):
+        table = policy.constants.get(text_node.value.id)
+        if isinstance(table, ast.Dict):
+            key = text_node.slice
+            if isinstance(key, ast.Constant):
+                matching = [v for k, v in zip(table.keys, table.values) if isinstance(k, ast.Constant)
+                            and k.value == key.value]
+                if matching:
+                    return resolve(matching[0], policy)
+            values = [number(v) for v in table.values]
+            if values and all(v is not None for v in values):
+                return max(values)
+    return None
+
+
+def _default(callee: Callee, parameter: str, dtypes: set[str]) -> tuple[float, str]:
+    """The documented default of one parameter; per-dtype defaults take the loosest of the dtypes the
+    function names (every float dtype when it names none), so a legitimate keyword is never blamed."""
+    default = callee.defaults[parameter]
+    if not isinstance(default, dict):
+        return float(default), callee.source
+    known = [d for d in dtypes if d in default] or [d for d in default if d.startswith(("float", "bfloat"))]
+    chosen = max(known, key=lambda d: default[d])
+    return default[chosen], f"{callee.source} ({parameter} for {chosen}, the loosest of {', '.join(sorted(known))})"
+
+
+def _pairs(base: list[Call], head: list[Call]) -> list[tuple[Call, Call]]:
+    """Base and head calls that are the same call: aligned by signature, changed arguments paired in place."""
+    matcher = difflib.SequenceMatcher(a=[c.signature for c in base], b=[c.signature for c in head], autojunk=False)
+    pairs = []
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal" or (tag == "replace" and a1 - a0 == b1 - b0):
+            pairs += list(zip(base[a0:a1], head[b0:b1]))
+    return pairs
+
+
+def _by_function(calls: list[Call]) -> dict[str, list[Call]]:
+    grouped: dict[str, list[Call]] = {}
+    for call in calls:
+        grouped.setdefault(call.function, []).append(call)
+    return grouped
+
+
+def compare(base: Policy, head: Policy, path: str, reference: dict[str, float] | None = None) -> Comparison:
+    """Hold head's oracle against base's: loosened, no longer literal, or weakened."""
+    found = Comparison()
+    reference = {canonical_dtype(k) or k: v for k, v in (reference or {}).items()}
+    # named tolerances (ATOL = ..., TOL = {...}) keep their names, so compare by key
+    call_keys = {t.key for call in [*base.calls, *head.calls] for t in call.tolerances.values()}
+    call_keys |= base.table_tolerances.keys() | head.table_tolerances.keys()  # compared by _compare_tables
+    for key, value in head.tolerances.items():
+        if key in call_keys:
+            continue
+        if key in base.tolerances and looser(key.rsplit(".", 1)[-1].split("#")[0], value, base.tolerances[key]):
+            found.loosened.append({"where": f"{path}::{key}", "base": base.tolerances[key], "head": value})
+        elif key not in base.tolerances and "[" in key:
+            table = key.split("[", 1)[0]
+            entries = [v for k, v in base.tolerances.items() if k.startswith(f"{table}[")]
+            entry = canonical_dtype(key.split("[", 1)[1].rstrip("]"))
+            if entries and value > max(entries):
+                found.loosened.append({"where": f"{path}::{key}", "base": max(entries), "head": value,
+                                       "basis": f"a new entry of {table}, looser than the loosest entry base had"})
+            elif entry in reference and value > reference[entry]:
+                found.loosened.append({"where": f"{path}::{key}", "base": reference[entry], "head": value,
+                                       "basis": f"a new entry of {table}, looser than --tol-table's {entry}"})
+    head_calls = _by_function(head.calls)
+    for function, calls in _by_function(base.calls).items():
+        for old, new in _pairs(calls, head_calls.get(function, [])):
+            _compare_call(old, new, base, head, path, found)
+    _compare_tables(base, head, path, reference, found)
+    _compare_weakenings(base, head, path, found)
+    return found
+
+
+def _compare_tables(base: Policy, head: Policy, path: str, reference: dict[str, float], found: Comparison) -> None:
+    """Parametrize tolerance columns: a row base had, against its base value; a new row, against the
+    loosest value its column had on base and against --tol-table for its dtype."""
+    for key, (table, argname, row, value) in head.table_tolerances.items():
+        where = f"{path}::{key}"
+        if key in base.table_tolerances:
+            before = base.table_tolerances[key][3]
+            if looser(argname, value, before):
+                found.loosened.append({"where": where, "base": before, "head": value})
+            continue
+        column = [v for t, a, _, v in base.table_tolerances.values() if (t, a) == (table, argname)]
+        loosest = (min(column) if argname in FEWER_IS_LOOSER else max(column)) if column else None
+        dtypes = [d for cell in row.split(", ") if (d := canonical_dtype(cell)) is not None]
+        if loosest is not None and looser(argname, value, loosest):
+            found.loosened.append({"where": where, "base": loosest, "head": value,
+                                   "basis": f"a new row of {table}, looser than the loosest {argname} base had"})
+        elif argname in ("atol", "tol") and dtypes and dtypes[0] in reference and value > reference[dtypes[0]]:
+            found.loosened.append({"where": where, "base": reference[dtypes[0]], "head": value,
+                                   "basis": f"a new row of {table}, looser than --tol-table's {dtypes[0]}"})
+
+
+def _compare_call(old: Call, new: Call, base: Policy, head: Policy, path: str, found: Comparison) -> None:
+    callee = callee_for(new.callee) or head.helpers.get(new.callee) or base.helpers.get(new.callee)
+    for parameter in old.tolerances.keys() - new.tolerances.keys():
+        found.weakened.append(f"{path}::{old.tolerances[parameter].key}: tolerance no longer given (a default or "
+                              "nothing applies)")
+    for parameter, given in new.tolerances.items():
+        where = f"{path}::{given.key}"
+        before = old.tolerances.get(parameter)
+        value = given.value if given.value is not None else resolve(_expression(given.text), head)
+        # a named tolerance (atol=ATOL) is held at the value base gave that name, not skipped as unknown
+        earlier = None if before is None else \
+            before.value if before.value is not None else resolve(_expression(before.text), base)
+        if before is not None and given.text == before.text and before.value is None:
+            continue  # the same name on both sides: a change of its value is reported where it is assigned
+        if before is not None and earlier is not None:
+            if value is None:
+                found.uncomparable.append(f"{where}: {parameter}={given.text} is not a literal on head "
+                                          f"(base: {before.text}), so it cannot be compared")
+            elif looser(parameter, value, earlier):
+                found.loosened.append({"where": where, "base": earlier, "head": value})
+        elif before is not None and given.text != before.text:
+            found.uncomparable.append(f"{where}: {parameter}={given.text} on head, {before.text} on base, and "
+                                      "base's value could not be resolved, so they cannot be compared")
+        elif before is None:
+            if callee is None or parameter not in callee.defaults:
+                found.unknown_defaults.append(f"{where}: {parameter}={given.text} added to {new.callee}, whose "
+                                              "default is not known")
+                continue
+            default, basis = _default(callee, parameter, new.dtypes)
+            if value is None:
+                found.uncomparable.append(f"{where}: {parameter}={given.text} added where base passed none, and it "
+                                          f"is not a literal, so it cannot be compared with the default ({basis})")
+            elif looser(parameter, value, default):
+                found.loosened.append({"where": where, "base": default, "head": value,
+                                       "basis": f"added where base passed none; the callee's default: {basis}"})
+
+
+def _expression(text: str) -> ast.AST | None:
+    try:
+        return ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _compare_weakenings(base: Policy, head: Policy, path: str, found: Comparison) -> None:
+    head_functions = {function for function, _ in head.checks} | {call.function for call in head.calls}
+    for (function, kind), count in base.checks.items():
+        if function in head_functions and head.checks.get((function, kind), 0) < count:
+            found.weakened.append(f"{path}::{function}: {count} {kind}s on base, "
+                                  f"{head.checks.get((function, kind), 0)} on head")
+    for (kind, where, what), count in (head.weakenings - base.weakenings).items():
+        found.weakened.append(f"{path}::{where}: {WEAKENINGS[kind]}{f' ({what})' if what else ''}"
+                              f"{f' x{count}' if count > 1 else ''}")
+    for test in sorted(base.tests - head.tests):
+        found.weakened.append(f"{path}::{test}: a test function base had is deleted")
+    commented = head.commented_rows - base.commented_rows
+    for key, rows in base.rows.items():
+        if key.split("[", 1)[0] not in {name.rsplit(".", 1)[-1] for name in head.tests} | \
+                {k.split("[", 1)[0] for k in head.rows}:
+            continue  # the whole function went: already named
+        for row in (rows - head.rows.get(key, Counter()) - commented).elements():
+            found.weakened.append(f"{path}::{key}: parametrize row ({row}) deleted")

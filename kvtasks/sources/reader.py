@@ -1,0 +1,333 @@
+"""read_policy: the test policy of a file from its AST (a text fallback when it does not parse):
+tolerances (parametrize tolerance columns among them), strict checks, commented-out shape rows, and
+the constructs that weaken a suite without moving a number (skips, xfails, skip marks, marks added
+at run time, discarded comparisons, swallowed assertions, early returns, tests and rows).
+
+It records; it must never judge head against base (compare does).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+
+from kvtasks.sources.dtypes import canonical_dtype
+from kvtasks.sources.parametrize import is_parametrize, parametrize_arguments
+from kvtasks.sources.policy import Call, Policy, Tolerance
+from kvtasks.sources.imports import aliases
+from kvtasks.sources.skips import MARK_ADDERS, OUTCOME_HOOKS, SKIP_CALLS, SKIP_METHODS, skip_marks_in
+from kvtasks.sources.syntax import dotted, module_value, number, parse, qualified
+from kvtasks.sources.tolerances import TOLERANCE_PARAMETERS, Callee, callee_for, is_tolerance_argname
+
+# recorded for any callee (a repository's own helpers take these too)
+_ANY_CALLEE_KEYWORDS = {"atol", "rtol"}
+_STRICT_CHECKS = {"assert_close", "assert_allclose", "assert_array_almost_equal", "assert_almost_equal",
+                  "assert_array_equal", "assert_equal", "assert_array_max_ulp", "assertEqual", "assertAlmostEqual"}
+# calls whose only effect is their result: as a bare statement, nothing is checked
+_COMPARISONS = {"allclose", "isclose", "array_equal", "array_equiv", "equal", "approx", "isfinite", "all"}
+# exceptions whose handler, if it does not re-raise, swallows a failed assertion
+_SWALLOWING = {None, "Exception", "BaseException", "AssertionError"}
+
+
+def _row(node: ast.AST, bound: dict[str, str]) -> str:
+    """A parametrize row as text, the same spelling a commented-out row gets."""
+    if isinstance(node, ast.Call) and qualified(node.func, bound) == "pytest.param":
+        elements = node.args
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        elements = node.elts
+    else:
+        elements = [node]
+    return ", ".join(ast.unparse(element) for element in elements)
+
+
+def _mentioned_dtypes(node: ast.AST) -> set[str]:
+    found = set()
+    for sub in ast.walk(node):
+        text = sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str) else \
+            dotted(sub) if isinstance(sub, ast.Attribute) else None
+        dtype = canonical_dtype(text) if text else None
+        if dtype:
+            found.add(dtype)
+    return found
+
+
+class _Reader(ast.NodeVisitor):
+    def __init__(self, policy: Policy, tree: ast.Module):
+        self.policy = policy
+        self.bound = aliases(tree)
+        self.scope = ["<module>"]
+        self.classes: list[str] = []
+        self.seen: Counter = Counter()
+        self.dtypes: list[set[str]] = [set()]
+        self.policy.constants = {name: value for name in self._module_names(tree)
+                                 if (value := module_value(tree, name)) is not None}
+        for node in tree.body:  # helpers may be defined below the tests that call them
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._helper_defaults(node)
+
+    @staticmethod
+    def _module_names(tree: ast.Module) -> set[str]:
+        return {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Name)}
+
+    def _where(self) -> str:
+        return self.scope[-1]
+
+    # -- definitions ------------------------------------------------------------------------------
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for decorator in node.decorator_list:
+            for mark in skip_marks_in(decorator, self.bound):
+                self.policy.weakenings[("skip-mark", node.name, mark)] += 1
+        self.classes.append(node.name)
+        self.generic_visit(node)
+        self.classes.pop()
+
+    def _function(self, node):
+        name = ".".join([*self.classes, node.name])
+        if node.name.startswith("test"):
+            self.policy.tests.add(name)
+        if node.name in OUTCOME_HOOKS:
+            self.policy.weakenings[("outcome-hook", name, node.name)] += 1
+        for decorator in node.decorator_list:
+            if is_parametrize(decorator):  # its rows' marks are read where pytest.param is called
+                self._parametrize_rows(node.name, decorator)
+                continue
+            for mark in skip_marks_in(decorator, self.bound):
+                self.policy.weakenings[("skip-mark", node.name, mark)] += 1
+        self.scope.append(node.name)
+        self.dtypes.append(_mentioned_dtypes(node))
+        self._early_returns(node)
+        self.generic_visit(node)
+        self.dtypes.pop()
+        self.scope.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+    def _helper_defaults(self, node) -> None:
+        """A function of the file's own that takes tolerances documents its defaults in its signature."""
+        arguments = node.args
+        positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+        defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+        defaults.update({a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
+        given = {name: value for name, node_ in defaults.items()
+                 if name in TOLERANCE_PARAMETERS and (value := number(node_)) is not None}
+        if given:
+            self.policy.helpers[node.name] = Callee(tuple(positional), given, f"{node.name}'s own signature")
+            # the defaults are tolerances in their own right: a PR may loosen the helper instead of the call
+            self.policy.tolerances.update({f"{node.name}:default.{name}": value for name, value in given.items()})
+
+    def _parametrize_rows(self, function: str, mark: ast.Call) -> None:
+        names, values = parametrize_arguments(mark, self.policy.constants.get)
+        if names is None or not isinstance(values, (ast.List, ast.Tuple)):
+            return
+        key = f"{function}[{','.join(names)}]"
+        columns = [index for index, name in enumerate(names) if is_tolerance_argname(name)]
+        # a row whose tolerances moved is the same row: _tolerance_columns compares its numbers
+        self.policy.rows.setdefault(key, Counter()).update(
+            self._cells_text(element, names, columns) or _row(element, self.bound) for element in values.elts)
+        if columns:
+            self._tolerance_columns(function, names, columns, values.elts)
+
+    def _cells_text(self, element: ast.AST, names: list[str], skipped: list[int]) -> str | None:
+        """A row's cells other than `skipped`, as text; None when the row's cells cannot be told apart."""
+        if not skipped:
+            return None
+        if isinstance(element, ast.Call) and qualified(element.func, self.bound) == "pytest.param":
+            cells = element.args
+        else:
+            cells = element.elts if isinstance(element, (ast.Tuple, ast.List)) else [element]
+        if len(cells) != len(names):
+            return None
+        return ", ".join(ast.unparse(cell) for index, cell in enumerate(cells) if index not in skipped) or "-"
+
+    def _tolerance_columns(self, function: str, names: list[str], columns: list[int], rows: list[ast.AST]) -> None:
+        """A parametrize table's tolerance columns (atol, rtol, tol, eps, ...), each keyed by its row's
+        other cells (the dtype, typically), so head's row is compared with base's."""
+        table = f"{function}:parametrize({','.join(names)})"
+        seen: Counter = Counter()
+        for element in rows:
+            row = self._cells_text(element, names, columns)
+            if row is None:
+                continue
+            cells = element.args if isinstance(element, ast.Call) else \
+                element.elts if isinstance(element, (ast.Tuple, ast.List)) else [element]
+            seen[row] += 1
+            row_key = row if seen[row] == 1 else f"{row}#{seen[row]}"
+            for index in columns:
+                value = number(cells[index])
+                key = f"{table}[{row_key}].{names[index]}"
+                if value is None:
+                    self.policy.by_name.append(f"{key}={ast.unparse(cells[index])}")
+                    continue
+                self.policy.tolerances[key] = value
+                self.policy.table_tolerances[key] = (table, names[index], row, value)
+
+    def _early_returns(self, node) -> None:
+        """Returns that come before the function's last assertion: what follows them may never run."""
+        own = list(_own_nodes(node))
+        checks = [sub.lineno for sub in own if isinstance(sub, ast.Assert) or
+                  (isinstance(sub, ast.Call) and (dotted(sub.func) or "").rsplit(".", 1)[-1] in _STRICT_CHECKS)]
+        if not checks:
+            return
+        last = max(checks)
+        early = sum(1 for sub in own if isinstance(sub, ast.Return) and sub.lineno < last)
+        if early:
+            self.policy.weakenings[("early-return", node.name, "")] += early
+
+    # -- statements and calls ---------------------------------------------------------------------
+    def visit_Expr(self, node: ast.Expr) -> None:
+        value = node.value
+        if isinstance(value, ast.Compare) or (isinstance(value, ast.Call) and (dotted(value.func) or "")
+                                              .rsplit(".", 1)[-1] in _COMPARISONS):
+            self.policy.weakenings[("discarded-comparison", self._where(), ast.unparse(value)[:80])] += 1
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = qualified(node.func, self.bound)
+        short = (dotted(node.func) or "call").rsplit(".", 1)[-1]
+        where = self._where()
+        if short in _STRICT_CHECKS:
+            self.policy.checks[(where, "strict comparison")] += 1
+        if name in SKIP_CALLS or short in SKIP_METHODS:
+            self.policy.weakenings[("skip-call", where, name)] += 1
+        if short in MARK_ADDERS:
+            for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                for mark in skip_marks_in(argument, self.bound):
+                    self.policy.weakenings[("skip-mark", where, f"{short}({mark})")] += 1
+        if name == "pytest.param":
+            for keyword in node.keywords:
+                if keyword.arg == "marks":
+                    for mark in skip_marks_in(keyword.value, self.bound):
+                        self.policy.weakenings[("skip-mark", where, f"pytest.param({_row(node, self.bound)}) "
+                                                                    f"marks={mark}")] += 1
+        self._tolerances(node, name, short, where)
+        self.generic_visit(node)
+
+    def _tolerances(self, node: ast.Call, name: str, short: str, where: str) -> None:
+        callee = callee_for(name) or self.policy.helpers.get(name)
+        given: list[tuple[str, ast.AST]] = []
+        if callee is not None:
+            for position, arg in enumerate(node.args):
+                if position < len(callee.positional) and callee.positional[position] in callee.defaults:
+                    given.append((callee.positional[position], arg))
+        wanted = set(callee.defaults) if callee is not None else _ANY_CALLEE_KEYWORDS
+        given += [(kw.arg, kw.value) for kw in node.keywords if kw.arg in wanted | _ANY_CALLEE_KEYWORDS]
+        if not given and callee is None:
+            return
+        tolerances = {}
+        for parameter, value_node in given:
+            slot = f"{where}:{short}.{parameter}"
+            self.seen[slot] += 1
+            value = number(value_node)
+            key = f"{slot}#{self.seen[slot]}"
+            if value is None:
+                self.policy.by_name.append(f"{slot}={ast.unparse(value_node)}")
+            else:
+                self.policy.tolerances[key] = value
+            tolerances[parameter] = Tolerance(parameter, value, ast.unparse(value_node), key)
+        tolerance_nodes = {id(value_node) for _, value_node in given}
+        rest = [ast.unparse(a) for a in node.args if id(a) not in tolerance_nodes] + \
+               [f"{kw.arg}={ast.unparse(kw.value)}" for kw in node.keywords if id(kw.value) not in tolerance_nodes]
+        self.policy.calls.append(Call(where, name, f"{name}({', '.join(rest)})", tolerances, set(self.dtypes[-1])))
+
+    def visit_Try(self, node: ast.Try) -> None:
+        checks = any(isinstance(sub, ast.Assert) or (isinstance(sub, ast.Call) and (dotted(sub.func) or "")
+                                                      .rsplit(".", 1)[-1] in _STRICT_CHECKS)
+                     for statement in node.body for sub in ast.walk(statement))
+        for handler in node.handlers:
+            caught = [dotted(t) for t in (handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type])] \
+                if handler.type is not None else [None]
+            reraises = any(isinstance(sub, ast.Raise) for statement in handler.body for sub in ast.walk(statement))
+            if checks and not reraises and any((name or "").rsplit(".", 1)[-1] in _SWALLOWING or name is None
+                                               for name in caught):
+                self.policy.weakenings[("swallowed-assertion", self._where(), "")] += 1
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self.policy.checks[(self._where(), "assert")] += 1
+        self.generic_visit(node)
+
+    def _assigned(self, name: str, value: ast.AST) -> None:
+        if name == "pytestmark":
+            for mark in skip_marks_in(value, self.bound):
+                self.policy.weakenings[("skip-mark", "<module>", f"pytestmark={mark}")] += 1
+        if "tol" not in name.lower():
+            return
+        found = number(value)
+        if found is not None:
+            self.policy.tolerances[name] = found
+        elif isinstance(value, ast.Dict):
+            for key, item in zip(value.keys, value.values):
+                found = number(item)
+                if key is not None and found is not None:
+                    self.policy.tolerances[f"{name}[{_key_text(key)}]"] = found
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target, (ast.Name, ast.Attribute)):
+                self._assigned(ast.unparse(target), node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned(ast.unparse(node.target), node.value)
+        self.generic_visit(node)
+
+
+def _own_nodes(function: ast.AST):
+    """The nodes of a function body, not those of functions or lambdas nested in it."""
+    stack = list(ast.iter_child_nodes(function))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _key_text(node: ast.AST) -> str:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
+
+
+def _shape_row(comment: str) -> str | None:
+    """A commented tuple or list of numbers and dtype spellings, normalised; else None."""
+    text = comment.strip().rstrip(",").strip()
+    if not text or text[0] not in "([" and not text.startswith("pytest.param("):
+        return None
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    elements = node.args if isinstance(node, ast.Call) else getattr(node, "elts", None)
+    if not elements or len(elements) < 2:
+        return None
+    ints = [e for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, int)]
+    allowed = all(isinstance(e, (ast.Constant, ast.Attribute, ast.Name)) or number(e) is not None for e in elements)
+    return ", ".join(ast.unparse(e) for e in elements) if ints and allowed else None
+
+
+_TOLERANCE_TEXT = re.compile(r"\b(atol|rtol|\w*tol\w*)\s*[=:]\s*([-+]?\d[\d.]*(?:[eE][-+]?\d+)?)", re.IGNORECASE)
+
+
+def read_policy(source: str) -> Policy:
+    policy = Policy()
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            row = _shape_row(stripped.lstrip("#"))
+            if row:
+                policy.commented_rows[row] += 1
+    tree = parse(source)
+    if tree is not None:
+        _Reader(policy, tree).visit(tree)
+        return policy
+    policy.parsed = False
+    for position, match in enumerate(_TOLERANCE_TEXT.finditer(source), 1):
+        try:
+            policy.tolerances[f"text:{match.group(1)}#{position}"] = float(match.group(2))
+        except ValueError:
+            continue
+    return policy
