@@ -126,17 +126,15 @@ def run(ctx: Context) -> StageResult:
     runs, artifacts = [], []
     visible = gpu_claim.visible_devices(ctx)
     phase_roots = {"base": ctx.phase_roots.get("base", ctx.run_dir), "head": ctx.phase_roots.get("head", ctx.run_dir)}
-    with ctx.worktree.handback():
+    with ctx.worktree.lend("base"):
         for round_number in range(1, request.host.perf_repeat + 1):
             for side in ("base", "head"):
-                artifacts += ctx.worktree.to_base()
                 try:
-                    if side == "head":
-                        ctx.worktree.apply(request.patch)
-                    elif transplant is not None:
+                    artifacts += ctx.worktree.switch(side)
+                    if side == "base" and transplant is not None:
                         ctx.worktree.write_file(entry.file, transplant)
-                except GitFailed as exc:
-                    return _skip(f"the tree could not be switched to {side} for round {round_number}: {exc}", **fields)
+                except GitFailed as exc:  # PatchRefused on head; on base, a transplant git would not place
+                    return _skip(f"{exc} (perf round {round_number}, {side})", **fields)
                 ctx.say(f"perf: round {round_number}/{request.host.perf_repeat}, {side}")
                 timing = harness.time_run(request, phase_root=phase_roots[side], phase=side,
                                          label=f"{side}-perf-{round_number}", file=entry.file, argv=entry.argv,
