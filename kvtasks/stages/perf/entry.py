@@ -49,10 +49,13 @@ def _changed_modules(ctx: Context) -> set[str]:
 
 def _imported_names(text: str) -> set[str]:
     """The modules a source imports and the names it imports from them (`from kernels import op`
-    names kernels.op, which may be a module); the bare package an `import a.b` also binds is
-    named by a.b already."""
+    names kernels.op, which may be a module): of the names its aliases bind, those directly below
+    an imported module; not the bare package an `import a.b` binds. (A skip or comparison callee
+    spelt at module level, `sk = pytest.skip`, passes too: it names a function, never a changed
+    file's module.)"""
     tree = sources.parse(text)
-    return set(sources.imported_modules(tree)) | {name for name in sources.aliases(tree).values() if "." in name}
+    modules = set(sources.imported_modules(tree))
+    return modules | {name for name in sources.aliases(tree).values() if name.rpartition(".")[0] in modules}
 
 
 def choose_entry(ctx: Context) -> Entry | str:

@@ -1,3 +1,4 @@
+from kvtasks.stages.perf.entry import _imported_names
 from tests.kernel_repos import make_patch, make_repo
 from tests.stages.perf.benches import BENCH, KERNEL, TEST
 
@@ -13,3 +14,12 @@ def test_the_one_bench_importing_a_changed_module_is_discovered(tmp_path, valida
     perf = validate(repo, "--patch", str(patch), "--target", "tests/test_op.py").stage("perf")
     assert perf["target"] == "bench/bench_op.py" and perf["target_basis"] == "discovered-bench"
     assert perf["status"] == "fail"
+
+
+def test_a_bench_imports_what_its_import_lines_name_and_nothing_they_merely_bind():
+    source = ("import numpy.testing\nimport kernels as k\nfrom kernels import op\nfrom . import local\n"
+              "from .helpers import timer\ncheck = numpy.testing.assert_allclose\n")
+    names = _imported_names(source)
+    assert {"kernels", "kernels.op", "numpy.testing"} <= names
+    assert not names & {"numpy", "local", "helpers", "helpers.timer", "k"}
+    assert _imported_names("def broken(:\n") == set()
