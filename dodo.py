@@ -26,6 +26,15 @@ QUIET = get_var("quiet", "") not in ("", "0")
 
 # every doit variable that fills a Request field, as the Request declares them
 OPTIONS = doit_variables()
+# doit's own rule (DoitMain.process_args): every word not led by '-' that holds '=' is a variable
+GIVEN = {word.split("=", 1)[0] for word in sys.argv[1:] if word[:1] != "-" and "=" in word}
+
+
+def _only_known_variables(known: tuple[str, ...]) -> None:
+    """A misspelt variable (no_netwrok=1) would otherwise be dropped without a word."""
+    unknown = sorted(GIVEN - set(known))
+    if unknown:
+        graph.fail_usage(f"{unknown[0]!r} is no variable of `doit {COMMAND}`; it takes {', '.join(known)}")
 
 
 def _request(options: dict):
@@ -67,11 +76,13 @@ elif COMMAND == "cache-gc":
         return {"basename": "cache-gc", "actions": [(graph.collect, [WORKSPACE, older])], "uptodate": [False],
                 "verbosity": 2}
 elif COMMAND == "batch":
+    _only_known_variables(("manifest", "quiet"))  # a batch's options are its manifest's
     _manifest = get_var("manifest") or graph.fail_usage("batch needs manifest=FILE (TOML or JSON)")
     _name, _requests = graph.manifest_requests(_manifest, _request)
     graph.hold_worktrees(_requests)
     globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
 elif COMMAND == "validate":
+    _only_known_variables((*OPTIONS, "demo", "quiet"))
     _requests = [_single_request()]
     graph.hold_worktrees(_requests)
     globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET))
