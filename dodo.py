@@ -8,6 +8,7 @@
     doit cache [base=OID] | doit cache-gc older=30d
 Only validate and batch build requests (the demo repository, the worktree lock); doit's own
 commands (list, help, info, forget) see the front doors described and touch nothing.
+The variables validate takes are the Request's options (kvtasks/request/model.py), never listed here.
 """
 import os
 import sys

@@ -26,6 +26,7 @@ from kvtasks import processes
 from kvtasks.gpu import lease
 from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
 from kvtasks.host import IdleSettings  # KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3
+from kvtasks.usage import UsageError
 
 CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS, NO_ANSWER = 0, 1, 2, 3, -1
 EXTERNAL_GRACE_S = 60.0  # what a PICKER override may take beyond its sampling window
@@ -248,7 +249,10 @@ def held() -> list[Lease]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvtasks.gpu.picker", description=__doc__.splitlines()[0])
-    defaults = IdleSettings.from_environ()
+    try:
+        defaults = IdleSettings.from_environ()
+    except UsageError as exc:  # a bad KVTASKS_IDLE_* is one line, as at every front door
+        parser.error(str(exc))
     parser.add_argument("--samples", type=int, default=defaults.samples)
     parser.add_argument("--interval", type=float, default=defaults.interval_s)
     parser.add_argument("--max-busy", type=float, default=defaults.max_busy_pct)
