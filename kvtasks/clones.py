@@ -1,0 +1,180 @@
+"""Validating by refs: kvtasks' private clones, the base worktrees and the PR patches made from them.
+
+Owns `<workspace>/clones/<repo-id>/` (a bare shared clone of a local repository, or a bare clone of
+a URL, fetched on demand; one worktree per base tip; the patches). It only ever reads the caller's
+repository (git clone --shared, git fetch from it): never its worktree, index, refs, config, hooks
+or object store. It runs no target and writes no evidence.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import locale
+import re
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from kvtasks.worktree import run_git
+
+_HEX_PREFIX = re.compile(r"[0-9a-f]{7,40}")
+# the caller's git configuration must not change what is fetched, diffed or checked out
+_PLAIN_GIT = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+              "GIT_ASKPASS": "true", "GIT_LFS_SKIP_SMUDGE": "1"}
+_FETCH_TIMEOUT_S = 1800
+
+
+class RefsError(Exception):
+    """The refs cannot be validated as asked (unknown ref, unrelated histories, unreachable URL)."""
+
+
+@dataclass(frozen=True)
+class RefsChange:
+    """A PR given by refs, made into what the pipeline validates: a clean base tree and a patch."""
+
+    source: str  # the repository the caller named, as given (a path or a URL)
+    clone: Path  # kvtasks' private clone of it
+    worktree: Path  # the base tip, checked out (shared by every PR against this tip)
+    base_ref: str
+    base_oid: str
+    head_ref: str
+    head_oid: str
+    merge_base: str
+    patch: Path
+
+
+def is_url(source: str) -> bool:
+    """A git URL (scheme:// or scp-like user@host:path), as opposed to a path on this machine."""
+    return "://" in source or bool(re.match(r"^[\w.-]+@[\w.-]+:", source))
+
+
+def prepare(source: str, base_ref: str, head_ref: str, clones_root: Path) -> RefsChange:
+    """Resolve both refs in the private clone of `source`, write the PR's change (merge-base to
+    head) as a patch, and check out the base tip; raise RefsError with git's own words."""
+    location = _location(source)
+    folder = clones_root / _repo_id(location)
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder / "clone.lock"):
+        clone = _clone(location, folder)
+        base_oid = _resolve(clone, location, base_ref, "base")
+        head_oid = _resolve(clone, location, head_ref, "head")
+        merge_base = _git(clone, "merge-base", base_oid, head_oid, check=False)
+        if not merge_base:
+            raise RefsError(f"--base-ref {base_ref} and --head-ref {head_ref} share no history in {source}: "
+                            "there is no merge-base to take the PR's change from")
+        patch = _write_patch(clone, folder, merge_base, head_oid, head_ref)
+        worktree = _base_worktree(clone, folder, base_oid)
+    return RefsChange(source=source, clone=clone, worktree=worktree, base_ref=base_ref, base_oid=base_oid,
+                      head_ref=head_ref, head_oid=head_oid, merge_base=merge_base, patch=patch)
+
+
+def _location(source: str) -> str:
+    if is_url(source):
+        return source
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise RefsError(f"--repo {source!r} is neither an existing repository path nor a git URL")
+    return str(path.resolve())
+
+
+def _repo_id(location: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", location.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))
+    return f"{stem[:40] or 'repo'}-{hashlib.sha256(location.encode()).hexdigest()[:12]}"
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One front door at a time prepares a clone (clone, fetch, worktree add)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _git(clone: Path, *args: str, check: bool = True, timeout_s: float = 600) -> str:
+    done = run_git(clone, *args, env=_PLAIN_GIT, timeout_s=timeout_s)
+    if not done.ok:
+        if check:
+            raise RefsError(f"git {args[0]} failed: {done.said()}")
+        return ""
+    return done.stdout.strip()
+
+
+def _clone(location: str, folder: Path) -> Path:
+    """The private bare clone: shared (alternates, nothing copied) for a local repository."""
+    clone = folder / "repo.git"
+    if (clone / "HEAD").is_file() and _git(clone, "rev-parse", "--is-bare-repository", check=False) == "true":
+        return clone
+    shutil.rmtree(clone, ignore_errors=True)
+    shared = [] if is_url(location) else ["--shared"]
+    done = run_git(folder, "clone", "--bare", "--quiet", "--no-tags", *shared, location, str(clone),
+                   env=_PLAIN_GIT, timeout_s=_FETCH_TIMEOUT_S)
+    if not done.ok:
+        shutil.rmtree(clone, ignore_errors=True)
+        raise RefsError(f"cannot clone {location}: {done.said()}")
+    return clone
+
+
+def _resolve(clone: Path, location: str, ref: str, side: str) -> str:
+    """The commit `ref` names in the source: fetched on demand (pull/N/head included) and pinned
+    under refs/kvtasks/ so that no gc of the private clone drops it."""
+    if not ref or ref.startswith("-"):
+        raise RefsError(f"--{side}-ref {ref!r} is not a ref")
+    pinned = f"refs/kvtasks/{side}/{hashlib.sha256(ref.encode()).hexdigest()[:16]}"
+    done = run_git(clone, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", location, f"+{ref}:{pinned}",
+                   env=_PLAIN_GIT, timeout_s=_FETCH_TIMEOUT_S)
+    if done.ok:
+        return _git(clone, "rev-parse", "--verify", f"{pinned}^{{commit}}")
+    if _HEX_PREFIX.fullmatch(ref):  # a commit id: reachable in the shared objects, or fetched by name
+        oid = _git(clone, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+        if oid:
+            _git(clone, "update-ref", pinned, oid)
+            return oid
+    raise RefsError(f"unknown --{side}-ref {ref!r} in {location}: {done.said()}")
+
+
+def _write_patch(clone: Path, folder: Path, merge_base: str, head_oid: str, head_ref: str) -> Path:
+    """The PR's change as one binary patch, proven byte-exact: applied to merge-base in a private
+    index it must give head's tree exactly (contents, modes, renames, binary files)."""
+    diff = run_git(clone, "diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
+                   "--no-renames", "--src-prefix=a/", "--dst-prefix=b/", merge_base, head_oid, env=_PLAIN_GIT)
+    if not diff.ok:
+        raise RefsError(f"git diff failed: {diff.said()}")
+    if not diff.stdout:
+        raise RefsError(f"--head-ref {head_ref} changes nothing over its merge-base with the base ref")
+    patches = folder / "patches"
+    patches.mkdir(exist_ok=True)
+    patch = patches / f"{merge_base[:12]}-{head_oid[:12]}.patch"
+    # processes.run decoded git's bytes with the locale's codec and surrogateescape: this is exact
+    patch.write_bytes(diff.stdout.encode(locale.getpreferredencoding(False), "surrogateescape"))
+    index = patches / f".index-{head_oid[:12]}"
+    try:
+        env = {**_PLAIN_GIT, "GIT_INDEX_FILE": str(index)}
+        for args in (("read-tree", merge_base), ("apply", "--cached", "--binary", str(patch))):
+            done = run_git(clone, *args, env=env)
+            if not done.ok:
+                raise RefsError(f"the change {merge_base[:12]}..{head_oid[:12]} does not replay as a patch: "
+                                f"{done.said()}")
+        made = run_git(clone, "write-tree", env=env).stdout.strip()
+    finally:
+        index.unlink(missing_ok=True)
+    if made != _git(clone, "rev-parse", f"{head_oid}^{{tree}}"):
+        raise RefsError(f"the patch made from {merge_base[:12]}..{head_oid[:12]} does not reproduce head's tree")
+    return patch
+
+
+def _base_worktree(clone: Path, folder: Path, base_oid: str) -> Path:
+    """The base tip checked out, detached; every PR against this tip reuses it (validations hand
+    it back exactly as they found it)."""
+    worktree = folder / "trees" / base_oid[:16]
+    if (worktree / ".git").is_file() and _git(worktree, "rev-parse", "HEAD", check=False) == base_oid:
+        return worktree
+    shutil.rmtree(worktree, ignore_errors=True)
+    _git(clone, "worktree", "prune")
+    worktree.parent.mkdir(exist_ok=True)
+    _git(clone, "worktree", "add", "--detach", "--force", str(worktree), base_oid)
+    return worktree
