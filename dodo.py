@@ -40,7 +40,7 @@ def _only_known_variables(known: tuple[str, ...]) -> None:
 
 def _request(options: dict):
     try:
-        return build_request(options)
+        return build_request(options, clones_root=WORKSPACE.clones)
     except UsageError as exc:
         graph.fail_usage(str(exc))
 

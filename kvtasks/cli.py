@@ -75,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     quiet = options.pop("quiet")
     if options["out"] is None:
         options["default_out"] = DEFAULT_OUT
+    workspace = graph.Workspace(workspace_root())
     try:
-        request = build_request(options)
+        request = build_request(options, clones_root=workspace.clones)
     except UsageError as exc:
         print(f"validate-kernel-pr: error: {exc}", file=sys.stderr)
         return 2
-    workspace = graph.Workspace(workspace_root())
     if "default_out" in options and request.out is None:
         print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written only to "
               f"{workspace.report_paths(request)[0]}", file=sys.stderr)

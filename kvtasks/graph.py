@@ -26,7 +26,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import gpu, keys, pages, processes, report, harness, worktree
+from kvtasks import clones, gpu, keys, pages, processes, report, harness, worktree
 from kvtasks.gpu import lease, picker
 from kvtasks.request import Request
 from kvtasks.stages import (Context, StageResult, base_oracle, correctness, cpu_tier, gpu_claim, grid, merge_sim,
@@ -37,7 +37,7 @@ from kvtasks.worktree import Worktree
 
 @dataclass(frozen=True)
 class Workspace:
-    """Where a front door keeps evidence (cache/) and publishes reports (reports/)."""
+    """Where a front door keeps evidence (cache/), private clones (clones/) and publishes reports (reports/)."""
 
     root: Path
 
@@ -48,6 +48,12 @@ class Workspace:
     @property
     def reports(self) -> Path:
         return self.root / "reports"
+
+    @property
+    def clones(self) -> Path:
+        """kvtasks' private clones of repositories validated by refs (kvtasks.clones), apart from
+        the evidence: deleting them loses no evidence."""
+        return self.root / "clones"
 
     def report_paths(self, request: Request) -> list[Path]:
         paths = [self.reports / request.label / pages.REPORT]
@@ -497,8 +503,8 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
     shared = {key: _relative(manifest, key, value) for key, value in data.items()}
     requests = []
     for entry in prs:
-        if not isinstance(entry, dict) or "patch" not in entry or "label" not in entry:
-            fail_usage(f"every entry of `prs` needs `patch` and `label`: {entry!r}")
+        if not isinstance(entry, dict) or not ({"patch", "head_ref"} & set(entry)) or "label" not in entry:
+            fail_usage(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
         options = {**shared, **{key: _relative(manifest, key, value) for key, value in entry.items()}}
         requests.append(build(options))
     labels = [request.label for request in requests]
@@ -512,6 +518,8 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
 
 
 def _relative(manifest: Path, key: str, value):
+    if key == "repo" and isinstance(value, str) and clones.is_url(value):
+        return value
     if key in ("repo", "patch", "out") and isinstance(value, str) and not Path(value).expanduser().is_absolute():
         return str((manifest.parent / value).resolve())
     return value

@@ -53,6 +53,11 @@ class Repo(BaseModel):
     head: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
     kind: Literal["aiter", "flydsl", "unknown"]
     patch_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # a PR given by refs: the repository or URL the caller named (`worktree` is then kvtasks' private
+    # checkout of the base ref's tip), and the two refs as given; `base` and `head` are their OIDs
+    source: str | None = None
+    base_ref: str | None = None
+    head_ref: str | None = None
 
 
 class Isolation(BaseModel):

@@ -1,12 +1,15 @@
+"""Validating by refs: the private clone, the patch it makes, and whole validations through it."""
 import hashlib
+import json
 import os
 import stat
 import subprocess
 
 import pytest
 
-from kvtasks import clones
-from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, git, kernel_repo, snapshot, write_files
+from kvtasks import cli, clones
+from tests.batches import base_runs_per_key, doit
+from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot, write_files
 
 
 def caller_state(repo) -> tuple:
@@ -109,3 +112,88 @@ def test_refusals_name_the_ref_and_gits_reason(caller, tmp_path):
     with pytest.raises(clones.RefsError, match="neither an existing repository path nor a git URL"):
         clones.prepare(str(tmp_path / "missing"), "main", "pr-tail", root)
     assert not os.path.exists(caller / ".git" / "kvtasks")
+
+
+# -- whole validations -----------------------------------------------------------------------------
+
+PRS = {"clean": {"README.md": "docs\n"}, "tail": {"kernels/scale.py": KERNEL_TAIL_BUG},
+       "loose": {"tests/test_scale.py": TESTS.replace("atol=1e-6", "atol=1e-1")}}
+
+
+def batch(home, manifest: dict, path) -> dict[str, dict]:
+    path.write_text(json.dumps({"target": "tests/test_scale.py", "no_perf": True, **manifest}))
+    doit(home, "batch", f"manifest={path}")
+    return {label: json.loads((home / "reports" / label / "validation_report.json").read_text()) for label in PRS}
+
+
+def judged(report: dict) -> tuple:
+    return report["verdict"], sorted((f["severity"], f["stage"]) for f in report["findings"] if f["severity"] != "note")
+
+
+def test_a_dirty_clone_by_refs_gets_the_verdicts_of_the_same_prs_by_patch_and_runs_base_once(tmp_path, idle_gpu):
+    base = kernel_repo(tmp_path / "base")
+    patches = {label: make_patch(base, files, tmp_path / f"{label}.patch") for label, files in PRS.items()}
+    by_patch = batch(tmp_path / "home-patch", {"repo": str(base), "prs": [
+        {"label": label, "patch": str(patch)} for label, patch in patches.items()]}, tmp_path / "by-patch.json")
+
+    caller = tmp_path / "caller"
+    subprocess.run(["git", "clone", "-q", str(base), str(caller)], check=True, capture_output=True)
+    for label, files in PRS.items():
+        branch(caller, f"pr-{label}", files, label)
+    (caller / "kernels" / "scale.py").write_text("# half-done local edit\n")
+    (caller / "scratch.txt").write_text("untracked\n")
+    before = caller_state(caller)
+    home = tmp_path / "home-refs"
+    by_refs = batch(home, {"repo": str(caller), "base_ref": "main", "prs": [
+        {"label": label, "head_ref": f"pr-{label}"} for label in PRS]}, tmp_path / "by-refs.json")
+
+    assert {label: judged(report) for label, report in by_refs.items()} == \
+        {label: judged(report) for label, report in by_patch.items()}
+    assert by_refs["tail"]["verdict"] == "BLOCK" and by_refs["loose"]["verdict"] == "BLOCK"
+    assert list(base_runs_per_key(home).values()) == [1]  # three PRs against one tip: one base run
+    repo = by_refs["tail"]["repo"]
+    assert (repo["source"], repo["base_ref"], repo["head_ref"]) == (str(caller), "main", "pr-tail")
+    assert repo["head"] == git(caller, "rev-parse", "pr-tail").strip()
+    assert repo["worktree"].startswith(str(home / "clones"))
+    assert by_patch["tail"]["repo"]["source"] is None
+    assert caller_state(caller) == before
+
+
+def test_a_forge_url_with_pull_refs_and_a_pr_behind_base_that_conflicts(repo, home, tmp_path, capsys, idle_gpu):
+    git(repo, "checkout", "-q", "-b", "old-main")
+    bug = branch(repo, "bug", {"kernels/scale.py": KERNEL_TAIL_BUG}, "tail bug")
+    behind = branch(repo, "behind", {"kernels/scale.py": KERNEL.replace("TILE = 8", "TILE = 4")}, "smaller tile",
+                    start="old-main")
+    write_files(repo, {"kernels/scale.py": KERNEL.replace("TILE = 8", "TILE = 16")})
+    git(repo, "commit", "-qam", "base moves on")
+    forge = tmp_path / "forge.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(forge)], check=True)
+    git(forge, "update-ref", "refs/pull/7/head", bug)
+    git(forge, "update-ref", "refs/pull/8/head", behind)
+
+    def validate(head_ref: str, label: str) -> dict:
+        out = tmp_path / f"{label}.json"
+        cli.main(["--repo", f"file://{forge}", "--base-ref", "main", "--head-ref", head_ref,
+                  "--target", "tests/test_scale.py", "--label", label, "--out", str(out), "--quiet"])
+        return json.loads(out.read_text())
+
+    tail = validate("pull/7/head", "pr-7")
+    assert tail["verdict"] == "BLOCK" and tail["stages"]["merge_sim"]["status"] == "pass"
+    assert tail["stages"]["correctness_repo_tests"]["status"] == "fail"
+    conflict = validate("pull/8/head", "pr-8")
+    assert conflict["verdict"] == "BLOCK" and conflict["stages"]["merge_sim"]["status"] == "fail"
+    assert [f["stage"] for f in conflict["findings"] if f["severity"] == "blocker"] == ["merge_sim"]
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--base-ref", "main", "--head-ref", "no-such-pr"], "unknown --head-ref 'no-such-pr'"),
+    (["--base-ref", "main"], "--base-ref and --head-ref go together"),
+    (["--base-ref", "main", "--head-ref", "main", "--head-sha", "a" * 40], "either by refs"),
+])
+def test_refs_usage_errors_exit_2_with_one_line_and_no_report(flags, said, repo, home, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    before = caller_state(repo)
+    code = cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--quiet", *flags])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and said in lines[0] and lines[0].startswith("validate-kernel-pr: error:")
+    assert not out.exists() and caller_state(repo) == before

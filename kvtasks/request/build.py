@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from kvtasks import clones
 from kvtasks.host import HostSettings
 from kvtasks.request.model import Request, declared_options, doit_variables, grid_rows, names
 from kvtasks.request.namespaces import mount_namespace, network_namespace
@@ -26,14 +27,17 @@ FRONT_DOOR_DEFAULTS = ("default_out",)
 _DECLARED = {declared.field: declared for declared in declared_options()}
 
 
-def build_request(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Request:
+def build_request(options: Mapping[str, object], environ: Mapping[str, str] | None = None,
+                  clones_root: Path | None = None) -> Request:
     """Check every option and return a Request, or raise UsageError naming the first problem.
 
     `options` uses the doit variable names (the flag names with underscores); empty strings mean
     "not given", and a name that is no option is a mistake (a misspelt manifest key would
     otherwise be dropped without a word). `default_out` is the report copy a front door writes
     when `out` is not given, dropped where it would land inside the worktree; an `out` given
-    there is a usage error.
+    there is a usage error. Given `base_ref` and `head_ref`, `repo` may be any clone or a git URL:
+    the refs are resolved in kvtasks' private clone under `clones_root` (the front door's workspace),
+    and the Request names its base worktree and the PR's patch.
     """
     unknown = sorted(set(options) - set(doit_variables()) - set(FRONT_DOOR_DEFAULTS))
     if unknown:
@@ -59,6 +63,9 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
     target = text("target") or text("tests")
     if not target:
         raise UsageError("--target is required: a forgotten target must never read as 'there is no test'")
+    refs = _refs(text("base_ref"), text("head_ref"), text("patch"), text("head_sha"), repo_arg, clones_root)
+    if refs is not None:
+        repo_arg = str(refs.worktree)
     repo = Path(repo_arg).expanduser().resolve()
     if not repo.is_dir():
         raise UsageError(f"--repo {repo_arg!r} is not a directory")
@@ -72,9 +79,10 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
     if not target_file.is_relative_to(repo):
         raise UsageError(f"--target {target!r} escapes the worktree")
 
-    patch = checked_patch(text("patch"), repo) if text("patch") else None
+    patch_arg = str(refs.patch) if refs is not None else text("patch")
+    patch = checked_patch(patch_arg, repo) if patch_arg else None
 
-    head_sha = text("head_sha").lower() or None
+    head_sha = refs.head_oid if refs is not None else text("head_sha").lower() or None
     if head_sha is not None and not HEX40.fullmatch(head_sha):
         raise UsageError(f"--head-sha must be a full 40-hex commit OID, got {text('head_sha')!r}")
 
@@ -147,6 +155,9 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         target=target,
         patch=patch,
         head_sha=head_sha,
+        base_ref=refs.base_ref if refs is not None else None,
+        head_ref=refs.head_ref if refs is not None else None,
+        source=refs.source if refs is not None else None,
         expected_route=text("expected_route"),
         shape_vars=text("shape_vars"),
         shape_env=text("shape_env"),
@@ -173,6 +184,25 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         out=out,
         host=HostSettings.from_environ(os.environ if environ is None else environ),
     )
+
+
+def _refs(base_ref: str, head_ref: str, patch: str, head_sha: str, repo: str,
+          clones_root: Path | None) -> clones.RefsChange | None:
+    """The PR given by refs, prepared in kvtasks' private clone; None when it is given by a patch."""
+    if not base_ref and not head_ref:
+        return None
+    if not (base_ref and head_ref):
+        raise UsageError("--base-ref and --head-ref go together: the PR is the head ref's change over its "
+                         "merge-base with the base ref")
+    if patch or head_sha:
+        raise UsageError("give the PR either by refs (--base-ref, --head-ref) or by a patch (--patch, --head-sha), "
+                         "not both")
+    if clones_root is None:
+        raise UsageError("this front door has no workspace to keep a private clone in; give --patch instead")
+    try:
+        return clones.prepare(repo, base_ref, head_ref, clones_root)
+    except clones.RefsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def repeated(options: Mapping[str, object], name: str) -> tuple[str, ...]:

@@ -75,6 +75,14 @@ class Request(BaseModel):
                                   variables=("target", "tests"))]
     patch: Annotated[str | None, Option("base-to-head patch to apply; a conflict is a blocker")] = None
     head_sha: Annotated[str | None, Option("exact remote PR head (40 hex) the patch represents")] = None
+    base_ref: Annotated[str | None, Option(
+        "instead of --patch, with --head-ref: the branch, tag or commit the PR targets; --repo may then be any "
+        "clone (never written) or a git URL")] = None
+    head_ref: Annotated[str | None, Option(
+        "the PR's branch, pull ref (pull/N/head) or commit; its change is the diff from its merge-base with "
+        "--base-ref")] = None
+    # given refs: the repository the caller named; `repo` is then kvtasks' private base worktree
+    source: str | None = None
     expected_route: Annotated[str, Option("module:function the route probe must observe")] = ""
     shape_vars: Annotated[str, Option("comma-separated local names captured from each route call")] = ""
     shape_env: Annotated[str, Option("env var the target reads its shapes from")] = ""

@@ -21,6 +21,10 @@ def run(ctx: Context) -> StageResult:
         "head": request.head_sha,
         "kind": worktree.kind(),
         "patch_sha256": keys.patch_sha256(request.patch_bytes()) if request.has_patch else None,
+        # given by refs: the worktree is kvtasks' private checkout of the base ref's tip in a clone of `source`
+        "source": request.source,
+        "base_ref": request.base_ref,
+        "head_ref": request.head_ref,
     }
 
     if not request.has_patch:

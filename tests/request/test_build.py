@@ -4,7 +4,7 @@ import pytest
 from kvtasks import cli
 from kvtasks.request import UsageError, build_request, declared_options
 from kvtasks.request import build
-from tests.kernel_repos import make_patch
+from tests.kernel_repos import git, make_patch
 
 
 def given_values(repo, tmp_path) -> dict:
@@ -18,18 +18,30 @@ def given_values(repo, tmp_path) -> dict:
         "no_perf": True, "cpu_tier": "triton", "cpu_sparse_grid": "0", "cpu_device_capability": "9.0",
         "python_path": ["kernels", "tests"], "no_network": True, "sensitivity_error": "1e-3",
         "sensitivity_mode": "both", "sensitivity_output": "out", "sandbox": True, "label": "spelt",
-        "out": str(tmp_path / "report.json"),
+        "out": str(tmp_path / "report.json"), "base_ref": "main", "head_ref": "pr",
     }
 
 
-def test_every_option_reaches_its_field_from_the_cli_and_from_doit(repo, tmp_path, monkeypatch):
+# the PR is given one of two ways, so a request never holds both kinds' values
+BY_PATCH, BY_REFS = ("patch", "head_sha"), ("base_ref", "head_ref")
+
+
+@pytest.mark.parametrize("kind", ["patch", "refs"])
+def test_every_option_reaches_its_field_from_the_cli_and_from_doit(kind, repo, tmp_path, monkeypatch):
     # the namespace checks are the host's to pass; here each switch only has to reach its field
     monkeypatch.setattr(build, "network_namespace", lambda: ("net-prefix",))
     monkeypatch.setattr(build, "mount_namespace", lambda: ("mount-prefix",))
     values = given_values(repo, tmp_path)
     assert sorted(values) == sorted(declared.field for declared in declared_options())
+    other_kind = BY_REFS if kind == "patch" else BY_PATCH
+    if kind == "refs":
+        git(repo, "checkout", "-q", "-b", "pr", "main")
+        (repo / "README.md").write_text("docs\n")
+        git(repo, "add", "README.md")
+        git(repo, "commit", "-q", "-m", "docs")
+        git(repo, "checkout", "-q", "main")
     argv, variables = [], {}
-    for declared in declared_options():
+    for declared in [declared for declared in declared_options() if declared.field not in other_kind]:
         value, option = values[declared.field], declared.option
         if option.switch:
             argv.append(declared.flags[-1])
@@ -42,11 +54,15 @@ def test_every_option_reaches_its_field_from_the_cli_and_from_doit(repo, tmp_pat
             variables[declared.variables[-1]] = value
     given = vars(cli.parser().parse_args(cli._normalise(argv)))
     given.pop("quiet")
-    from_cli, from_doit = build_request(given), build_request(variables)
+    clones_root = tmp_path / "clones"
+    from_cli, from_doit = build_request(given, clones_root=clones_root), build_request(variables, clones_root=clones_root)
     assert from_cli == from_doit
     unchanged = [declared.field for declared in declared_options()
                  if getattr(from_cli, declared.field) == declared.default]
-    assert unchanged == []
+    assert unchanged == (["base_ref", "head_ref"] if kind == "patch" else [])
+    if kind == "refs":  # the refs become the patch and head OID of the private base worktree
+        assert from_cli.source == str(repo) and from_cli.repo != str(repo)
+        assert from_cli.head_sha == git(repo, "rev-parse", "pr").strip() and from_cli.patch.startswith(str(clones_root))
     assert from_cli.axis == ("X=--x:1;2", "Y=--y:3") and from_cli.python_path == ("kernels", "tests")
     assert from_cli.shape_arg == "--shapes" and from_cli.no_network == ("net-prefix",)
 
