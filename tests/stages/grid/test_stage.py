@@ -3,8 +3,9 @@ import ast
 import pytest
 
 from kvtasks.request import UsageError, build_request, grid_rows
+from kvtasks.sources import parametrize_marks
 from kvtasks.stages import Context, StageResult
-from kvtasks.stages.grid import argparse_flags, channel, default_grid, parametrize_marks, reads_env
+from kvtasks.stages.grid import channel
 from kvtasks.worktree import Worktree
 from tests.kernel_repos import (ARGNAMES_TEST, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT, TILED_TAIL_BUG,
                                 check, git, make_patch, make_repo, tiled_repo)
@@ -163,30 +164,6 @@ def test_axes_on_a_pytest_target_are_unusable(tiled, validate, tmp_path):
     assert result.report["test_selection"]["axis_state"] == "unusable"
 
 
-@pytest.mark.parametrize("source", [
-    'import os\nos.getenv("V")\n', 'import os\nos.environ.get("V", "")\n', 'import os\nos.environ["V"]\n',
-    'from os import environ\nenviron.get("V")\n', 'import os\nif "V" in os.environ:\n    pass\n'])
-def test_every_common_env_read_is_recognised(source):
-    assert reads_env(ast.parse(source), "V")
-    assert not reads_env(ast.parse(source), "OTHER")
-
-
-def test_argparse_defaults_and_parametrize_defaults_are_read():
-    flags = argparse_flags(ast.parse('p.add_argument("--shapes", nargs="+", default=[(64, 128), "4,8"])\n'
-                                     'p.add_argument("-n", "--heads", default=compute())\n'))
-    assert flags == {"--shapes": ["64,128", "4,8"], "-n": None, "--heads": None}
-    marks = parametrize_marks(ast.parse('ROWS = [(1, 2)]\n@pytest.mark.parametrize("a,b", ROWS)\ndef test(a, b): pass\n'))
-    assert marks == [(["a", "b"], ["1,2"])]
-
-
-def test_default_grid_covers_the_three_classes():
-    rows, basis = default_grid(["M", "N", "dtype_str"], ["4,64,bf16"])
-    assert rows == [["256", "4096", "bf16"], ["67", "4099", "bf16"], ["524289", "4096", "bf16"]]
-    assert int(rows[2][0]) * int(rows[2][1]) > 2**31 and int(rows[1][1]) % 64 != 0
-    assert "large M" in basis
-    assert default_grid(["heads", "N"], None)[0] == []
-
-
 def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
     request = build_request({"repo": str(tiled), "target": "tests/test_argnames.py", "shape_argnames": "M,N,dtype_str",
                              "expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"})
@@ -274,23 +251,3 @@ def test_a_cell_the_pr_skips_on_head_is_named_and_blocks(tiled, validate, tmp_pa
     assert oracle["status"] == "fail" and oracle["runs"]["head-baseoracle-grid"]["outcome"] == "fail"
     assert "missing required shapes" in result.stage("execution_receipt")["note"]
     assert result.verdict == "BLOCK"
-
-
-def test_a_poisoned_run_proves_a_channel_only_by_naming_the_value(tmp_path):
-    from kvtasks.stages.grid import SENTINEL, Plan, proves_channel
-    from kvtasks.harness.launch import CaseResult, ExecutionStats, TargetRun
-
-    def run(exit_code, text, timed_out=False, cases=()):
-        log = tmp_path / f"{len(list(tmp_path.iterdir()))}.log"
-        log.write_text(text)
-        return TargetRun(label="head-grid-probe", runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
-                         duration_s=1.0, log=str(log), stats=ExecutionStats(), cases=list(cases))
-
-    env, pytest_plan = Plan(channel="env", rows=[["1", "2"]]), Plan(channel="pytest", rows=[["1", "2"]])
-    assert proves_channel(env, run(1, f"ValueError: invalid literal for int(): '{SENTINEL}'"))[0]
-    assert not proves_channel(env, run(None, SENTINEL, timed_out=True))[0]
-    crashed, why = proves_channel(env, run(1, "ImportError: libcuda.so.1: cannot open shared object file"))
-    assert not crashed and "unrelated crash proves nothing" in why
-    failed_cell = CaseResult(name="test_x[kvcell0=a,b]", outcome="failed", message="TypeError: bad operand")
-    assert proves_channel(pytest_plan, run(1, "1 failed", cases=[failed_cell]))[0]
-    assert not proves_channel(env, run(0, ""))[0]

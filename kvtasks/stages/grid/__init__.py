@@ -1,0 +1,14 @@
+"""The independent shape grid: channel selection (`channel`, a prepare step that reads sources),
+the base side (`base_runs`, inside the baseline's lend), the correctness_grid stage (`head`), and
+the reruns other stages make (`rerun` for sensitivity, `oracle_run` for the base oracle).
+
+Modules by job: plan (cells, default grid, axes, independence), channel (the prepare step), proof
+(poisoned runs), runs (launches and cell outcomes), stage (head: prove, run, judge). Nothing here
+writes the report or applies the patch; the tree is borrowed through Worktree.lend.
+"""
+from kvtasks.stages.grid.channel import channel
+from kvtasks.stages.grid.plan import CHANNEL, NAME, default_grid
+from kvtasks.stages.grid.runs import base_runs, canonical_row, oracle_run, rerun
+from kvtasks.stages.grid.stage import head
+
+__all__ = ["CHANNEL", "NAME", "base_runs", "canonical_row", "channel", "default_grid", "head", "oracle_run", "rerun"]

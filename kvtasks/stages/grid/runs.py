@@ -1,0 +1,131 @@
+"""The grid's runs: one launch through the chosen channel, the base side (inside the baseline's
+lend), the sensitivity rerun and the base oracle's rerun, and which cells each run executed.
+
+Launches through kvtasks.harness inside a lend its caller holds; it must never judge head.
+"""
+from __future__ import annotations
+
+from kvtasks import harness, sources
+from kvtasks.harness import probe as route_probe
+from kvtasks.harness.launch import TargetRun
+from kvtasks.request import grid_rows
+from kvtasks.sources import row_text
+from kvtasks.stages import Context, cpu_tier, nonfinite
+from kvtasks.stages.grid.plan import NAME, Plan, plan_of
+from kvtasks.stages.grid.proof import cell_index, poisoned, proves_channel
+
+
+def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = (),
+         sensitivity: dict | None = None) -> TargetRun:
+    request = ctx.request
+    grid_text = ";".join(row_text(row) for row in rows)
+    argv, env_extra, argnames = [], {}, []
+    if plan.channel == "cli":
+        argv = [request.shape_arg, *(row_text(row) for row in rows)]
+    elif plan.channel == "env":
+        env_extra = {request.shape_env: grid_text}
+    elif plan.channel == "pytest":
+        argnames = request.argnames
+    ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
+    return harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+                      **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
+                      env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
+                      sensitivity=sensitivity)
+
+
+def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict) -> TargetRun:
+    """The grid run once more, same channel, cells and axes, with the route's output corrupted
+    (the sensitivity stage's run; the caller lends the tree)."""
+    plan = plan_of(ctx)
+    return run_grid(ctx, plan, label, plan.rows, axis_argv, sensitivity=sensitivity)
+
+
+def state_of(run: TargetRun) -> str:
+    return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
+
+
+def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[TargetRun]]:
+    """The base side of the grid (inside the baseline's handback): its state and runs."""
+    plan = plan_of(ctx)
+    if plan is None or not plan.rows:
+        return {"state": "not-configured"}, []
+    if not plan.channel:
+        return {"state": "no-channel-declared"}, []
+    if repo_run is None:
+        return {"state": "target-not-present"}, []
+    probe = run_grid(ctx, plan, "base-grid-probe", poisoned(plan))
+    proven, why = proves_channel(plan, probe)
+    fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "hook_proof": why}
+    if not proven or not repo_run.passed:
+        return {"state": "hook-not-consumed", **fields}, [probe]
+    run = run_grid(ctx, plan, "base-grid", plan.rows)
+    tier = cpu_tier.run_evidence(run)
+    cells, basis = cell_outcomes(ctx, plan, run)
+    return {"state": state_of(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
+            "cells": cells, "cells_basis": basis, **({"cpu_tier": tier} if tier else {}),
+            **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, [probe, run]
+
+
+def canonical_cell(text) -> str:
+    """A cell as the route sees it: the probe's own coercion and normalisation, dtypes by one name."""
+    value = route_probe._normalise(route_probe._coerce(str(text).strip()))
+    return sources.canonical_dtype(value) or value.replace(" ", "")
+
+
+def canonical_row(text: str) -> tuple[str, ...]:
+    """A row of cells (grid text, or a receipt's captured shape) as the route sees it."""
+    cells = grid_rows(text)
+    return tuple(canonical_cell(cell) for cell in (cells[0] if cells else []))
+
+
+def failing_cells(plan: Plan, run: TargetRun) -> str:
+    """Which cells a failed grid run failed: named per cell where JUnit tells them apart (the pytest
+    channel), else the cells the one process ran."""
+    failed = {cell_index(case.name) for case in run.cases if case.outcome in ("failed", "error")}
+    named = [row_text(row) for index, row in enumerate(plan.rows) if index in failed]
+    if plan.channel == "pytest" and named:
+        return f"failing cells {', '.join(named)}"
+    return f"grid cells {', '.join(row_text(row) for row in plan.rows)}, run as one"
+
+
+def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, str] | None, str]:
+    """Each cell of one grid run: executed, skipped or absent; None (with why) when cells cannot be
+    told apart in that run."""
+    cells = [row_text(row) for row in plan.rows]
+    if plan.channel == "pytest":
+        seen: dict[int, list[str]] = {}
+        for case in run.cases:
+            index = cell_index(case.name)
+            if index is not None:
+                seen.setdefault(index, []).append(case.outcome)
+        outcomes = {}
+        for index, cell in enumerate(cells):
+            found = seen.get(index, [])
+            outcomes[cell] = "absent" if not found else "skipped" if all(o == "skipped" for o in found) \
+                else "executed"
+        return outcomes, "per-cell JUnit items"
+    names = ctx.request.shape_var_names
+    if not names:
+        return None, "no --shape-vars were named, so the cells (one process runs them all) were not individually " \
+                     "evidenced"
+    if any(len(row) != len(names) for row in plan.rows):
+        return None, "the grid cells and --shape-vars differ in width, so the cells were not individually evidenced"
+    captured = (run.receipt or {}).get("executed_shapes") or []
+    if not captured:
+        return None, "the route captured no shape in this run, so the cells were not individually evidenced"
+    shapes = {canonical_row(shape) for shape in captured}
+    return {cell: "executed" if tuple(canonical_cell(v) for v in row) in shapes else "absent"
+            for cell, row in zip(cells, plan.rows)}, "the receipt's captured shape vars"
+
+
+def oracle_run(ctx: Context) -> TargetRun | None:
+    """The grid cells once more inside the base oracle's lend (base's target, head's code), when the
+    grid ran on head and passed on base; None otherwise."""
+    plan = plan_of(ctx)
+    head_grid = ctx.earlier.get(NAME)
+    baseline = ctx.earlier.get("baseline_control")
+    base = (baseline.stage.model_extra.get("s1_grid") if baseline else None) or {}
+    if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
+            or "exit" not in head_grid.stage.model_extra or base.get("state") != "ran" or base.get("exit") != 0:
+        return None
+    return run_grid(ctx, plan, "head-baseoracle-grid", plan.rows, head_grid.stage.model_extra.get("axis_argv") or [])
