@@ -190,7 +190,7 @@ def arch_coverage(stages: dict[str, Stage]) -> tuple[dict[str, str], dict[str, s
         return {}, {}
     for name in ("correctness_grid", "correctness_repo_tests"):
         stage = stages.get(name)
-        fields = stage.model_extra if stage is not None else {}
+        fields = stage.model_dump() if stage is not None else {}
         stats = fields.get("stats") or {}
         observed = stats.get("observed_work")
         if not stats.get("executed") or observed == 0:  # 0: a route was watched for and never reached

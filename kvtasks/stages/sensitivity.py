@@ -136,7 +136,7 @@ def run(ctx: Context) -> StageResult:
     if green is None:
         return result(NAME, "skip", why_not)
     grid_stage = ctx.earlier.get(grid.NAME)
-    axis_argv = (grid_stage.stage.model_extra.get("axis_argv") or []) if kind == "grid" and grid_stage else []
+    axis_argv = (grid_stage.stage.axis_argv or []) if kind == "grid" and grid_stage else []
     runs, outcomes = [], {}
     try:
         with ctx.worktree.lend("head"):

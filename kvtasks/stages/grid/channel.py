@@ -8,12 +8,11 @@ Reads sources through git objects only (kvtasks.sources); it must never launch t
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from kvtasks import sources
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult
-from kvtasks.stages.grid.plan import CHANNEL, Plan, default_grid, independence_of, parse_axis, parse_grid, stacked_marks
+from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, independence_of, parse_axis, parse_grid,
+                                      stacked_marks)
 
 
 def channel(ctx: Context) -> StageResult:
@@ -66,11 +65,8 @@ def channel(ctx: Context) -> StageResult:
     shape_vars = request.shape_var_names
     if not rows and shape_vars:
         rows, grid_basis = default_grid(shape_vars, defaults)
-    selection = {"grid_channel": chosen, "grid_channel_basis": f"declared-by-caller; proven by source: {evidence}"
-                 if chosen else "", "grid_channel_reason": "; ".join(tried), "grid_cells": [row_text(r) for r in rows],
-                 "grid_cells_basis": grid_basis}
-    independence, why = independence_of([row_text(r) for r in rows], defaults, chosen)
-    selection.update(grid_independence=independence, grid_independence_reason=why)
+    cells = [row_text(r) for r in rows]
+    independence, independence_reason = independence_of(cells, defaults, chosen)
 
     axes, malformed = [], []
     for spec in request.axis:
@@ -91,7 +87,12 @@ def channel(ctx: Context) -> StageResult:
             axis.independence, _ = independence_of(axis.values, axis.target_default, "cli")
         state, state_reason = ("hook-not-found", f"not declared with add_argument: {', '.join(missing)}") if missing \
             else ("declared", "every axis flag is declared; the runtime probe decides")
-    selection.update(axes=[asdict(axis) for axis in axes], axis_state=state, axis_state_reason=state_reason)
-    stage_result = StageResult(name=CHANNEL, selection=selection)
-    stage_result.facts["grid_plan"] = asdict(Plan(chosen, "; ".join(tried), rows, defaults, axes, state))
+    selection = GridSelection(
+        grid_channel=chosen, grid_channel_basis=f"declared-by-caller; proven by source: {evidence}" if chosen else "",
+        grid_channel_reason="; ".join(tried), grid_cells=cells, grid_cells_basis=grid_basis,
+        grid_independence=independence, grid_independence_reason=independence_reason, axes=axes, axis_state=state,
+        axis_state_reason=state_reason)
+    stage_result = StageResult(name=CHANNEL, selection=selection.model_dump())
+    plan = Plan(channel=chosen, reason="; ".join(tried), rows=rows, defaults=defaults, axes=axes, axis_state=state)
+    stage_result.facts["grid_plan"] = plan.model_dump()
     return stage_result

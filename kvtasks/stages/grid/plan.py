@@ -7,7 +7,9 @@ Reads requests and earlier results only; it must never launch the target nor rea
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel
 
 from kvtasks.request import grid_rows
 from kvtasks.sources import row_text
@@ -22,14 +24,19 @@ _N_NAMES = {"n", "k", "cols", "num_cols", "hidden", "hidden_size", "dim", "d", "
 _DTYPE_NAMES = {"dtype", "dtype_str", "dt", "type", "precision"}
 
 
-@dataclass
-class Axis:
+Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
+
+
+class Axis(BaseModel):
+    """One --axis NAME=--flag:v1;v2: a script flag the grid run adds, under the grid's burden of proof."""
+
     name: str
     flag: str
     values: list[str]
-    hook_proof: str = "not-evaluated"
-    target_default: list[str] | None = None
-    independence: str = "unknown"
+    hook_proof: Literal["not-evaluated", "flag-declared-in-add_argument", "flag-not-declared",
+                        "refused-invalid-value", "accepted-invalid-value"] = "not-evaluated"
+    target_default: list[str] | None = None  # the flag's literal default rows (None when computed)
+    independence: Independence = "unknown"
 
 
 def parse_grid(text: str) -> list[list[str]]:
@@ -61,7 +68,7 @@ def parse_axis(spec: str) -> Axis | None:
     cells = [value.strip() for value in values.split(";") if value.strip()]
     if not name.strip() or not flag.strip().startswith("-") or not cells:
         return None
-    return Axis(name.strip(), flag.strip(), cells)
+    return Axis(name=name.strip(), flag=flag.strip(), values=cells)
 
 
 def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[list[list[str]], str]:
@@ -90,18 +97,37 @@ def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[lis
     return rows, f"generated for {', '.join(classes)}"
 
 
-@dataclass
-class Plan:
-    channel: str = ""
-    reason: str = ""
-    rows: list[list[str]] = field(default_factory=list)
-    defaults: list[str] | None = None
-    axes: list[Axis] = field(default_factory=list)
-    axis_state: str = "none"
-    interpreter_skipped: list[str] = field(default_factory=list)
+class Plan(BaseModel):
+    """What the channel step hands the grid's runs: the chosen channel (or why none), the cells, the
+    target's own defaults, the axes; stored with the channel step's result as the fact grid_plan."""
+
+    channel: Literal["", "env", "cli", "pytest"] = ""
+    reason: str = ""  # why no channel was chosen: every channel tried, and why it was refused
+    rows: list[list[str]] = []
+    defaults: list[str] | None = None  # the target's own literal cells (None when computed)
+    axes: list[Axis] = []
+    axis_state: Literal["none", "malformed-spec", "unusable", "hook-not-found", "declared"] = "none"
+    interpreter_skipped: list[str] = []  # cells set aside under the CPU tier (bf16)
 
 
-def independence_of(cells: list[str], defaults: list[str] | None, chosen: str) -> tuple[str, str]:
+class GridSelection(BaseModel):
+    """The channel step's payload: the grid's fields in the report's test_selection (the stage
+    updates the independence and the axis fields after its runtime probes)."""
+
+    grid_channel: Literal["", "env", "cli", "pytest"]
+    grid_channel_basis: str  # the source evidence of the chosen channel
+    grid_channel_reason: str  # every channel tried and why it was refused
+    grid_cells: list[str]
+    grid_cells_basis: str  # declared-by-caller, or how the default grid was generated (or why it was not)
+    grid_independence: Independence
+    grid_independence_reason: str
+    axes: list[Axis]
+    axis_state: Literal["none", "malformed-spec", "unusable", "hook-not-found", "declared", "hook-not-consumed",
+                        "proven"]
+    axis_state_reason: str
+
+
+def independence_of(cells: list[str], defaults: list[str] | None, chosen: str) -> tuple[Independence, str]:
     if not cells:
         return "unknown", "no grid cells"
     if defaults is None:
@@ -119,7 +145,7 @@ def plan_of(ctx: Context) -> Plan | None:
     raw = ctx.fact("grid_plan")
     if raw is None:
         return None
-    plan = Plan(**{**raw, "axes": [Axis(**axis) for axis in raw["axes"]]})
+    plan = Plan.model_validate(raw)
     if cpu_tier.active(ctx):
         # the interpreter's bf16 arithmetic is wrong: such a cell would prove nothing either way
         limited = [row for row in plan.rows if any(triton_cpu.is_bf16(cell) for cell in row)]

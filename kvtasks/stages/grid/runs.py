@@ -126,6 +126,6 @@ def oracle_run(ctx: Context) -> TargetRun | None:
     baseline = ctx.earlier.get("baseline_control")
     base = (baseline.stage.model_extra.get("s1_grid") if baseline else None) or {}
     if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
-            or "exit" not in head_grid.stage.model_extra or base.get("state") != "ran" or base.get("exit") != 0:
+            or "exit" not in head_grid.stage.model_fields_set or base.get("state") != "ran" or base.get("exit") != 0:
         return None
-    return run_grid(ctx, plan, "head-baseoracle-grid", plan.rows, head_grid.stage.model_extra.get("axis_argv") or [])
+    return run_grid(ctx, plan, "head-baseoracle-grid", plan.rows, head_grid.stage.axis_argv or [])

@@ -7,16 +7,37 @@ Returns a StageResult; it must never write the report nor apply the patch itself
 """
 from __future__ import annotations
 
-from dataclasses import asdict
+from typing import Any, Literal
 
 from kvtasks.harness import triton_cpu
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.launch import ExecutionStats, TargetRun
 from kvtasks.sources import row_text
-from kvtasks.stages import Context, StageResult, cpu_tier, nonfinite, result
+from kvtasks.stages import Context, Stage, StageResult, cpu_tier, nonfinite, payload, result
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
 from kvtasks.stages.grid.proof import axis_probes, poisoned, proves_channel
 from kvtasks.stages.grid.runs import cell_outcomes, failing_cells, run_grid
 from kvtasks.worktree import PatchRefused
+
+
+@payload(NAME)
+class CorrectnessGrid(Stage):
+    """correctness_grid's fields: the channel's runtime proof, the grid run, and each cell's outcome."""
+
+    grid: str | None = None  # the caller's --grid as given ("" when the cells were generated)
+    channel: Literal["env", "cli", "pytest"] | None = None
+    cells: list[str] | dict[str, Literal["executed", "skipped", "absent"]] | None = None  # per-cell outcomes once run
+    cells_basis: str | None = None  # how the cells were told apart, or why they could not be
+    cells_skipped: list[str] | None = None  # cells that did not run on head
+    interpreter_skipped_cells: dict[str, str] | None = None  # cell -> why the CPU tier set it aside
+    hook_probe_exit: int | None = None
+    hook_probe_log: str | None = None
+    hook_proof: str | None = None  # what the poisoned run showed of the channel
+    exit: int | None = None
+    log: str | None = None
+    stats: ExecutionStats | None = None
+    axis_argv: list[str] | None = None  # the proven axes' flags and values, on the grid run's argv
+    cpu_tier: dict[str, Any] | None = None  # what the CPU tier saw in the grid run
+    route_outputs: list[dict[str, Any]] | None = None  # the route's outputs, for the NaN/Inf watch
 
 
 def head(ctx: Context) -> StageResult:
@@ -85,7 +106,7 @@ def head(ctx: Context) -> StageResult:
         nonfinite.judge(stage, run, base_grid.get("route_outputs"))
     if axis_state != plan.axis_state:
         stage.selection.update(axis_state=axis_state, axis_state_reason=axis_reason,
-                               axes=[asdict(axis) for axis in plan.axes])
+                               axes=[axis.model_dump() for axis in plan.axes])
         if axis_state == "hook-not-consumed":
             stage.finding("note", f"axis {axis_reason}; those axes were not run")
     stage.runs = runs
