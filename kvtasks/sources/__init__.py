@@ -2,7 +2,8 @@
 
 One module per job: syntax (parsing, names, numbers), imports (modules, aliases, the files they
 name, setup.py packaging), cells, flags (argparse), environment (env reads), parametrize (marks and
-rows), and the test policy of a file: tolerances and dtypes (tables), skips (what a weakening looks like),
+rows), structure (what a target file defines: tests, a __main__ guard, argv parsed at import),
+and the test policy of a file: tolerances and dtypes (tables), skips (what a weakening looks like),
 policy (records), reader (read_policy) and compare (head against base). Nothing here runs, imports
 or writes the code it reads; a stage that wants a reading asks this package.
 """
@@ -15,9 +16,9 @@ from kvtasks.sources.imports import aliases, imported_files, imported_modules, m
 from kvtasks.sources.parametrize import parametrize_groups, parametrize_marks
 from kvtasks.sources.policy import Policy
 from kvtasks.sources.reader import read_policy
-from kvtasks.sources.syntax import dotted, number, parse, qualified
+from kvtasks.sources.syntax import dotted, error_line, number, parse, qualified
 
 __all__ = ["Comparison", "Policy", "aliases", "argparse_flags", "canonical_dtype", "cell_text", "compare", "dotted",
-           "imported_files", "imported_modules", "literal_rows", "module_files", "number",
+           "error_line", "imported_files", "imported_modules", "literal_rows", "module_files", "number",
            "parametrize_groups", "parametrize_marks", "parse", "qualified", "read_policy", "reads_env", "row_text",
            "setup_py_layout"]

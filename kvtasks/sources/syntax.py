@@ -15,6 +15,17 @@ def parse(text: str | None) -> ast.Module | None:
         return None
 
 
+def error_line(text: str) -> int | None:
+    """The line a source fails to parse at; None when it parses (or the failure names no line)."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return exc.lineno
+    except ValueError:
+        return None
+    return None
+
+
 def dotted(node: ast.AST) -> str | None:
     """`a.b.c` for a chain of names and attributes (a call's callee before its parentheses)."""
     parts = []

@@ -6,27 +6,24 @@ a failure). `--runner` overrides, and the report keeps what the structure said n
 """
 from __future__ import annotations
 
-import ast
-
+from kvtasks import sources
+from kvtasks.sources.structure import argv_parsed_at_import, has_main_guard, test_definitions
 from kvtasks.stages import Context, StageResult
 
 NAME = "selection"
-_ARGV_PARSERS = {"parse_args", "parse_known_args", "parse_intermixed_args"}
-_COLLECTING_DECORATORS = ("parametrize", "fixture", "usefixtures")
 
 
 def classify(source: str, explicit_node: bool) -> tuple[str, str]:
     """Return (runner, reason) from the structure of the target's source."""
     if explicit_node:
         return "pytest", "explicit path::node selector"
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        return "none", f"target does not parse (line {exc.lineno}): neither runner can use it"
-    tests, workers = _test_definitions(tree)
+    tree = sources.parse(source)
+    if tree is None:
+        return "none", f"target does not parse (line {sources.error_line(source)}): neither runner can use it"
+    tests, workers = test_definitions(tree)
     if tests:
         return "pytest", f"defines collectable tests: {', '.join(tests[:5])}"
-    if _has_main_guard(tree):
+    if has_main_guard(tree):
         extra = f"; test* functions with required arguments are workers, not tests: {', '.join(workers[:5])}" \
             if workers else ""
         return "script", f'has an if __name__ == "__main__" guard and no collectable tests{extra}'
@@ -35,40 +32,13 @@ def classify(source: str, explicit_node: bool) -> tuple[str, str]:
 
 def runner_risk(source: str) -> str:
     """argv parsed at import time: pytest imports the module with its own argv and argparse exits."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = sources.parse(source)
+    parsed = argv_parsed_at_import(tree) if tree is not None else None
+    if parsed is None:
         return ""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(node):
-            continue
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
-                    and inner.func.attr in _ARGV_PARSERS:
-                return (f"argv parsed in module body (line {inner.lineno}, {inner.func.attr}): pytest imports the "
-                        "module with its own argv and argparse exits during collection")
-    return ""
-
-
-def _test_definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
-    tests, workers = [], []
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            tests.append(node.name)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            decorated = any(word in ast.unparse(dec) for dec in node.decorator_list for word in _COLLECTING_DECORATORS)
-            required = len(node.args.posonlyargs) + len(node.args.args) - len(node.args.defaults)
-            # a test(m, n, dtype) worker without parametrize is collected by pytest and then errors
-            (tests if decorated or required == 0 else workers).append(node.name)
-    return tests, workers
-
-
-def _is_main_guard(node: ast.stmt) -> bool:
-    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
-
-
-def _has_main_guard(tree: ast.Module) -> bool:
-    return any(_is_main_guard(node) for node in tree.body)
+    line, parser = parsed
+    return (f"argv parsed in module body (line {line}, {parser}): pytest imports the module with its own argv and "
+            "argparse exits during collection")
 
 
 def _provenance(ctx: Context) -> tuple[str, str]:
