@@ -16,11 +16,12 @@ from pathlib import Path
 
 from doit import get_var
 
-from kvtasks import demo, graph, pages
+from kvtasks import batch, cache_commands, demo, graph, pages
 from kvtasks.request import UsageError, build_request, doit_variables
+from kvtasks.workspace import Workspace, fail_usage
 
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
-WORKSPACE = graph.Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__).resolve().parent))
+WORKSPACE = Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__).resolve().parent))
 DOIT_CONFIG = WORKSPACE.doit_config()
 COMMAND = graph.doit_command(sys.argv[1:])
 QUIET = get_var("quiet", "") not in ("", "0")
@@ -35,14 +36,14 @@ def _only_known_variables(known: tuple[str, ...]) -> None:
     """A misspelt variable (no_netwrok=1) would otherwise be dropped without a word."""
     unknown = sorted(GIVEN - set(known))
     if unknown:
-        graph.fail_usage(f"{unknown[0]!r} is no variable of `doit {COMMAND}`; it takes {', '.join(known)}")
+        fail_usage(f"{unknown[0]!r} is no variable of `doit {COMMAND}`; it takes {', '.join(known)}")
 
 
 def _request(options: dict):
     try:
         return build_request(options, clones_root=WORKSPACE.clones)
     except UsageError as exc:
-        graph.fail_usage(str(exc))
+        fail_usage(str(exc))
 
 
 def _single_request():
@@ -51,7 +52,7 @@ def _single_request():
         try:
             given = {**demo.options(WORKSPACE.store.root, get_var("demo", demo.DEFAULT_PR)), **given}
         except demo.UnknownDemo as exc:
-            graph.fail_usage(str(exc))
+            fail_usage(str(exc))
     return _request(given)
 
 
@@ -64,22 +65,22 @@ elif COMMAND == "serve":
         """Serve reports/ (the HTML pages and JSON) on localhost; port=0 picks a free port."""
         port = get_var("port", "8000")
         if not port.isdigit() or int(port) > 65535:
-            graph.fail_usage(f"port= takes a port number, e.g. port=8000; got {port!r}")
+            fail_usage(f"port= takes a port number, e.g. port=8000; got {port!r}")
         return {"actions": [(pages.serve, [WORKSPACE.reports, int(port)])], "uptodate": [False], "verbosity": 2}
 elif COMMAND == "cache":
     def task_cache():
         """List stored evidence: key, kind, labels, size, age (base=OID: only that commit's)."""
-        return {"actions": [(graph.list_cache, [WORKSPACE, get_var("base")])], "uptodate": [False], "verbosity": 2}
+        return {"actions": [(cache_commands.list_cache, [WORKSPACE, get_var("base")])], "uptodate": [False], "verbosity": 2}
 elif COMMAND == "cache-gc":
     def task_cache_gc():
         """Remove stored evidence older than older=AGE (e.g. 30d); nothing else."""
-        older = get_var("older") or graph.fail_usage("cache-gc needs older=AGE, e.g. older=30d")
-        return {"basename": "cache-gc", "actions": [(graph.collect, [WORKSPACE, older])], "uptodate": [False],
+        older = get_var("older") or fail_usage("cache-gc needs older=AGE, e.g. older=30d")
+        return {"basename": "cache-gc", "actions": [(cache_commands.collect, [WORKSPACE, older])], "uptodate": [False],
                 "verbosity": 2}
 elif COMMAND == "batch":
     _only_known_variables(("manifest", "quiet"))  # a batch's options are its manifest's
-    _manifest = get_var("manifest") or graph.fail_usage("batch needs manifest=FILE (TOML or JSON)")
-    _name, _requests = graph.manifest_requests(_manifest, _request)
+    _manifest = get_var("manifest") or fail_usage("batch needs manifest=FILE (TOML or JSON)")
+    _name, _requests = batch.manifest_requests(_manifest, _request)
     graph.hold_worktrees(_requests)
     globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
 elif COMMAND == "validate":

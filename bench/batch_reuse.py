@@ -12,7 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvtasks import demo, graph
+from kvtasks import demo, graph, phases
+from kvtasks.workspace import Workspace
 from kvtasks.store import Store
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -66,10 +67,10 @@ def main() -> None:
                                *(f"{k}={v}" for k, v in options.items()))
             separate_bases += base_runs(home)
 
-        workspace = graph.Workspace(batch_home)
+        workspace = Workspace(batch_home)
         started = time.perf_counter()
         for label in prs:
-            graph.regenerate(workspace, label)
+            phases.regenerate(workspace, label)
         regenerate_s = time.perf_counter() - started
         command_s = doit(batch_home, "report")
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvtasks import graph
+from kvtasks.workspace import Workspace
 
 PROJECT = Path(__file__).resolve().parent.parent
 ROUNDS = 3
@@ -26,7 +26,7 @@ def validate(home: Path) -> None:
 
 def run_seconds(home: Path) -> dict[str, float]:
     """Wall seconds of each head-side run of the last validation, by run label."""
-    store = graph.Workspace(home).store
+    store = Workspace(home).store
     record = store.label("demo-clean-fix")
     return {run.label: run.duration_s for result in store.read("head", record["head_key"]) for run in result.runs}
 

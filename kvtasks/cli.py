@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from kvtasks import graph, report
+from kvtasks.workspace import Workspace
 from kvtasks.request import UsageError, build_request, declared_options
 
 DEFAULT_OUT = "validation_report.json"
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet = options.pop("quiet")
     if options["out"] is None:
         options["default_out"] = DEFAULT_OUT
-    workspace = graph.Workspace(workspace_root())
+    workspace = Workspace(workspace_root())
     try:
         request = build_request(options, clones_root=workspace.clones)
     except UsageError as exc:

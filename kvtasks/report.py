@@ -1,4 +1,5 @@
-"""The report: composed from stage results, judged, and written. The only writer of a report.
+"""The report: composed from stage results, judged, and written. The only writer of a report; it
+runs nothing and reads no evidence itself, and its stage list is the pipeline table's.
 
 Verdict rules: any blocker -> BLOCK; else any should-fix -> NEEDS_WORK; else a required stage
 short of pass (or no runtime identity) -> INCONCLUSIVE; else PASS, and only if the PASS gate
@@ -7,13 +8,14 @@ holds too. Exit codes: PASS 0, BLOCK and NEEDS_WORK 1, INCONCLUSIVE 2.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model
 
+from kvtasks.pipeline import REPORTED
 from kvtasks.stages import Finding, Stage, StageResult
+from kvtasks.stages.run_facts import utc_now
 from kvtasks.store import write_atomic
 from kvtasks.harness.environment import TargetEnvironment
 from kvtasks.harness.probe import PRODUCER
@@ -21,30 +23,19 @@ from kvtasks.harness.probe import PRODUCER
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
-class Stages(BaseModel):
-    """Every stage of the pipeline; the required ones are exactly the fields without a default."""
-
-    model_config = ConfigDict(extra="allow")
-
-    merge_sim: SerializeAsAny[Stage]
-    gpu_claim: SerializeAsAny[Stage]
-    runtime_compat: SerializeAsAny[Stage]
-    test_policy: SerializeAsAny[Stage]
-    baseline_control: SerializeAsAny[Stage]
-    correctness_repo_tests: SerializeAsAny[Stage]
-    correctness_grid: SerializeAsAny[Stage]
-    sensitivity: SerializeAsAny[Stage]
-    execution_receipt: SerializeAsAny[Stage]
-    # head's code under base's version of a modified target; optional: its skip changes no verdict
-    correctness_base_oracle: SerializeAsAny[Stage] | None = None
-    perf: SerializeAsAny[Stage] | None = None
+def _stages_model() -> type[BaseModel]:
+    """Every stage object of a report, in the order the pipeline runs them; the required ones
+    (pipeline.Row.report) are exactly the fields without a default."""
+    fields = {row.name: (SerializeAsAny[Stage], ...) if row.report == "required"
+              else (SerializeAsAny[Stage] | None, None) for row in REPORTED}
+    return create_model("Stages", __config__=ConfigDict(extra="allow"), **fields)
 
 
+Stages = _stages_model()
 # the stages whose runs the Triton CPU tier changes; each says so with evidence_tier
-TIERED_STAGES = ("baseline_control", "correctness_repo_tests", "correctness_grid", "sensitivity", "execution_receipt",
-                 "perf", "correctness_base_oracle")
-REQUIRED_STAGES = [name for name, field in Stages.model_fields.items() if field.is_required()]
-PIPELINE_STAGES = list(Stages.model_fields)
+TIERED_STAGES = tuple(row.name for row in REPORTED if row.tiered)
+REQUIRED_STAGES = [row.name for row in REPORTED if row.report == "required"]
+PIPELINE_STAGES = [row.name for row in REPORTED]
 
 
 class Repo(BaseModel):
@@ -105,10 +96,6 @@ class Report(BaseModel):
     findings: list[Finding]
     verdict: Verdict
     process_exit_code: Literal[0, 1, 2]
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def json_schema() -> dict:

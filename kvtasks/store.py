@@ -1,7 +1,9 @@
 """The evidence store: the only code that knows where evidence lives under cache/.
 
 Evidence documents (one per stage group and key) are JSON files written atomically (temp file +
-rename) under cache/evidence/<kind>/<key>.json, with the artifacts the validator kept from its
+rename) under cache/evidence/<kind>/<key>.json, each saying the evidence schema it was written in;
+a document of another schema (or one that no longer reads) is ignored, said once on stderr, and
+its group runs again: never a crash, with the artifacts the validator kept from its
 runs (logs, JUnit XML, receipts) under cache/runs/<kind>/<key>/. A diskcache index (eviction
 policy 'none', every write checked, every read-modify-write inside `Cache.transact()`) maps keys,
 labels and base OIDs to them, with paths relative to the store root so a copied store stays
@@ -18,16 +20,25 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import diskcache
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ValidationError
 
 from kvtasks.stages import StageResult
 
-_RESULTS = TypeAdapter(list[StageResult])
+# the shape of stored stage results; a change to it bumps this, and older evidence runs again
+# (1: a bare list of results, before the version was stored)
+EVIDENCE_SCHEMA = 2
+
+
+class _Evidence(BaseModel):
+    evidence_schema: int
+    results: list[StageResult]
+
 KINDS = ("prepare", "base", "head")
 # what a run leaves in its scratch folder that is evidence: logs, JUnit XML, receipts, perf logs
 # and the runtime probe's answer; the probe copies and the phase caches stay behind
@@ -57,6 +68,7 @@ class Store:
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self._index = diskcache.Cache(str(self.root / "index"), eviction_policy="none")
+        self._said: set[tuple[str, str]] = set()
 
     def _set(self, key, value) -> None:
         if not self._index.set(key, value):
@@ -86,15 +98,14 @@ class Store:
         (logs, JUnit XML, receipts, probe output; never the phase caches) into the store, and
         point the results at the stored copies."""
         path = self.evidence_path(kind, key)
-        document = _RESULTS.dump_json(results, indent=1)
+        document = _Evidence(evidence_schema=EVIDENCE_SCHEMA, results=results).model_dump_json(indent=1)
         if scratch is not None:
             kept = self.run_dir(kind, key)
             for folder in _ARTIFACT_FOLDERS:
                 if (scratch / folder).is_dir():
                     shutil.copytree(scratch / folder, kept / folder, dirs_exist_ok=True)
-            document = document.replace(json.dumps(str(scratch) + os.sep)[1:-1].encode(),
-                                        json.dumps(str(kept) + os.sep)[1:-1].encode())
-        write_atomic(path, document)
+            document = document.replace(json.dumps(str(scratch) + os.sep)[1:-1], json.dumps(str(kept) + os.sep)[1:-1])
+        write_atomic(path, document.encode())
         with self._index.transact():
             entry = self._index.get(("evidence", kind, key)) or {"labels": []}
             labels = sorted(set(entry["labels"]) | {label})
@@ -106,10 +117,34 @@ class Store:
         return path
 
     def read(self, kind: str, key: str) -> list[StageResult]:
+        """The stored results; none when there are none, or when they are unreadable to this
+        kvtasks (said once: the group that wrote them runs again)."""
+        results, unreadable = self._load(kind, key)
+        if unreadable and (kind, key) not in self._said:
+            self._said.add((kind, key))
+            print(f"kvtasks: stored {kind} evidence {key} is ignored and {kind} runs again: {unreadable}",
+                  file=sys.stderr, flush=True)
+        return results
+
+    def unreadable(self, kind: str, key: str) -> str | None:
+        """Why existing evidence cannot be read by this kvtasks, or None."""
+        return self._load(kind, key)[1]
+
+    def _load(self, kind: str, key: str) -> tuple[list[StageResult], str | None]:
         path = self.evidence_path(kind, key)
         if not path.is_file():
-            return []
-        return _RESULTS.validate_json(path.read_bytes())
+            return [], None
+        try:
+            document = json.loads(path.read_bytes())
+        except ValueError as exc:
+            return [], f"it is not JSON ({exc})"
+        version = document.get("evidence_schema") if isinstance(document, dict) else 1
+        if version != EVIDENCE_SCHEMA:
+            return [], f"it was written in evidence schema {version}, and this kvtasks reads {EVIDENCE_SCHEMA}"
+        try:
+            return _Evidence.model_validate(document).results, None
+        except ValidationError as exc:
+            return [], f"it does not read as evidence schema {EVIDENCE_SCHEMA} ({exc.error_count()} errors)"
 
     def keys_for_base(self, base_oid: str) -> set[str]:
         """Every piece of evidence about one base commit, as "kind:key"."""
@@ -129,6 +164,14 @@ class Store:
         needed = [("prepare", label)] + ([] if record.get("halted") else
                                          [("base", record.get("base_key")), ("head", record.get("head_key"))])
         return [f"{kind}:{key}" for kind, key in needed if not key or not self.evidence_path(kind, key).is_file()]
+
+    def unreadable_evidence(self, label: str) -> list[str]:
+        """What a label's report needs that the store holds in a form this kvtasks cannot read
+        ("kind:key: why")."""
+        record = self.label(label) or {}
+        needed = [("prepare", label)] + ([] if record.get("halted") else
+                                         [("base", record.get("base_key")), ("head", record.get("head_key"))])
+        return [f"{kind}:{key}: {why}" for kind, key in needed if key and (why := self.unreadable(kind, key))]
 
     def label(self, label: str) -> dict | None:
         return self._index.get(("label", label))

@@ -61,20 +61,20 @@ def test_a_timed_out_base_is_never_reused_and_the_tail_bug_blocks_again(tiled, v
 
 
 def test_a_timed_out_baseline_under_the_same_key_is_run_again(tiled, validate, home, tmp_path):
-    from kvtasks import graph
-    from kvtasks.stages import correctness
+    from kvtasks import phases, workspace as workspaces
+    from kvtasks.stages import baseline_control
 
     patch = make_patch(tiled, {"README.md": "docs\n"}, tmp_path / "docs.patch")
     validate(tiled, "--patch", str(patch), "--target", "tests/test_env.py", "--no-perf", "--label", "a")
     store, key = Store(home / "cache"), Store(home / "cache").label("a")["base_key"]
-    workspace = graph.Workspace(home)
-    assert graph.base_done(workspace, key)
+    workspace = workspaces.Workspace(home)
+    assert phases.base_done(workspace, key)
     stored = store.read("base", key)
-    baseline = next(r for r in stored if r.name == correctness.BASELINE)
+    baseline = next(r for r in stored if r.name == baseline_control.NAME)
     baseline.runs[0].timed_out, baseline.runs[0].exit = True, None
     store.write("base", key, stored, label="a", base_oid=None)
-    assert correctness.reusable(baseline) == "base-repo timed out"
-    assert not graph.base_done(workspace, key)
+    assert baseline_control.reusable(baseline) == "base-repo timed out"
+    assert not phases.base_done(workspace, key)
 
 
 def test_the_lease_owner_keeps_a_claim_after_the_worker_that_took_it_exits(private_gpu_locks):
@@ -166,8 +166,9 @@ def test_a_second_validator_with_another_tmpdir_and_home_is_still_refused(tiled,
 
 def test_a_crashing_group_still_writes_a_report_and_a_crashed_base_is_not_reused(tiled, validate, home, tmp_path,
                                                                                   monkeypatch):
-    from kvtasks import graph
-    from kvtasks.stages import correctness, test_policy
+    from kvtasks import phases
+    from kvtasks.stages import baseline_control, test_policy
+    from kvtasks.workspace import Workspace
 
     def crash(ctx):
         raise RuntimeError("simulated defect")
@@ -180,11 +181,11 @@ def test_a_crashing_group_still_writes_a_report_and_a_crashed_base_is_not_reused
     assert prepare.code == 2 and prepare.verdict == "INCONCLUSIVE"
     assert any("prepare crashed: RuntimeError: simulated defect" in f["detail"] for f in prepare.report["findings"])
     with monkeypatch.context() as patched:
-        patched.setattr(correctness, "baseline_control", crash)
+        patched.setattr(baseline_control, "run", crash)
         base = validate(tiled, *flags, "--label", "base-crash")
     assert base.code == 2 and base.verdict == "INCONCLUSIVE"
     assert any("base crashed: RuntimeError" in f["detail"] for f in base.report["findings"])
-    assert not graph.base_done(graph.Workspace(home), Store(home / "cache").label("base-crash")["base_key"])
+    assert not phases.base_done(Workspace(home), Store(home / "cache").label("base-crash")["base_key"])
 
 
 def test_a_runtime_probe_that_hangs_is_killed_and_recorded(tiled, validate, tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ evidence by the graph and composed and judged by report.py alone.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -155,14 +154,3 @@ class Context:
         if not self.quiet:
             print(f"[kvtasks] {line}", file=sys.stderr, flush=True)
 
-
-def timed(ctx: Context, name: str, run) -> StageResult:
-    """Run one stage with a progress line as it starts and ends, so a long run never looks hung."""
-    ctx.say(f"{name}: started")
-    started = time.monotonic()
-    stage_result = run(ctx)
-    status = stage_result.stage.status if stage_result.stage else "done"
-    reason = stage_result.stage.note if stage_result.stage else ""
-    ctx.say(f"{name}: {status} ({time.monotonic() - started:.1f}s){' - ' + reason if reason else ''}")
-    ctx.earlier[name] = stage_result
-    return stage_result

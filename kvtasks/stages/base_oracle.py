@@ -16,7 +16,8 @@ import re
 from pathlib import PurePosixPath
 
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result, test_policy
+from kvtasks.stages import Context, StageResult, baseline_control, cpu_tier, grid, result, test_policy
+from kvtasks.stages.target_runs import gate
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 
@@ -63,10 +64,10 @@ def run(ctx: Context) -> StageResult:
     if change not in (None, "M"):
         what = "adds" if change == "A" else "deletes"
         return result(NAME, "skip", f"the PR {what} the target: there is no base oracle to hold head to")
-    blocked = correctness.gate(ctx)
+    blocked = gate(ctx)
     if blocked:
         return result(NAME, "skip", blocked)
-    baseline = ctx.earlier.get(correctness.BASELINE)
+    baseline = ctx.earlier.get(baseline_control.NAME)
     base_repo = baseline.stage.model_extra.get("repo_tests") if baseline and baseline.stage.status == "pass" else None
     if not base_repo or base_repo.get("state") != "ran" or base_repo.get("exit") != 0:
         return result(NAME, "skip", "the target does not pass on base, so base's tests cannot judge head")

@@ -1,8 +1,8 @@
 """gpu_claim: a verified-idle GPU, locked for the whole run; or NO_GPU with the fact it rests on.
 
-When no GPU is claimed, the gpu-requirement probe runs the head target once with no visible
-device: `not-required` only when it passes and executes at least one test. Such a target still
-runs its correctness stages, but earns no architecture and no PASS.
+It only claims: whether an unclaimed target needs a GPU is gpu_requirement's to ask, and the
+device's activity after the runs is gpu_activity's to record (both amend this stage, as the
+pipeline table says). It never launches a target.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import socket
 from kvtasks import harness
 from kvtasks.gpu import picker
 from kvtasks.stages import Context, StageResult, result
-from kvtasks.worktree import PatchRefused
 
 NAME = "gpu_claim"
 
@@ -87,61 +86,5 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
     return stage
 
 
-def after_run(ctx: Context) -> StageResult | None:
-    """Record activity after every run on the claimed device (a neighbour may have started)."""
-    claim = ctx.earlier.get(NAME)
-    if claim is None or claim.stage.status != "pass":
-        return None
-    updated = claim.model_copy(deep=True)
-    index = claim.stage.model_extra.get("hip_index", claim.stage.model_extra.get("cuda_index"))
-    found = picker.find_device(index)
-    if found is None:
-        updated.stage.post_run_note = "activity after the run could not be recorded: the device was not found"
-        return updated
-    device, backend = found
-    try:
-        after = backend.activity(device)
-    finally:
-        backend.close()
-    if after is None:
-        updated.stage.post_run_note = "the activity API does not report on this host"
-    else:
-        updated.stage.gfx_activity_after_pct = round(after)
-    return updated
-
-
 def visible_devices(ctx: Context) -> dict[str, str]:
     return ctx.fact("visible_devices") or harness.NO_DEVICE
-
-
-def requirement(ctx: Context) -> StageResult | None:
-    """Without a claimed GPU, ask the head target whether it needs one; return the updated claim."""
-    claim = ctx.earlier.get(NAME)
-    if claim is None or claim.stage.status == "pass":
-        return None
-    updated = claim.model_copy(deep=True)
-    runner = ctx.selected("runner", "none")
-    if runner == "none":
-        updated.selection.update(gpu_requirement="required",
-                                 gpu_requirement_basis="not probed: no runner was selected; conservative default")
-        return updated
-    try:
-        with ctx.worktree.lend("head"):
-            ctx.say("gpu_claim: running gpufree-probe with no visible device")
-            run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
-    except PatchRefused as refused:
-        updated.selection.update(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
-        return updated
-    executed, observed = run.stats.executed, run.stats.observed_work
-    if run.passed and executed >= 1 and observed != 0:
-        basis = f"passed with no visible device, {executed} executed ({run.runner})"
-        updated.selection.update(gpu_requirement="not-required", gpu_requirement_basis=basis)
-        updated.stage.requirement_note = f"target does not need a GPU: {basis}; correctness runs, no arch is credited"
-        updated.finding("note", f"the target ran without a GPU ({basis}); its correctness evidence is CPU-only "
-                                "and PASS stays unreachable without a claimed GPU")
-    else:
-        updated.selection.update(gpu_requirement="required",
-                                 gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "
-                                                       f"observed_work {observed}")
-    updated.runs.append(run)
-    return updated

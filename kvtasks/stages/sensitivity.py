@@ -20,7 +20,7 @@ the repository, not the PR.
 from __future__ import annotations
 
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, correctness, cpu_tier, grid, result
+from kvtasks.stages import Context, StageResult, baseline_control, cpu_tier, grid, repo_tests, result
 from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
@@ -52,7 +52,7 @@ def _green_run(ctx: Context) -> tuple[str, TargetRun | None, str]:
         return "", None, "the head grid did not pass, so a corrupted run of it proves nothing"
     if grid_run is not None and grid_run.stats.executed > 0:
         return "grid", grid_run, ""
-    repo = ctx.earlier.get(correctness.REPO_TESTS)
+    repo = ctx.earlier.get(repo_tests.NAME)
     repo_run = next((run for run in (repo.runs if repo else []) if run.label == "head-repo"), None)
     if repo_run is None:
         return "", None, f"the head repo tests did not run ({repo.stage.note if repo else 'no result'})"
@@ -170,12 +170,12 @@ def run(ctx: Context) -> StageResult:
 
 def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[TargetRun]]:
     """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs)."""
-    baseline = ctx.earlier.get(correctness.BASELINE)
+    baseline = ctx.earlier.get(baseline_control.NAME)
     extra = baseline.stage.model_extra if baseline else {}
-    s1_grid, repo_tests = extra.get("s1_grid") or {}, extra.get("repo_tests") or {}
-    if s1_grid.get("state") == "ran" and s1_grid.get("exit") == 0:
+    base_grid, base_repo = extra.get("s1_grid") or {}, extra.get("repo_tests") or {}
+    if base_grid.get("state") == "ran" and base_grid.get("exit") == 0:
         kind = "grid"
-    elif repo_tests.get("state") == "ran" and repo_tests.get("exit") == 0:
+    elif base_repo.get("state") == "ran" and base_repo.get("exit") == 0:
         kind = "repo"
     else:
         return "skip", "base's own run of the target did not pass", {}, []

@@ -13,7 +13,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import Context, Stage, StageResult, correctness, cpu_tier, gpu_claim, payload, result
+from kvtasks.stages import Context, Stage, StageResult, cpu_tier, gpu_claim, payload, repo_tests, result
+from kvtasks.stages.target_runs import gate
 from kvtasks.stages.perf.entry import choose_entry
 from kvtasks.stages.perf.scrape import scrape
 from kvtasks.stages.perf.stats import METHOD, Comparison, best_round, compare
@@ -96,12 +97,12 @@ def run(ctx: Context) -> StageResult:
     if cpu_tier.active(ctx):
         return _skip("not measured: kernels ran in the Triton interpreter on the CPU, whose timings are never "
                      "perf evidence")
-    blocked = correctness.gate(ctx)
+    blocked = gate(ctx)
     if blocked:
         return _skip(blocked)
     if not request.has_patch:
         return _skip("no patch: there is no base to time against")
-    head = ctx.earlier.get(correctness.REPO_TESTS)
+    head = ctx.earlier.get(repo_tests.NAME)
     if head is None or head.stage.status != "pass":
         return _skip("the head repo tests did not pass; timing a kernel that fails says nothing")
     claim = ctx.earlier.get(gpu_claim.NAME)

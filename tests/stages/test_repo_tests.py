@@ -1,6 +1,7 @@
+"""correctness_repo_tests: head's run of the target and who is blamed when it is red."""
 from types import SimpleNamespace
 
-from kvtasks.stages import correctness
+from kvtasks.stages import repo_tests
 from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
 
@@ -81,27 +82,6 @@ def test_crash_without_junit_is_recorded_as_such(repo, validate, tmp_path):
     assert any("executed nothing" in f["detail"] for f in result.findings("note"))
 
 
-def test_base_run_leaving_artifacts_aborts_head_and_is_cleaned(repo, validate, tmp_path):
-    dirtying = TESTS + '''
-
-def test_writes_into_the_tree():
-    import os
-
-    os.makedirs("build", exist_ok=True)
-    with open("build/out.log", "w") as log:
-        log.write("x")
-'''
-    (repo / "tests/test_scale.py").write_text(dirtying)
-    git(repo, "commit", "-qam", "a suite that writes into the tree")
-    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
-    base = result.stage("baseline_control")
-    assert base["status"] == "skip" and base["artifacts"] == ["build/out.log"]
-    assert "head tests were not run" in result.stage("correctness_repo_tests")["note"]
-    assert result.verdict == "INCONCLUSIVE"
-    assert not (repo / "build").exists()
-
-
 def test_script_target_runs_as_a_script(repo, validate, tmp_path):
     script = ("import numpy as np\nfrom kernels.scale import scale_rows\n\n"
               "if __name__ == '__main__':\n    x = np.ones((2, 13), dtype=np.float32)\n"
@@ -122,6 +102,6 @@ def test_a_pytest_usage_error_on_head_is_a_skip_never_a_failure():
                     stats=ExecutionStats(note="pytest usage error (exit 4), no test ran: error: unrecognized "
                                               "arguments: --cov"))
     ctx = SimpleNamespace(request=SimpleNamespace(has_patch=True, host=SimpleNamespace(timeout=60)))
-    stage = correctness._judge_head(ctx, run, {"state": "ran", "exit": 0})
+    stage = repo_tests._judge_head(ctx, run, {"state": "ran", "exit": 0})
     assert stage.stage.status == "skip" and [f.severity for f in stage.findings] == ["note"]
     assert "unrecognized arguments: --cov" in stage.findings[0].detail

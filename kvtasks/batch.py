@@ -1,0 +1,89 @@
+"""Batches: a manifest read into requests (shared options at the top, one entry per PR under `prs`),
+and the batch's index drawn from the published reports. It runs no stage and knows no doit.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtasks import clones, pages, phases
+from kvtasks.gpu import picker
+from kvtasks.request import Request
+from kvtasks.stages import run_facts
+from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.worktree import Worktree
+
+
+def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
+    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`."""
+    manifest = Path(path).expanduser().resolve()
+    try:
+        text = manifest.read_text()
+    except OSError as exc:
+        fail_usage(f"manifest {path!r} is unreadable: {exc.strerror or exc}")
+    try:
+        if manifest.suffix == ".json":
+            data = json.loads(text)
+        else:
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+            data = tomllib.loads(text)
+    except ValueError as exc:
+        fail_usage(f"manifest {path!r} does not parse: {exc}")
+    prs = data.pop("prs", None)
+    if not isinstance(prs, list) or not prs:
+        fail_usage(f"manifest {path!r} has no `prs` list")
+    expected_base = data.pop("base", None)
+    shared = {key: _relative(manifest, key, value) for key, value in data.items()}
+    requests = []
+    for entry in prs:
+        if not isinstance(entry, dict) or not ({"patch", "head_ref"} & set(entry)) or "label" not in entry:
+            fail_usage(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
+        options = {**shared, **{key: _relative(manifest, key, value) for key, value in entry.items()}}
+        requests.append(build(options))
+    labels = [request.label for request in requests]
+    if len(set(labels)) != len(labels):
+        fail_usage(f"manifest labels must be unique: {labels}")
+    if expected_base:
+        actual = Worktree(requests[0].repo, None).head_oid()
+        if actual != expected_base:
+            fail_usage(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
+    return manifest.stem, requests
+
+
+def _relative(manifest: Path, key: str, value):
+    if key == "repo" and isinstance(value, str) and clones.is_url(value):
+        return value
+    if key in ("repo", "patch", "out") and isinstance(value, str) and not Path(value).expanduser().is_absolute():
+        return str((manifest.parent / value).resolve())
+    return value
+
+
+def write_index(requests: list[Request], workspace: Workspace, name: str) -> tuple[int, str]:
+    """The batch's index (markdown and its page); return the worst exit code among its PRs (a
+    failed verdict before an inconclusive one) and where the index is."""
+    picker.release_all()
+    store = workspace.store
+    rows = ["| PR | verdict | blockers | should-fix | perf headline | report |", "| --- | --- | --- | --- | --- | --- |"]
+    codes = []
+    for request in requests:
+        composed = phases.compose(workspace, request.label)
+        codes.append(composed.process_exit_code)
+        count = {severity: sum(f.severity == severity for f in composed.findings) for severity in ("blocker",
+                                                                                                    "should-fix")}
+        perf = composed.stages.perf
+        headline = perf.model_extra.get("median_ratio") if perf is not None else None
+        record = store.label(request.label) or {}
+        rows.append(f"| {request.label} | {composed.verdict} | {count['blocker']} | {count['should-fix']} | "
+                    f"{headline if headline is not None else 'not measured'} | {record.get('report', '')} |")
+    index = workspace.reports / name / "index.md"
+    index.parent.mkdir(parents=True, exist_ok=True)
+    index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(rows) + "\n")
+    print(index.read_text())
+    labels = [request.label for request in requests]
+    batch_page = pages.write_batch_page(workspace.reports, name, labels, run_facts.utc_now())
+    print(f"pages: {batch_page} and {pages.write_index(workspace.reports)}")
+    worst = 1 if 1 in codes else 2 if 2 in codes else 0
+    return worst, str(index)

@@ -1,0 +1,178 @@
+"""The work behind the graph's tasks: one group of the pipeline run for one PR and its results
+stored (prepare also computes the content keys), and a report composed from stored evidence and
+published. It never knows doit (graph.py) and never judges (report.py).
+
+A group never dies without evidence: a stage that crashes ends its group with the crash as a
+finding, and the report publishes that (INCONCLUSIVE).
+"""
+from __future__ import annotations
+
+import sys
+
+from kvtasks import keys, pages, report
+from kvtasks.pipeline import run_group
+from kvtasks.request import Request
+from kvtasks.stages import Context, StageResult, baseline_control, gpu_claim, run_facts
+from kvtasks import harness
+from kvtasks.store import Store
+from kvtasks.workspace import Workspace
+from kvtasks.worktree import Worktree
+
+
+def _keys(request: Request, results: list[StageResult]) -> dict:
+    latest = {result.name: result for result in results}
+    facts = {k: v for result in results for k, v in result.facts.items()}
+    selected = {k: v for result in results for k, v in result.selection.items()}
+    base_oid = facts["repo"]["base"]
+    claim = latest.get(gpu_claim.NAME)
+    claimed = claim.stage.model_dump() if claim is not None and claim.stage.status == "pass" else None
+    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), claimed, facts.get("cpu_tier"),
+                                facts.get("gpu_driver"))
+    base = keys.base_key(request, base_oid, selected, runtime, facts.get("target_environment_values"))
+    patch = facts["repo"].get("patch_sha256")
+    return {"base_oid": base_oid, "patch_sha256": patch, "runtime_hash": runtime, "base_key": base,
+            "head_key": keys.head_key(base, patch, request)}
+
+
+def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
+    """Prepare one PR: the prepare group, its evidence stored under the label, and the keys its
+    base and head groups are stored under."""
+    store = workspace.store
+    for path in workspace.report_paths(request):
+        # a run owns its output paths: a stale report must never stand in for this run's
+        path.unlink(missing_ok=True)
+        path.with_name("summary.md").unlink(missing_ok=True)
+    (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
+    scratch = store.scratch_dir("prepare", request.label)
+    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet)
+    recovered = None
+    try:
+        recovered = ctx.worktree.recover()
+        results = run_group(ctx, "prepare")
+    except Exception as exc:  # an Interrupted (SystemExit) still ends the run with no report
+        results = _crashed("prepare", exc, ctx)
+    recovered = recovered or ctx.worktree.recovered
+    if recovered is not None:
+        facts = next(result for result in results if result.name == run_facts.NAME)
+        facts.facts["recovered_run"] = recovered
+        facts.finding("note", _recovery_note(recovered))
+        print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
+    halted = next((r.facts["halt"] for r in results if "halt" in r.facts), None)
+    record = {"halted": halted, "base_key": None, "head_key": None, "finished_utc": None,
+              "base_oid": next((r.facts["repo"].get("base") for r in results if "repo" in r.facts), None)}
+    if not halted:
+        record.update(_keys(request, results))
+    store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
+    store.record_launches("prepare", request.label, request.label, [run.label for r in results for run in r.runs])
+    store.set_label(request.label, record)
+
+
+def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = None) -> list[StageResult]:
+    """What a group that raised leaves as evidence: the stages it finished (not the earlier
+    groups' results it was given), and the crash. In prepare the crash is said by the run's facts
+    (made here when the crash came before them)."""
+    detail = f"kvtasks' {group} crashed: {type(exc).__name__}: {exc}"
+    print(f"kvtasks: {detail}", file=sys.__stderr__)
+    done = [result for name, result in ctx.earlier.items() if (loaded or {}).get(name) is not result]
+    if group != "prepare":
+        crash = StageResult(name=f"{group}_crash", facts={"halt": detail})
+        return [*done, crash.finding("note", f"{detail}; no verdict rests on this run")]
+    crash = next((result for result in done if result.name == run_facts.NAME), None)
+    if crash is None:
+        crash = StageResult(name=run_facts.NAME, facts={"started_utc": run_facts.utc_now(),
+                                                        "isolation": harness.isolation_facts(ctx.request)})
+        done = [crash, *done]
+    crash.facts["halt"] = detail
+    if not any("repo" in r.facts for r in done):
+        crash.facts["repo"] = {"worktree": str(ctx.worktree.path), "base": None, "head": ctx.request.head_sha,
+                               "kind": "unknown", "patch_sha256": None}
+    crash.finding("note", f"{detail}; no verdict rests on this run")
+    return done
+
+
+def _recovery_note(recovered: dict) -> str:
+    if recovered.get("patch_reversed") is None:
+        what = "was killed while it had the tree (no patch applied)"
+    else:
+        what = (f"was killed with patch {recovered['patch_sha256'][:12]} applied; kvtasks "
+                + ("reversed it" if recovered["patch_reversed"] else "could not reverse it"))
+    return (f"a previous kvtasks run on this worktree (pid {recovered['pid']}) {what}, killed the "
+            f"{len(recovered.get('killed_processes', []))} processes it had left running and removed "
+            f"{len(recovered['removed'])} files it had written before this run; the tree was not dirtied by the caller")
+
+
+def _earlier(store: Store, kinds: list[tuple[str, str]]) -> dict[str, StageResult]:
+    return {result.name: result for kind, key in kinds for result in store.read(kind, key)}
+
+
+def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> None:
+    """Run the base or head group for one PR, given the earlier groups' stored results."""
+    store = workspace.store
+    record = store.label(request.label)
+    key = record[f"{kind}_key"]
+    sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
+    scratch = store.scratch_dir(kind, key)
+    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
+                  earlier=_earlier(store, sources), quiet=quiet,
+                  phase_roots={"base": store.scratch_dir("base", record["base_key"]),
+                               "head": store.scratch_dir("head", record["head_key"])})
+    loaded = dict(ctx.earlier)
+    try:
+        results = run_group(ctx, kind)
+    except Exception as exc:
+        results = _crashed(kind, exc, ctx, loaded)
+    store.write(kind, key, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
+    store.record_launches(kind, key, request.label, [run.label for r in results for run in r.runs])
+
+
+def base_done(workspace: Workspace, key: str) -> bool:
+    """Up to date when this base key already has a baseline that really ran to its end: a gated
+    skip, a crash, a timed-out or killed base run is never a baseline to reuse."""
+    stored = {result.name: result for result in workspace.store.read("base", key)}
+    baseline = stored.get(baseline_control.NAME)
+    return baseline is not None and baseline.stage.status == "pass" and baseline_control.reusable(baseline) is None
+
+
+def compose(workspace: Workspace, label: str) -> report.Report:
+    store = workspace.store
+    record = store.label(label)
+    if record is None:
+        raise KeyError(f"no stored evidence for label {label!r}")
+    results = store.read("prepare", label)
+    if not record.get("halted"):
+        results += store.read("base", record["base_key"]) + store.read("head", record["head_key"])
+    return report.compose(label, results, finished_utc=record.get("finished_utc"))
+
+
+def publish(request: Request, workspace: Workspace, quiet: bool, draw_index: bool) -> report.Report:
+    """Compose, judge and publish one PR's report (and its page; the index too unless a batch
+    draws it once, after its last PR)."""
+    store = workspace.store
+    store.set_label(request.label, {"finished_utc": run_facts.utc_now()})
+    composed = compose(workspace, request.label)
+    paths = workspace.report_paths(request)
+    report.publish(composed, paths)
+    page = pages.write_report_page(paths[0].parent)
+    if draw_index:
+        pages.write_index(workspace.reports)
+    store.set_label(request.label, {"verdict": composed.verdict, "exit": composed.process_exit_code,
+                                    "report": str(paths[0])})
+    if not quiet:
+        print(report.summary_markdown(composed))
+        print(f"report: {paths[-1]}")
+        print(f"page: {page}")
+    return composed
+
+
+def regenerate(workspace: Workspace, label: str) -> None:
+    """Rebuild reports/<label>/ from stored evidence: no target runs, no git."""
+    composed = compose(workspace, label)
+    folder = workspace.reports / label
+    report.publish(composed, [folder / pages.REPORT])
+    pages.write_report_page(folder)
+    print(f"{label}: {composed.verdict}")
+
+
+def redraw_tables(workspace: Workspace) -> None:
+    pages.rewrite_tables(workspace.reports)
+    print(f"index: {workspace.reports / pages.PAGE}")

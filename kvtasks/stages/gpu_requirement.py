@@ -1,0 +1,47 @@
+"""gpu_requirement: without a claimed GPU, ask the head target whether it needs one.
+
+It runs the head target once with no visible device: `not-required` only when it passes and
+executes at least one test. Such a target still runs its correctness stages, but earns no
+architecture and no PASS. It amends gpu_claim's result (the pipeline table says so); it never claims.
+"""
+from __future__ import annotations
+
+from kvtasks import harness
+from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, runtime_compat
+from kvtasks.worktree import PatchRefused
+
+NAME = "gpu_requirement"
+
+
+def run(ctx: Context) -> StageResult | None:
+    """The claim amended with the answer; None when a GPU was claimed, the runtime was not
+    established, or the CPU tier runs the target (without a GPU by construction: nothing to ask)."""
+    claim = ctx.earlier.get(gpu_claim.NAME)
+    if claim is None or claim.stage.status == "pass" or not runtime_compat.established(ctx) or cpu_tier.active(ctx):
+        return None
+    updated = claim.model_copy(deep=True)
+    runner = ctx.selected("runner", "none")
+    if runner == "none":
+        updated.selection.update(gpu_requirement="required",
+                                 gpu_requirement_basis="not probed: no runner was selected; conservative default")
+        return updated
+    try:
+        with ctx.worktree.lend("head"):
+            ctx.say(f"{NAME}: running gpufree-probe with no visible device")
+            run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
+    except PatchRefused as refused:
+        updated.selection.update(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
+        return updated
+    executed, observed = run.stats.executed, run.stats.observed_work
+    if run.passed and executed >= 1 and observed != 0:
+        basis = f"passed with no visible device, {executed} executed ({run.runner})"
+        updated.selection.update(gpu_requirement="not-required", gpu_requirement_basis=basis)
+        updated.stage.requirement_note = f"target does not need a GPU: {basis}; correctness runs, no arch is credited"
+        updated.finding("note", f"the target ran without a GPU ({basis}); its correctness evidence is CPU-only "
+                                "and PASS stays unreachable without a claimed GPU")
+    else:
+        updated.selection.update(gpu_requirement="required",
+                                 gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "
+                                                       f"observed_work {observed}")
+    updated.runs.append(run)
+    return updated

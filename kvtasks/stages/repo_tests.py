@@ -1,0 +1,92 @@
+"""correctness_repo_tests: the repository's own target on head, and who is to blame when it is red.
+
+It runs head inside `Worktree.lend("head")`, which returns the tree clean on every path, and
+judges head against what baseline_control saw; it never reruns base.
+"""
+from __future__ import annotations
+
+from kvtasks import harness
+from kvtasks.stages import Context, StageResult, baseline_control, cpu_tier, nonfinite, result
+from kvtasks.stages.target_runs import addopts_note, gate, run_fields
+from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, TargetRun
+from kvtasks.worktree import PatchRefused
+
+NAME = "correctness_repo_tests"
+
+
+def run(ctx: Context) -> StageResult:
+    request, worktree = ctx.request, ctx.worktree
+    blocked = gate(ctx)
+    if blocked:
+        return result(NAME, "skip", blocked)
+    baseline = ctx.earlier.get(baseline_control.NAME)
+    if request.has_patch and (baseline is None or baseline.stage.status != "pass"):
+        reason = baseline.stage.note if baseline else "it did not run"
+        return result(NAME, "skip", f"baseline control did not pass ({reason}); head tests were not run")
+
+    try:
+        with worktree.lend("head"):
+            expected = set(worktree.status())
+            ctx.say("correctness_repo_tests: running head-repo")
+            run = harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
+                             **cpu_tier.launch_options(ctx))
+            artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
+    except PatchRefused as refused:
+        stage = result(NAME, "skip", str(refused))
+        return stage.finding("note", "head was not tested: the patch did not apply after the base run")
+
+    base = baseline.stage.model_extra.get("repo_tests") if baseline else None
+    stage = _judge_head(ctx, run, base)
+    cpu_tier.credit_fixes(stage, run, base)
+    cpu_tier.observe(stage, run)
+    if request.has_patch and base is not None:
+        nonfinite.judge(stage, run, base.get("route_outputs"))
+    if run.addopts_dropped:
+        stage.finding("note", addopts_note(run))
+    if artifacts:
+        stage.stage.artifacts = artifacts
+        stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "
+                              f"({', '.join(artifacts[:5])}); they were removed")
+    stage.runs = [run]
+    return stage
+
+
+def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
+    fields = run_fields(run)
+    executed = run.stats.executed
+    tiered = cpu_tier.blocker(ctx, NAME, run, base, fields) or cpu_tier.sparse_skip(NAME, run, fields)
+    if tiered is not None:
+        return tiered
+    if run.usage_error:
+        stage = result(NAME, "skip", f"{run.stats.note}; nothing is attributed", **fields)
+        return stage.finding("note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
+    if run.timed_out:
+        stage = result(NAME, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
+    elif run.exit == 0 and executed > 0:
+        return result(NAME, "pass", f"{executed} executed, all passed", **fields)
+    elif run.exit == 0 or (run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED):
+        stage = result(NAME, "skip", "target completed with no executed tests", **fields)
+        return stage.finding("note", "the head target executed no test; no correctness claim is made")
+    else:
+        failed = run.stats.failures + run.stats.errors
+        stage = result(NAME, "fail", f"exit {run.exit}: {failed} failed or errored of {run.stats.tests}", **fields)
+
+    what = "times out" if run.timed_out else "fails"
+    tail = run.log_tail()
+    if not ctx.request.has_patch:
+        stage.finding("blocker", f"the supplied head checkout's target {what}: {tail}")
+    elif base is not None and base["state"] == "target-not-present":
+        stage.finding("blocker", f"the PR adds this target and it {what} on head: {tail}")
+    elif base is not None and base["state"] == "ran" and base.get("exit") == 0:
+        stage.finding("blocker", f"the target passes on base and {what} on head: {tail}")
+    elif base is not None and base.get("timed_out"):
+        stage.finding("note", f"the base run timed out (TIMEOUT {ctx.request.host.timeout}s), so there is no base "
+                              f"result to attribute this to; raise TIMEOUT to judge it: {tail}")
+    else:
+        base_said = "all skipped" if base and base["state"] == "all-skipped" else \
+            f"exit {base.get('exit') if base else 'unknown'}"
+        stage.finding("note", f"red on both sides (base: {base_said}), so the failure is not attributed to the PR: {tail}")
+    if executed == 0:
+        stage.finding("note", f"the {run.runner} run executed nothing; the runner choice "
+                              f"({ctx.selected('runner_reason', '')}) is a candidate cause, not the code")
+    return stage
