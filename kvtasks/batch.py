@@ -73,8 +73,7 @@ def write_index(requests: list[Request], workspace: Workspace, name: str) -> tup
         codes.append(composed.process_exit_code)
         count = {severity: sum(f.severity == severity for f in composed.findings) for severity in ("blocker",
                                                                                                     "should-fix")}
-        perf = composed.stages.perf
-        headline = perf.model_extra.get("median_ratio") if perf is not None else None
+        headline = getattr(composed.stages.perf, "median_ratio", None)
         record = store.label(request.label) or {}
         rows.append(f"| {request.label} | {composed.verdict} | {count['blocker']} | {count['should-fix']} | "
                     f"{headline if headline is not None else 'not measured'} | {record.get('report', '')} |")
