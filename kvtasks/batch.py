@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvtasks import clones, pages, phases
 from kvtasks.gpu import picker
-from kvtasks.request import Request
+from kvtasks.request import Request, path_variables
 from kvtasks.stages import run_facts
 from kvtasks.workspace import Workspace, fail_usage
 from kvtasks.worktree import Worktree
@@ -56,7 +56,7 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
 def _relative(manifest: Path, key: str, value):
     if key == "repo" and isinstance(value, str) and clones.is_url(value):
         return value
-    if key in ("repo", "patch", "out") and isinstance(value, str) and not Path(value).expanduser().is_absolute():
+    if key in path_variables() and isinstance(value, str) and not Path(value).expanduser().is_absolute():
         return str((manifest.parent / value).resolve())
     return value
 

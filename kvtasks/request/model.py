@@ -25,7 +25,8 @@ class Option:
     `flags` default to the field's name spelt `--like-this` and `variables` (doit's) to the name
     itself. A `switch` takes no value (doit: `name=1`); a `repeated` option is given once per value
     (doit: one variable, values joined by `joined_by`); a `dash_led` value may start with '-' and
-    then follow its flag as the next word."""
+    then follow its flag as the next word. A `path` names a file or folder of the caller's, so a
+    manifest gives it relative to itself."""
 
     help: str
     flags: tuple[str, ...] = ()
@@ -34,6 +35,7 @@ class Option:
     repeated: bool = False
     joined_by: str = ""
     dash_led: bool = False
+    path: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,10 @@ class Request(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    repo: Annotated[str, Option("worktree to validate (required)")]
+    repo: Annotated[str, Option("worktree to validate (required)", path=True)]
     target: Annotated[str, Option("script file or pytest node/file the PR ships", flags=("--target", "--tests"),
                                   variables=("target", "tests"))]
-    patch: Annotated[str | None, Option("base-to-head patch to apply; a conflict is a blocker")] = None
+    patch: Annotated[str | None, Option("base-to-head patch to apply; a conflict is a blocker", path=True)] = None
     head_sha: Annotated[str | None, Option("exact remote PR head (40 hex) the patch represents")] = None
     base_ref: Annotated[str | None, Option(
         "instead of --patch, with --head-ref: the branch, tag or commit the PR targets; --repo may then be any "
@@ -132,7 +134,7 @@ class Request(BaseModel):
     label: Annotated[str, Option("run name (default run)")] = "run"
     out: Annotated[str | None, Option(
         "report path (default ./validation_report.json; run from inside the worktree, only the workspace's "
-        "reports/<label>/ copy is written)")] = None
+        "reports/<label>/ copy is written)", path=True)] = None
     host: HostSettings = Field(default_factory=HostSettings.from_environ)
 
     @property
@@ -184,6 +186,11 @@ def declared_options() -> list[DeclaredOption]:
 def doit_variables() -> tuple[str, ...]:
     """Every doit variable that fills a Request field (aliases included)."""
     return tuple(variable for declared in declared_options() for variable in declared.variables)
+
+
+def path_variables() -> tuple[str, ...]:
+    """The doit variables (and manifest keys) that name a file or folder of the caller's."""
+    return tuple(variable for declared in declared_options() if declared.option.path for variable in declared.variables)
 
 
 def names(text: str) -> list[str]:
