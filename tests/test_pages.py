@@ -77,7 +77,7 @@ def measured_perf(ratios=(1.01, 0.97, 0.9)) -> StageResult:
     return result("perf", "pass", compared.reason, rows=compared.rows, threshold=0.95,
                   noise_floor=compared.noise_floor, columns=compared.columns, worst_column=compared.worst_column,
                   median_ratio=compared.headline, interval=list(compared.interval),
-                  interval_confidence=worst["interval_confidence"], statistics=METHOD)
+                  interval_confidence=worst.interval_confidence, statistics=METHOD)
 
 
 def test_a_report_page_shows_stages_findings_grid_sanitizer_perf_and_tier(tmp_path):

@@ -17,32 +17,10 @@ from kvtasks.stages import Context, Stage, StageResult, cpu_tier, gpu_claim, pay
 from kvtasks.stages.target_runs import gate
 from kvtasks.stages.perf.entry import choose_entry
 from kvtasks.stages.perf.scrape import scrape
-from kvtasks.stages.perf.stats import METHOD, Comparison, best_round, compare
+from kvtasks.stages.perf.stats import METHOD, Column, Comparison, Row, best_round, compare
 from kvtasks.worktree import GitFailed
 
 NAME = "perf"
-
-
-class Row(BaseModel):
-    """One matched row and column: every round of each side and the oriented ratio of their best."""
-
-    row: str
-    column: str
-    kind: Literal["latency", "throughput"]
-    base: list[float]
-    head: list[float]
-    ratio: float  # > 1: head is better
-    round_range: list[float]  # the ratio over every pairing of a base round with a head round
-    base_spread: float  # second-best base round against the best: the row's A/A noise
-
-
-class Column(BaseModel):
-    median_ratio: float
-    samples: int
-    eligible: bool  # enough rows (PERF_MIN_ROWS) to be judged
-    interval: list[float]  # exact distribution-free bounds on the median ratio
-    interval_confidence: float  # each bound's one-sided confidence
-    noise_floor: float
 
 
 class Repeats(BaseModel):
@@ -175,7 +153,7 @@ def _compose(ctx: Context, comparison: Comparison, fields: dict, transplanted: b
         if control is None:
             return _skip(f"the control column {ctx.request.perf_control_column!r} is not in both logs; the "
                          "transplanted baseline is not believed", **fields)
-        ratio = comparison.columns[control]["median_ratio"]
+        ratio = comparison.columns[control].median_ratio
         fields.update(control_column=control, control_ratio=ratio)
         if abs(ratio - 1) > tolerance:
             return _skip(f"the control column {control} moved {abs(ratio - 1):.1%} across the two trees "
@@ -185,14 +163,14 @@ def _compose(ctx: Context, comparison: Comparison, fields: dict, transplanted: b
         return _skip(comparison.reason, **fields)
     fields.update(worst_column=comparison.worst_column, median_ratio=comparison.headline,
                   interval=list(comparison.interval),
-                  interval_confidence=comparison.columns[comparison.worst_column]["interval_confidence"],
+                  interval_confidence=comparison.columns[comparison.worst_column].interval_confidence,
                   noise_floor=comparison.noise_floor)
     if comparison.status == "regression":
-        worst = sorted((r for r in comparison.rows if r["column"] == comparison.worst_column), key=lambda r: r["ratio"])
-        fields["regressed_rows"] = [r for r in worst if r["ratio"] < ctx.request.host.perf_threshold][:5]
+        worst = sorted((r for r in comparison.rows if r.column == comparison.worst_column), key=lambda r: r.ratio)
+        fields["regressed_rows"] = [r for r in worst if r.ratio < ctx.request.host.perf_threshold][:5]
         stage = result(NAME, "fail", comparison.reason, **fields)
-        shown = "; ".join(f"{r['row']}: {best_round(np.array(r['base']), r['kind']):g} -> "
-                          f"{best_round(np.array(r['head']), r['kind']):g}" for r in worst[:3])
+        shown = "; ".join(f"{r.row}: {best_round(np.array(r.base), r.kind):g} -> "
+                          f"{best_round(np.array(r.head), r.kind):g}" for r in worst[:3])
         return stage.finding("should-fix", f"head is slower than base on the same locked GPU: {comparison.reason} "
                                            f"({shown})")
     return result(NAME, "pass", comparison.reason, **fields)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel
 
 CONFIDENCE = 0.95
 METHOD = ("per row: best of n rounds per side, with the range over every base/head round pairing and the base "
@@ -24,12 +26,36 @@ METHOD = ("per row: best of n rounds per side, with the range over every base/he
           "bounds on it (order statistics; each end's one-sided confidence is stated)")
 
 
+class Row(BaseModel):
+    """One matched row and column: every round of each side and the oriented ratio of their best."""
+
+    row: str
+    column: str
+    kind: Literal["latency", "throughput"]
+    base: list[float]
+    head: list[float]
+    ratio: float  # > 1: head is better
+    round_range: list[float]  # the ratio over every pairing of a base round with a head round
+    base_spread: float  # second-best base round against the best: the row's A/A noise
+
+
+class Column(BaseModel):
+    """A column over its rows: the median ratio, with exact bounds on it."""
+
+    median_ratio: float
+    samples: int
+    eligible: bool  # enough rows (PERF_MIN_ROWS) to be judged
+    interval: list[float]  # exact distribution-free bounds on the median ratio
+    interval_confidence: float  # each bound's one-sided confidence
+    noise_floor: float
+
+
 @dataclass
 class Comparison:
     status: str  # ok | regression | insufficient
     reason: str
-    rows: list[dict] = field(default_factory=list)
-    columns: dict = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    columns: dict[str, Column] = field(default_factory=dict)
     worst_column: str | None = None
     headline: float | None = None
     interval: tuple[float, float] | None = None
@@ -92,12 +118,11 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
         base, head = np.array(base_cells[cell][1]), np.array(head_cells[cell][1])
         ratio = float(_oriented(best_round(base, kind), best_round(head, kind), kind))
         pairings = _oriented(base[:, None], head[None, :], kind)
-        rows.append({"row": row, "column": column, "kind": kind, "base": base.tolist(), "head": head.tolist(),
-                     "ratio": round(ratio, 4),
-                     "round_range": [round(float(pairings.min()), 4), round(float(pairings.max()), 4)],
-                     "base_spread": round(_spread(base, kind), 4)})
+        rows.append(Row(row=row, column=column, kind=kind, base=base.tolist(), head=head.tolist(), ratio=round(ratio, 4),
+                        round_range=[round(float(pairings.min()), 4), round(float(pairings.max()), 4)],
+                        base_spread=round(_spread(base, kind), 4)))
         columns.setdefault(column, []).append((ratio, _spread(base, kind)))
-    matched = len({r["row"] for r in rows})
+    matched = len({r.row for r in rows})
     if matched < min_rows:
         return Comparison("insufficient", f"{matched} matched rows; PERF_MIN_ROWS is {min_rows}", rows,
                           matched_rows=matched)
@@ -105,28 +130,28 @@ def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_
     for column, cells in columns.items():
         ratios = [ratio for ratio, _ in cells]
         low, high, confidence = median_interval(ratios)
-        summary[column] = {"median_ratio": round(float(np.median(ratios)), 4), "samples": len(cells),
-                           "eligible": len(cells) >= min_rows, "interval": [round(low, 4), round(high, 4)],
-                           "interval_confidence": round(confidence, 4),
-                           "noise_floor": round(float(np.median([spread for _, spread in cells])), 4)}
-    eligible = {name: col for name, col in summary.items() if col["eligible"]}
+        summary[column] = Column(median_ratio=round(float(np.median(ratios)), 4), samples=len(cells),
+                                 eligible=len(cells) >= min_rows, interval=[round(low, 4), round(high, 4)],
+                                 interval_confidence=round(confidence, 4),
+                                 noise_floor=round(float(np.median([spread for _, spread in cells])), 4))
+    eligible = {name: col for name, col in summary.items() if col.eligible}
     if not eligible:
         return Comparison("insufficient", f"no column has {min_rows} matched rows", rows, summary, matched_rows=matched)
-    worst = min(eligible, key=lambda name: eligible[name]["median_ratio"])
+    worst = min(eligible, key=lambda name: eligible[name].median_ratio)
     column = eligible[worst]
-    low, high = column["interval"]
-    interval = f"interval {low:.3f}-{high:.3f}, each end exact at {column['interval_confidence']:.1%}"
-    verdict = Comparison("ok", "", rows, summary, worst, column["median_ratio"], (low, high), column["noise_floor"],
+    low, high = column.interval
+    interval = f"interval {low:.3f}-{high:.3f}, each end exact at {column.interval_confidence:.1%}"
+    verdict = Comparison("ok", "", rows, summary, worst, column.median_ratio, (low, high), column.noise_floor,
                          matched)
-    if column["median_ratio"] < threshold and high < 1 - column["noise_floor"]:
+    if column.median_ratio < threshold and high < 1 - column.noise_floor:
         verdict.status = "regression"
-        verdict.reason = (f"{worst}: head/base {column['median_ratio']:.3f} ({interval}, noise floor "
-                          f"{column['noise_floor']:.3f}) is below {threshold} over {matched} rows")
-    elif column["median_ratio"] < threshold:
-        verdict.reason = (f"{worst}: head/base {column['median_ratio']:.3f} is below {threshold}, but the "
-                          f"{interval} does not clear the noise floor {column['noise_floor']:.3f}")
+        verdict.reason = (f"{worst}: head/base {column.median_ratio:.3f} ({interval}, noise floor "
+                          f"{column.noise_floor:.3f}) is below {threshold} over {matched} rows")
+    elif column.median_ratio < threshold:
+        verdict.reason = (f"{worst}: head/base {column.median_ratio:.3f} is below {threshold}, but the "
+                          f"{interval} does not clear the noise floor {column.noise_floor:.3f}")
     else:
-        verdict.reason = f"worst column {worst}: head/base {column['median_ratio']:.3f} over {matched} rows"
+        verdict.reason = f"worst column {worst}: head/base {column.median_ratio:.3f} over {matched} rows"
     return verdict
 
 

@@ -124,7 +124,7 @@ def test_perf_evidence_is_typed_reads_back_as_written_and_refuses_unknown_fields
     stored = written.model_dump_json()
     read = StageResult.model_validate_json(stored)
     assert isinstance(read.stage, Perf) and read.stage.rows[0].kind == "latency"
-    assert read.stage.columns["us"].interval == compared.columns["us"]["interval"]
+    assert read.stage.columns["us"].interval == compared.columns["us"].interval
     assert read.model_dump_json() == stored  # the same keys and values, nothing added by the typing
     assert set(json.loads(stored)["stage"]) == {"status", "note", "rows", "columns", "median_ratio"}
     with pytest.raises(ValidationError, match="median_raito"):

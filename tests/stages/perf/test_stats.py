@@ -13,15 +13,15 @@ def test_three_rounds_report_best_of_n_and_exact_bounds_not_a_bootstrap():
                 for n in range(3)]
 
     result = compare(logs([1] * 6), logs(slower), 0.95, 3)
-    first = next(row for row in result.rows if row["row"] == "r0")
-    assert "interval" not in first and first["ratio"] == pytest.approx(1 / 1.25)
+    first = next(row for row in result.rows if row.row == "r0")
+    assert "interval" not in first.model_dump() and first.ratio == pytest.approx(1 / 1.25)
     # every base round against every head round: best 1.0 against worst 1.05 * 1.25, and the reverse
-    assert first["round_range"] == pytest.approx([1.0 / (1.05 * 1.25), 1.05 / 1.25], abs=1e-4)
+    assert first.round_range == pytest.approx([1.0 / (1.05 * 1.25), 1.05 / 1.25], abs=1e-4)
     ratios = sorted(1 / s for s in slower)
     column = result.columns["us"]
     # six rows: the smallest and largest ratio bound the median, each at exactly 1 - 1/64
-    assert column["interval"] == pytest.approx([ratios[0], ratios[-1]], abs=1e-4)
-    assert column["interval_confidence"] == pytest.approx(1 - 1 / 64, abs=1e-4)
+    assert column.interval == pytest.approx([ratios[0], ratios[-1]], abs=1e-4)
+    assert column.interval_confidence == pytest.approx(1 - 1 / 64, abs=1e-4)
     assert result.status == "regression" and "each end exact at 98.4%" in result.reason
     assert median_interval(range(20))[:2] == (5, 14) and median_interval([1, 2, 3])[2] == pytest.approx(0.875)
 
