@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 
+from kvtasks.sources.syntax import literal
+
 
 def row_text(row) -> str:
     return ",".join(str(cell).strip() for cell in row)
@@ -14,12 +16,7 @@ def row_text(row) -> str:
 
 def literal_rows(node: ast.AST | None) -> list[str] | None:
     """A literal list of cells or rows, each as grid text; None when the default is computed."""
-    if node is None:
-        return None
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError):
-        return None
+    value = literal(node)
     if isinstance(value, (str, int, float)):
         value = [value]
     if not isinstance(value, (list, tuple)):

@@ -9,16 +9,11 @@ from __future__ import annotations
 import ast
 
 from kvtasks.sources.cells import cell_text, row_text
-from kvtasks.sources.syntax import module_value
+from kvtasks.sources.syntax import literal, module_value
 
 
 def _argnames(node: ast.AST | None) -> list[str] | None:
-    if node is None:
-        return None
-    try:
-        names = ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError):
-        return None
+    names = literal(node)
     if isinstance(names, str):
         return [n.strip() for n in names.split(",") if n.strip()]
     return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
@@ -54,12 +49,7 @@ def parametrize_arguments(call: ast.Call, lookup) -> tuple[list[str] | None, ast
 def mark_rows(names: list[str], values: ast.AST | None) -> list[str] | None:
     """A parametrize mark's literal rows as grid text (None when computed): with one argname each
     value is one cell, whatever it holds; with several each value is a row of cells."""
-    if values is None:
-        return None
-    try:
-        value = ast.literal_eval(values)
-    except (ValueError, SyntaxError, TypeError):
-        return None
+    value = literal(values)
     if not isinstance(value, (list, tuple)):
         return None
     if len(names) == 1:

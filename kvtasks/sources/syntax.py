@@ -6,12 +6,23 @@ Owns nothing about what a name means; it must never import another reader of thi
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 
 def parse(text: str | None) -> ast.Module | None:
     try:
         return ast.parse(text or "")
     except (SyntaxError, ValueError):
+        return None
+
+
+def literal(node: ast.AST | None) -> Any:
+    """The value a literal node spells; None when there is no node or its value is computed."""
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
         return None
 
 
