@@ -118,13 +118,19 @@ def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, s
             for cell, row in zip(cells, plan.rows)}, "the receipt's captured shape vars"
 
 
+def base_side(ctx: Context) -> dict:
+    """What the grid did on base: baseline_control's s1_grid (base_runs' fields); {} when the baseline
+    did not run."""
+    baseline = ctx.earlier.get("baseline_control")
+    return (getattr(baseline.stage, "s1_grid", None) if baseline and baseline.stage else None) or {}
+
+
 def oracle_run(ctx: Context) -> TargetRun | None:
     """The grid cells once more inside the base oracle's lend (base's target, head's code), when the
     grid ran on head and passed on base; None otherwise."""
     plan = plan_of(ctx)
     head_grid = ctx.earlier.get(NAME)
-    baseline = ctx.earlier.get("baseline_control")
-    base = (baseline.stage.model_extra.get("s1_grid") if baseline else None) or {}
+    base = base_side(ctx)
     if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
             or "exit" not in head_grid.stage.model_fields_set or base.get("state") != "ran" or base.get("exit") != 0:
         return None

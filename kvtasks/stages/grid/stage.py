@@ -15,7 +15,7 @@ from kvtasks.sources import row_text
 from kvtasks.stages import Context, Stage, StageResult, cpu_tier, nonfinite, payload, result
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
 from kvtasks.stages.grid.proof import axis_probes, poisoned, proves_channel
-from kvtasks.stages.grid.runs import cell_outcomes, failing_cells, run_grid
+from kvtasks.stages.grid.runs import base_side, cell_outcomes, failing_cells, run_grid
 from kvtasks.worktree import PatchRefused
 
 
@@ -98,8 +98,7 @@ def head(ctx: Context) -> StageResult:
     independence, independence_reason = run_independence(ctx, plan)
     stage = _judge(ctx, plan, run, head_repo, probe_fields, axis_argv, independence)
     stage.selection.update(grid_independence=independence, grid_independence_reason=independence_reason)
-    baseline = ctx.earlier.get("baseline_control")
-    base_grid = baseline.stage.model_extra.get("s1_grid") if baseline else None
+    base_grid = base_side(ctx)
     cpu_tier.credit_fixes(stage, run, base_grid)
     cpu_tier.observe(stage, run)
     if ctx.request.has_patch and base_grid:
@@ -137,8 +136,7 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
         fields["cpu_tier"] = tier
     if nonfinite.outputs(run):
         fields["route_outputs"] = nonfinite.outputs(run)
-    base = (ctx.earlier.get("baseline_control").stage.model_extra.get("s1_grid")
-            if ctx.earlier.get("baseline_control") else None) or {}
+    base = base_side(ctx)
     tiered = cpu_tier.blocker(ctx, NAME, run, base, fields) or cpu_tier.sparse_skip(NAME, run, fields)
     if tiered is not None:
         return tiered
