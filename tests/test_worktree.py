@@ -1,7 +1,13 @@
 """The lent tree: `Worktree.lend(side)` gives a stage base or head and takes it back as supplied."""
+import os
+import signal
+import sys
+import time
+
 import pytest
 
-from kvtasks.worktree import PatchRefused, Worktree
+from kvtasks import processes
+from kvtasks.worktree import GitFailed, Interrupted, PatchRefused, Worktree
 from tests.kernel_repos import make_patch, make_repo, snapshot
 
 
@@ -52,3 +58,55 @@ def test_without_a_patch_head_is_the_supplied_checkout(repo):
     supplied = snapshot(repo)
     with Worktree(repo, None).lend("head"):
         assert snapshot(repo) == supplied
+
+
+def test_an_interrupt_wins_over_a_restore_that_fails_and_the_next_run_recovers(repo, tmp_path, monkeypatch, capfd):
+    patch = make_patch(repo, {"kernel.py": "SCALE = 2\n"}, tmp_path / "pr.patch")
+    supplied = snapshot(repo)
+    tree = Worktree(repo, str(patch))
+
+    def failing(*_args, **_kwargs):
+        raise GitFailed("worktree could not be restored: ['kernel.py']")
+
+    monkeypatch.setattr(tree, "restore", failing)
+    with pytest.raises(Interrupted) as interrupted:  # never the GitFailed: a caller's except Exception would go on
+        with tree.lend("head"):
+            raise Interrupted(signal.SIGTERM)
+    assert interrupted.value.code == 128 + signal.SIGTERM
+    said = capfd.readouterr().err
+    assert "interrupted by SIGTERM; the worktree was not handed back" in said and "was restored" not in said
+    assert tree.journal.pending()["patch"]  # left for the next run
+    monkeypatch.undo()
+    assert Worktree(repo, None).recover()["patch_reversed"] is True and snapshot(repo) == supplied
+
+
+def test_a_signal_during_the_restore_or_swallowed_on_the_way_up_still_ends_the_run(repo, monkeypatch, capfd):
+    supplied = snapshot(repo)
+    tree = Worktree(repo, None)
+    with pytest.raises(Interrupted):
+        with tree.lend("base"):
+            (repo / "out.log").write_text("x")
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except SystemExit:
+                pass  # a broad except (or a finalizer) ate the handler's raise
+    assert snapshot(repo) == supplied and "interrupted by SIGTERM; the worktree was restored" in capfd.readouterr().err
+    restore = tree.restore
+
+    def signalled_while_restoring(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # held back until the tree is back
+        return restore(*args, **kwargs)
+
+    monkeypatch.setattr(tree, "restore", signalled_while_restoring)
+    with pytest.raises(Interrupted) as interrupted:
+        with tree.lend("base"):
+            (repo / "out.log").write_text("x")
+    assert interrupted.value.signum == signal.SIGINT and snapshot(repo) == supplied
+    assert "interrupted by SIGINT; the worktree was restored" in capfd.readouterr().err
+
+
+def test_nothing_launched_in_a_lend_outlives_it(repo):
+    with Worktree(repo, None).lend("base"):
+        escaped = processes.popen([sys.executable, "-c", "import time; time.sleep(60)"], track=True)
+    assert escaped.wait(timeout=10) == -signal.SIGKILL

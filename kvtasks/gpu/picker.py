@@ -12,7 +12,6 @@ the GPUs, 3 no GPUs. stdout carries only device indices, best first; stderr alwa
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shutil
 import statistics
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from kvtasks import processes
+from kvtasks import locks, processes
 from kvtasks.gpu import lease
 from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
 from kvtasks.host import IdleSettings  # KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3
@@ -210,11 +209,8 @@ def try_lock(index: int) -> Lease | None:
         answer = lease.ask({"op": "lock", "index": index})
         return Lease(index, Path(answer["path"]), None, answer["basis"]) if answer.get("locked") else None
     path = lock_dir() / f"gpu-{index}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = locks.try_hold(path)
+    if fd is None:
         return None
     claim = Lease(index, path, fd)
     _HELD.append(claim)

@@ -1,6 +1,6 @@
 """The --patch file: read, recognised as a patch, and kept to paths inside the worktree.
 
-It reads the patch's bytes and the paths its headers name; it never applies it (worktree.py does)
+It reads the patch's bytes and the paths its headers name; it never applies it (a `Worktree.lend` does)
 and never runs git.
 """
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""Git commands on the supplied worktree, and what they say when they fail.
+
+It owns running git (each command in its own process group, killed whole on timeout) and the
+errors of that; it never changes the tree itself (only a lend does, in `kvtasks.worktree`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from kvtasks import processes
+
+_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+_GIT_TIMEOUT_S = 600  # a status with --ignored on a large checkout is the slowest call
+
+
+class GitFailed(Exception):
+    """A git command failed; the message carries git's own last line."""
+
+
+class PatchRefused(GitFailed):
+    """The patch did not apply to the lent tree, so the head side was not built; the message is
+    the one skip reason every stage gives for it."""
+
+    def __init__(self, git_said: str):
+        super().__init__(f"the patch could not be applied to the worktree for a head run: {git_said}")
+
+
+def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
+        timeout_s: float = _GIT_TIMEOUT_S) -> processes.Finished:
+    """One git command in its own process group, killed whole after `timeout_s`."""
+    return processes.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV, **(env or {})}, timeout_s=timeout_s)
+
+
+def state_dir(worktree: str | os.PathLike) -> Path:
+    """Where kvtasks keeps the lock and the journal of a worktree: in its own git dir
+    (`.git/kvtasks/`; a linked worktree's is `.git/worktrees/<name>/kvtasks/`), so every
+    KVTASKS_HOME and every TMPDIR sees the same ones."""
+    done = run_git(worktree, "rev-parse", "--absolute-git-dir", timeout_s=60)
+    if not done.ok:
+        raise GitFailed(f"git rev-parse: {done.said()}")
+    return Path(done.stdout.strip()) / "kvtasks"
+
+
+_SOURCE_SUFFIXES = (".py", ".pyi", ".so", ".pyd", ".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp", ".hip", ".pyx",
+                    ".pxd", ".json", ".toml", ".cfg")
+
+
+def source_identity(folder: str | os.PathLike) -> str:
+    """What an editable-installed distribution's source is right now, as a SHA-256: in a git
+    checkout its HEAD, uncommitted diff and untracked files; elsewhere every source-like file's
+    path and content (hidden folders and caches skipped)."""
+    root = Path(folder)
+    top = run_git(root, "rev-parse", "--show-toplevel", timeout_s=60)
+    sha = hashlib.sha256()
+    if top.ok:
+        for args in (("rev-parse", "HEAD"), ("diff", "HEAD", "--binary", "--", "."),
+                     ("ls-files", "-z", "--others", "--exclude-standard", "--", ".")):
+            done = run_git(root, *args)
+            sha.update(f"{args[0]}:{done.returncode}:{done.stdout}".encode("utf-8", "surrogateescape"))
+            if args[0] == "ls-files":
+                for name in filter(None, done.stdout.split("\0")):
+                    path = root / name
+                    if path.is_file():
+                        sha.update(name.encode("utf-8", "surrogateescape") + hashlib.sha256(path.read_bytes()).digest())
+        return sha.hexdigest()
+    for where, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(names):
+            path = Path(where) / name
+            if name.endswith(_SOURCE_SUFFIXES) and path.is_file():
+                sha.update(str(path.relative_to(root)).encode("utf-8", "surrogateescape")
+                           + hashlib.sha256(path.read_bytes()).digest())
+    return sha.hexdigest()

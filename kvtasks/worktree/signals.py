@@ -1,0 +1,66 @@
+"""Signals while a tree is lent: SIGINT, SIGTERM and SIGHUP become `Interrupted`, so every
+`finally` restores state, and are held back while the tree is being restored.
+
+It owns only the handlers and the mask; what to restore is the lend's (`kvtasks.worktree`).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+# every signal raised as Interrupted during the current lend: one an `except` or a finalizer
+# swallowed still ends the run when the tree is handed back
+received: list[int] = []
+
+
+class Interrupted(SystemExit):
+    """A signal arrived while the tree was ours; raised so every `finally` restores state."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def raising() -> Iterator[None]:
+    """For the block, a handled signal raises Interrupted (Python runs handlers in the main thread only)."""
+    received.clear()
+    if not _in_main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum, _frame):
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold signals back for the block; one arriving meanwhile is delivered as it ends."""
+    if not _in_main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
