@@ -87,9 +87,13 @@ def popen(argv: Sequence[str], *, track: bool = False, **options) -> subprocess.
     process = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
                                **options)
     if track:
-        started = start_time(process.pid)
-        for observer in list(spawned):
-            observer(process.pid, started)
+        try:
+            started = start_time(process.pid)
+            for observer in list(spawned):
+                observer(process.pid, started)
+        except BaseException:  # an interrupt before the caller holds the process: nobody else would kill it
+            kill_group(process)
+            raise
     return process
 
 
@@ -128,11 +132,18 @@ def group_members(pgid: int) -> list[int]:
 
 
 def kill_orphaned_group(pgid: int, started: int | None) -> list[int]:
-    """Kill what is left of a group a dead validator launched; return the pids killed.
+    """Kill what is left of a recorded group (a dead validator's, or one a lend launched); return
+    the pids killed.
 
     Linux never hands out a pid while it is still some group's id, so members with this group id
     belong to the recorded group, unless its leader is alive with another start time (the pid
     was reused after the whole group had gone)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []  # the usual case, answered without reading /proc
+    except PermissionError:
+        pass
     leader = start_time(pgid)
     if leader is not None and started is not None and leader != started:
         return []

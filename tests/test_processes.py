@@ -49,3 +49,18 @@ def test_a_picker_that_hangs_is_killed_and_recorded(tmp_path, monkeypatch):
     code, ranked, _, said = picker.run_external(str(hanging), picker.IdleSettings(samples=1, interval_s=0))
     assert code == picker.NO_ANSWER and ranked == [] and "timed out after 1s" in said
     assert time.monotonic() - started < 10
+
+
+def test_a_launch_whose_recording_is_interrupted_is_killed_not_left_running(monkeypatch):
+    started = []
+
+    def interrupted(pid, _start):
+        started.append(pid)
+        raise KeyboardInterrupt  # a signal landing after the fork, before the caller holds the process
+
+    monkeypatch.setattr(processes, "spawned", [interrupted])
+    try:
+        processes.popen([sys.executable, "-c", "import time; time.sleep(60)"], track=True)
+    except KeyboardInterrupt:
+        pass
+    assert started and not alive(started[0])

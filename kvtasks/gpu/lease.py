@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import fcntl
 import json
 import os
 import secrets
@@ -32,10 +31,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from kvtasks import processes
+from kvtasks import locks, processes
 
 _OWNER: dict = {}  # {"name": abstract socket name, "process": Popen, "pid": starter}; inherited by forked workers
 _TURN_POLL_S = 0.2
+_CLIENT_S = 5.0  # what the owner waits for one client's question
 
 
 def running() -> bool:
@@ -47,8 +47,10 @@ def start(lock_dir: Path) -> None:
     if _OWNER:
         return
     name = f"kvtasks-lease-{os.getpid()}-{secrets.token_hex(8)}"
+    # no stderr of ours: a caller waits for the end of the validator's output, and an owner still
+    # holding it (for the moment it takes to die with us) would hold that caller too
     process = processes.popen([sys.executable, "-m", "kvtasks.gpu.lease", name, str(lock_dir)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     if process.stdout.readline().strip() != "ready":
         processes.kill_group(process)
         raise RuntimeError("the GPU lease owner did not start")
@@ -126,20 +128,28 @@ def serve(name: str, lock_dir: str) -> None:
     server.bind("\0" + name)
     server.listen(16)
     print("ready", flush=True)
-    credentials = struct.Struct("3i")
     while True:
         connection, _ = server.accept()
         with connection:
-            _, uid, _ = credentials.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                 credentials.size))
-            if uid != os.getuid():
-                continue
-            data = _read_line(connection)
+            # one client at a time: a silent one may hold the others up this long, never forever
+            connection.settimeout(_CLIENT_S)
             try:
-                answer = _answer(json.loads(data), held, Path(lock_dir))
-            except (ValueError, KeyError, OSError) as exc:
-                answer = {"error": f"{type(exc).__name__}: {exc}"}
-            connection.sendall(json.dumps(answer).encode() + b"\n")
+                _serve_one(connection, held, Path(lock_dir))
+            except OSError:
+                pass  # the client went away (a worker killed mid-question): its claims stay held
+
+
+def _serve_one(connection: socket.socket, held: dict[int, dict], lock_dir: Path) -> None:
+    credentials = struct.Struct("3i")
+    _, uid, _ = credentials.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, credentials.size))
+    if uid != os.getuid():
+        return
+    data = _read_line(connection)
+    try:
+        answer = _answer(json.loads(data), held, lock_dir)
+    except (ValueError, KeyError, OSError) as exc:
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    connection.sendall(json.dumps(answer).encode() + b"\n")
 
 
 def _answer(request: dict, held: dict[int, dict], lock_dir: Path) -> dict:
@@ -148,11 +158,8 @@ def _answer(request: dict, held: dict[int, dict], lock_dir: Path) -> dict:
         index = int(request["index"])
         if index not in held:
             lock = lock_dir / f"gpu-{index}.lock"
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = locks.try_hold(lock)
+            if fd is None:
                 return {"locked": False}
             held[index] = {"fd": fd, "path": str(lock), "basis": "unknown"}
         return {"locked": True, "path": held[index]["path"], "basis": held[index]["basis"]}
