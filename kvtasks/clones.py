@@ -7,16 +7,14 @@ or object store. It runs no target and writes no evidence.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import locale
 import re
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
+from kvtasks import locks
 from kvtasks.worktree import run_git
 
 _HEX_PREFIX = re.compile(r"[0-9a-f]{7,40}")
@@ -56,7 +54,7 @@ def prepare(source: str, base_ref: str, head_ref: str, clones_root: Path) -> Ref
     location = _location(source)
     folder = clones_root / _repo_id(location)
     folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder / "clone.lock"):
+    with locks.held(locks.open_lock(folder / "clone.lock")):  # one front door at a time prepares a clone
         clone = _clone(location, folder)
         base_oid = _resolve(clone, location, base_ref, "base")
         head_oid = _resolve(clone, location, head_ref, "head")
@@ -82,17 +80,6 @@ def _location(source: str) -> str:
 def _repo_id(location: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", location.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))
     return f"{stem[:40] or 'repo'}-{hashlib.sha256(location.encode()).hexdigest()[:12]}"
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One front door at a time prepares a clone (clone, fetch, worktree add)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _git(clone: Path, *args: str, check: bool = True, timeout_s: float = 600) -> str:
