@@ -60,7 +60,8 @@ class Journal:
     def kill_groups(self) -> list[int]:
         """Kill what is left of every process group launched under this journal; return the pids killed."""
         entry = self.pending() or {}
-        return [pid for pgid, started in entry.get("groups", []) for pid in processes.kill_orphaned_group(pgid, started)]
+        return [pid for pgid, started in entry.get("groups", [])
+                for pid in processes.kill_orphaned_group(pgid, started)]
 
     def end(self) -> None:
         for path in (self.entry, self.patch_copy):
