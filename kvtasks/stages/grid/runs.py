@@ -45,7 +45,7 @@ def state_of(run: TargetRun) -> str:
 
 
 def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[TargetRun]]:
-    """The base side of the grid (inside the baseline's handback): its state and runs."""
+    """The base side of the grid (inside the baseline's lend): its state and runs."""
     plan = plan_of(ctx)
     if plan is None or not plan.rows:
         return {"state": "not-configured"}, []
