@@ -29,7 +29,10 @@ import json
 import os
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from kvtasks.request import Request
+from kvtasks.stages.records import CpuTier, RuntimeFingerprint, Selection
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -64,26 +67,26 @@ def kvtasks_identity() -> str:
                    hashlib.sha256((_PACKAGE / "processes.py").read_bytes()).hexdigest()])
 
 
-def runtime_hash(request: Request, fingerprint: dict | None, gpu: dict | None, cpu_tier: dict | None = None,
-                 driver: dict | None = None) -> str:
-    fingerprint = fingerprint or {}
+def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: BaseModel | None,
+                 cpu_tier: CpuTier | None = None, driver: dict | None = None) -> str:
+    """`gpu`: the passing gpu_claim stage (its vendor, arch and model), None when none was claimed."""
+    fingerprint = fingerprint or RuntimeFingerprint()
     return digest({
         "driver": driver or {},
-        "editable_sources": fingerprint.get("editable_sources"),
+        "editable_sources": fingerprint.editable_sources,
         "python_bin": request.host.python_bin,
-        "python_executable": fingerprint.get("python_executable"),
-        "python_version": fingerprint.get("python_version"),
-        "distributions": fingerprint.get("distributions"),
-        "module_path": fingerprint.get("module_path"),
+        "python_executable": fingerprint.python_executable,
+        "python_version": fingerprint.python_version,
+        "distributions": fingerprint.distributions,
+        "module_path": fingerprint.module_path,
         "pylib": tree_identity(request.host.pylib),
-        "gpu": {key: (gpu or {}).get(key) for key in ("vendor", "arch", "model")} if gpu else "no-gpu",
-        "cpu_tier": {key: cpu_tier.get(key) for key in ("interpreter", "triton", "torch", "numpy",
-                                                        "sparse_grid_programs", "device_capability")}
-        if cpu_tier else None,
+        "gpu": {key: getattr(gpu, key, None) for key in ("vendor", "arch", "model")} if gpu else "no-gpu",
+        "cpu_tier": cpu_tier.model_dump(include={"interpreter", "triton", "torch", "numpy", "sparse_grid_programs",
+                                                 "device_capability"}) if cpu_tier else None,
     })
 
 
-def base_key(request: Request, base_oid: str, selection: dict, runtime: str,
+def base_key(request: Request, base_oid: str, selection: Selection, runtime: str,
              target_environment: dict[str, str] | None = None) -> str:
     """`target_environment`: the values of the host variables passed through to the target."""
     return digest({
@@ -95,9 +98,9 @@ def base_key(request: Request, base_oid: str, selection: dict, runtime: str,
         "target_environment": target_environment or {},
         "base_oid": base_oid,
         "target": request.target,
-        "runner": selection.get("runner"),
-        "grid_channel": selection.get("grid_channel"),
-        "grid_cells": selection.get("grid_cells"),
+        "runner": selection.runner,
+        "grid_channel": selection.grid_channel,
+        "grid_cells": selection.grid_cells,
         "axes": list(request.axis),
         "route": request.expected_route,
         "shape_vars": request.shape_vars,

@@ -13,6 +13,7 @@ from kvtasks import keys, pages, report
 from kvtasks.pipeline import run_group
 from kvtasks.request import Request
 from kvtasks.stages import Context, StageResult, baseline_control, gpu_claim, run_facts
+from kvtasks.stages.records import Facts, Repo, Selection, merged
 from kvtasks import harness
 from kvtasks.store import Store
 from kvtasks.workspace import Workspace
@@ -21,15 +22,14 @@ from kvtasks.worktree import Worktree
 
 def _keys(request: Request, results: list[StageResult]) -> dict:
     latest = {result.name: result for result in results}
-    facts = {k: v for result in results for k, v in result.facts.items()}
-    selected = {k: v for result in results for k, v in result.selection.items()}
-    base_oid = facts["repo"]["base"]
+    facts = merged(Facts, (result.facts for result in results))
+    selected = merged(Selection, (result.selection for result in results))
+    base_oid = facts.repo.base
     claim = latest.get(gpu_claim.NAME)
-    claimed = claim.stage.model_dump() if claim is not None and claim.stage.status == "pass" else None
-    runtime = keys.runtime_hash(request, facts.get("runtime_fingerprint"), claimed, facts.get("cpu_tier"),
-                                facts.get("gpu_driver"))
-    base = keys.base_key(request, base_oid, selected, runtime, facts.get("target_environment_values"))
-    patch = facts["repo"].get("patch_sha256")
+    claimed = claim.stage if claim is not None and claim.stage.status == "pass" else None
+    runtime = keys.runtime_hash(request, facts.runtime_fingerprint, claimed, facts.cpu_tier, facts.gpu_driver)
+    base = keys.base_key(request, base_oid, selected, runtime, facts.target_environment_values)
+    patch = facts.repo.patch_sha256
     return {"base_oid": base_oid, "patch_sha256": patch, "runtime_hash": runtime, "base_key": base,
             "head_key": keys.head_key(base, patch, request)}
 
@@ -54,13 +54,13 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
     recovered = recovered or ctx.worktree.recovered
     if recovered is not None:
         facts = next(result for result in results if result.name == run_facts.NAME)
-        facts.facts["recovered_run"] = recovered
+        facts.facts.recovered_run = recovered
         facts.finding("note", _recovery_note(recovered))
         print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
-    halted = next((r.facts["halt"] for r in results if "halt" in r.facts), None)
-    record = {"halted": halted, "base_key": None, "head_key": None, "finished_utc": None,
-              "base_oid": next((r.facts["repo"].get("base") for r in results if "repo" in r.facts), None)}
-    if not halted:
+    learned = merged(Facts, (result.facts for result in results))
+    record = {"halted": learned.halt, "base_key": None, "head_key": None, "finished_utc": None,
+              "base_oid": learned.repo.base if learned.repo else None}
+    if not learned.halt:
         record.update(_keys(request, results))
     store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
     store.record_launches("prepare", request.label, request.label, [run.label for r in results for run in r.runs])
@@ -75,17 +75,17 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
     print(f"kvtasks: {detail}", file=sys.__stderr__)
     done = [result for name, result in ctx.earlier.items() if (loaded or {}).get(name) is not result]
     if group != "prepare":
-        crash = StageResult(name=f"{group}_crash", facts={"halt": detail})
+        crash = StageResult(name=f"{group}_crash", facts=Facts(halt=detail))
         return [*done, crash.finding("note", f"{detail}; no verdict rests on this run")]
     crash = next((result for result in done if result.name == run_facts.NAME), None)
     if crash is None:
-        crash = StageResult(name=run_facts.NAME, facts={"started_utc": run_facts.utc_now(),
-                                                        "isolation": harness.isolation_facts(ctx.request)})
+        crash = StageResult(name=run_facts.NAME, facts=Facts(started_utc=run_facts.utc_now(),
+                                                             isolation=harness.isolation_facts(ctx.request)))
         done = [crash, *done]
-    crash.facts["halt"] = detail
-    if not any("repo" in r.facts for r in done):
-        crash.facts["repo"] = {"worktree": str(ctx.worktree.path), "base": None, "head": ctx.request.head_sha,
-                               "kind": "unknown", "patch_sha256": None}
+    crash.facts.halt = detail
+    if not any(r.facts.repo for r in done):
+        crash.facts.repo = Repo(worktree=str(ctx.worktree.path), base=None, head=ctx.request.head_sha, kind="unknown",
+                                patch_sha256=None)
     crash.finding("note", f"{detail}; no verdict rests on this run")
     return done
 

@@ -82,7 +82,7 @@ def run_group(ctx: Context, group: str) -> list[StageResult]:
         if produced is None:
             continue
         results.append(produced)
-        if "halt" in produced.facts:
+        if produced.facts.halt:
             break
     return results
 

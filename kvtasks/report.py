@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model
 
 from kvtasks.pipeline import REPORTED
-from kvtasks.stages import Finding, Stage, StageResult
+from kvtasks.stages import PAYLOADS, Finding, Stage, StageResult
+from kvtasks.stages.records import CpuTier, Facts, RuntimeIdentity, Selection, merged
 from kvtasks.stages.run_facts import utc_now
 from kvtasks.store import write_atomic
 from kvtasks.harness.environment import TargetEnvironment
@@ -24,10 +25,11 @@ Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
 def _stages_model() -> type[BaseModel]:
-    """Every stage object of a report, in the order the pipeline runs them; the required ones
-    (pipeline.Row.report) are exactly the fields without a default."""
-    fields = {row.name: (SerializeAsAny[Stage], ...) if row.report == "required"
-              else (SerializeAsAny[Stage] | None, None) for row in REPORTED}
+    """Every stage object of a report, in the order the pipeline runs them, each typed by the
+    payload its module declares; the required ones (pipeline.Row.report) are exactly the fields
+    without a default."""
+    fields = {row.name: (SerializeAsAny[PAYLOADS.get(row.name, Stage)], ...) if row.report == "required"
+              else (SerializeAsAny[PAYLOADS.get(row.name, Stage)] | None, None) for row in REPORTED}
     return create_model("Stages", __config__=ConfigDict(extra="allow"), **fields)
 
 
@@ -86,9 +88,9 @@ class Report(BaseModel):
     arch_coverage_basis: dict[str, str] = {}
     degraded_mode: Literal["NO_GPU"] | None = None
     # set when Triton kernels ran in the interpreter on the CPU: what ran them, and with what checks
-    cpu_tier: dict[str, Any] | None = None
+    cpu_tier: CpuTier | None = None
     repo: Repo
-    runtime_identity: dict[str, Any] | None = None
+    runtime_identity: RuntimeIdentity | None = None
     # set when this run first undid what a killed earlier run left in the worktree
     recovered_run: dict[str, Any] | None = None
     test_selection: TestSelection
@@ -109,46 +111,44 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
     """Build and judge the report from stored stage results; runs nothing, reads nothing else."""
     stages: dict[str, Stage] = {}
     findings: list[Finding] = []
-    selection: dict[str, Any] = {}
-    facts: dict[str, Any] = {}
     latest = {stage_result.name: stage_result for stage_result in results}  # a later result replaces
     for stage_result in latest.values():
         if stage_result.stage is not None:
             stages[stage_result.name] = stage_result.stage
         findings.extend(stage_result.findings)
-        selection.update(stage_result.selection)
-        facts.update(stage_result.facts)
+    facts = merged(Facts, (stage_result.facts for stage_result in latest.values()))
+    selection = merged(Selection, (stage_result.selection for stage_result in latest.values())).model_dump(mode="json")
 
-    halt = facts.get("halt")
     for name in PIPELINE_STAGES:
         if name in stages:
             continue
-        if halt:
-            stages[name] = Stage(status="skip", note=f"not run: {halt}")
+        payload = PAYLOADS.get(name, Stage)
+        if facts.halt:
+            stages[name] = payload(status="skip", note=f"not run: {facts.halt}")
         else:
-            stages[name] = Stage(status="skip", note="validator internal error: stage did not record a result")
+            stages[name] = payload(status="skip", note="validator internal error: stage did not record a result")
             findings.append(Finding(severity="note", stage=name,
                                     detail="stage result was missing; validation is inconclusive"))
 
-    tier = facts.get("cpu_tier")
+    tier = facts.cpu_tier
     if tier:
         for name in TIERED_STAGES:
-            if name in stages and getattr(stages[name], "evidence_tier", None) is None:
-                stages[name].evidence_tier = tier["evidence"]
-    verdict = judge(stages, findings, facts.get("runtime_identity"))
+            if name in stages and stages[name].evidence_tier is None:
+                stages[name].evidence_tier = tier.evidence
+    verdict = judge(stages, findings, facts.runtime_identity)
     coverage, coverage_basis = ({}, {}) if tier else arch_coverage(stages)
     report = Report(
         label=label,
-        started_utc=facts.get("started_utc", utc_now()),
+        started_utc=facts.started_utc or utc_now(),
         finished_utc=finished_utc or utc_now(),
-        isolation=facts.get("isolation", {"level": "git-worktree + private caches", "container": False}),
+        isolation=facts.isolation or {"level": "git-worktree + private caches", "container": False},
         arch_coverage=coverage,
         arch_coverage_basis=coverage_basis,
-        degraded_mode=facts.get("degraded_mode"),
+        degraded_mode=facts.degraded_mode,
         cpu_tier=tier,
-        repo=facts["repo"],
-        runtime_identity=facts.get("runtime_identity"),
-        recovered_run=facts.get("recovered_run"),
+        repo=facts.repo.model_dump(),
+        runtime_identity=facts.runtime_identity,
+        recovered_run=facts.recovered_run,
         test_selection=TestSelection(target=selection.pop("target", ""), **selection),
         stages=Stages(**stages),
         findings=findings,
@@ -172,32 +172,33 @@ def arch_coverage(stages: dict[str, Stage]) -> tuple[dict[str, str], dict[str, s
     credits nothing. Coverage is about exercise, not success: a failing run that executed counts.
     """
     claim = stages.get("gpu_claim")
-    arch = claim.model_extra.get("arch") if claim is not None and claim.status == "pass" else None
+    arch = claim.arch if claim is not None and claim.status == "pass" else None
     if not arch or arch == "unknown":
         return {}, {}
     for name in ("correctness_grid", "correctness_repo_tests"):
         stage = stages.get(name)
-        fields = stage.model_dump() if stage is not None else {}
-        stats = fields.get("stats") or {}
-        observed = stats.get("observed_work")
-        if not stats.get("executed") or observed == 0:  # 0: a route was watched for and never reached
+        stats = stage.stats if stage is not None else None
+        if stats is None:
             continue
-        if stats.get("basis", "").startswith("script"):
-            if not fields.get("log_bytes"):
+        observed = stats.observed_work
+        if not stats.executed or observed == 0:  # 0: a route was watched for and never reached
+            continue
+        if stats.basis.startswith("script"):
+            if not stage.log_bytes:
                 continue
-            outcome = "script-observed-work" if fields.get("exit") == 0 else "script-nonzero-with-output"
+            outcome = "script-observed-work" if stage.exit == 0 else "script-nonzero-with-output"
             return {arch: "runtime"}, {arch: f"{outcome}:{observed} ({name}; observed_work from the run's receipt)"}
-        return {arch: "runtime"}, {arch: f"pytest-junit-executed:{stats['executed']} observed_work:{observed} ({name})"}
+        return {arch: "runtime"}, {arch: f"pytest-junit-executed:{stats.executed} observed_work:{observed} ({name})"}
     return {}, {}
 
 
-def judge(stages: dict[str, Stage], findings: list[Finding], runtime_identity: dict | None) -> Verdict:
+def judge(stages: dict[str, Stage], findings: list[Finding], runtime_identity: RuntimeIdentity | None) -> Verdict:
     severities = {finding.severity for finding in findings}
     if "blocker" in severities:
         return "BLOCK"
     if "should-fix" in severities:
         return "NEEDS_WORK"
-    complete = bool(runtime_identity and runtime_identity.get("module_path")) and all(
+    complete = bool(runtime_identity and runtime_identity.module_path) and all(
         stages[name].status == "pass" for name in REQUIRED_STAGES)
     return "PASS" if complete else "INCONCLUSIVE"
 
@@ -208,7 +209,7 @@ def pass_gate(report: Report) -> list[str]:
     stages, selection = report.stages, report.test_selection
     if not report.arch_coverage:
         missing.append("no architecture was credited with runtime coverage")
-    identity = report.runtime_identity or {}
+    identity = report.runtime_identity.model_fields_set if report.runtime_identity else set()
     for key in ("module", "module_path", "python_executable", "python_version", "native_artifacts"):
         if key not in identity:
             missing.append(f"runtime_identity.{key} missing")
@@ -216,22 +217,22 @@ def pass_gate(report: Report) -> list[str]:
         missing.append("--expected-route and --shape-vars are required for PASS")
     if selection.runner not in ("pytest", "script"):
         missing.append("no runner")
-    claim = stages.gpu_claim.model_dump()
-    index = claim.get("hip_index", claim.get("cuda_index"))
-    if index is None or not claim.get("arch") or not claim.get("bdf"):
+    claim = stages.gpu_claim
+    index = claim.hip_index if claim.hip_index is not None else claim.cuda_index
+    if index is None or not claim.arch or not claim.bdf:
         missing.append("gpu_claim lacks a device index, arch or bdf")
-    repo_tests = stages.correctness_repo_tests.model_dump()
-    stats = repo_tests.get("stats") or {}
-    if repo_tests.get("exit") != 0 or stats.get("failures") or stats.get("errors") or not stats.get("executed"):
+    repo_tests = stages.correctness_repo_tests
+    stats = repo_tests.stats
+    if repo_tests.exit != 0 or stats is None or stats.failures or stats.errors or not stats.executed:
         missing.append("correctness_repo_tests is not a passing run with executed tests")
-    sensitivity = stages.sensitivity.model_dump()
-    modes = sensitivity.get("modes") or {}
-    if sensitivity.get("status") != "pass" or not modes or not all(
+    sensitivity = stages.sensitivity
+    modes = sensitivity.modes or {}
+    if sensitivity.status != "pass" or not modes or not all(
             mode.get("status") == "pass" and mode.get("corrupted_calls") for mode in modes.values()):
         missing.append("sensitivity: the suite was not shown to fail with the route's output corrupted")
-    receipt = stages.execution_receipt.model_dump()
-    if receipt.get("producer") != PRODUCER or not receipt.get("route") or not receipt.get("kernel_symbols") \
-            or not receipt.get("executed_shapes") or not receipt.get("receipt_sha256"):
+    receipt = stages.execution_receipt
+    if receipt.producer != PRODUCER or not receipt.route or not receipt.kernel_symbols \
+            or not receipt.executed_shapes or not receipt.receipt_sha256:
         missing.append("execution_receipt lacks producer, route, kernel_symbols, executed_shapes or receipt_sha256")
     return missing
 
@@ -246,7 +247,7 @@ def summary_markdown(report: Report) -> str:
         f"- patch sha256: `{report.repo.patch_sha256 or 'none'}`",
         f"- target: `{report.test_selection.target}` (runner: {report.test_selection.runner})",
         f"- degraded mode: {report.degraded_mode or 'none'}",
-        f"- evidence tier: {tier_line(report.cpu_tier)}",
+        f"- evidence tier: {tier_line(report.cpu_tier.model_dump() if report.cpu_tier else None)}",
         "",
         "| stage | status | reason |",
         "| --- | --- | --- |",

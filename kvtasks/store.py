@@ -31,8 +31,8 @@ from pydantic import BaseModel, ValidationError
 from kvtasks.stages import StageResult
 
 # the shape of stored stage results; a change to it bumps this, and older evidence runs again
-# (1: a bare list of results, before the version was stored)
-EVIDENCE_SCHEMA = 2
+# (1: a bare list of results, before the version was stored; 2: facts and selection as free dictionaries)
+EVIDENCE_SCHEMA = 3
 
 
 class _Evidence(BaseModel):

@@ -7,6 +7,8 @@ import pytest
 
 from kvtasks import gpu, keys, harness, worktree
 from kvtasks.request import Request
+from kvtasks.stages.gpu_claim import GpuClaim
+from kvtasks.stages.records import RuntimeFingerprint, Selection
 from tests.kernel_repos import git, make_repo
 
 SELECTION = {"runner": "pytest", "grid_channel": "env", "grid_cells": ["64,2000,f32"]}
@@ -22,8 +24,9 @@ def request_(tmp_path):
 
 
 def base_key(request, *, fingerprint=FINGERPRINT, driver=None, environment=None):
-    runtime = keys.runtime_hash(request, fingerprint, GPU, None, driver or {"rocm": "6.2.0"})
-    return keys.base_key(request, "a" * 40, SELECTION, runtime, environment or {"PATH": "/usr/bin"})
+    runtime = keys.runtime_hash(request, RuntimeFingerprint(**fingerprint), GpuClaim(status="pass", **GPU), None,
+                                driver or {"rocm": "6.2.0"})
+    return keys.base_key(request, "a" * 40, Selection(**SELECTION), runtime, environment or {"PATH": "/usr/bin"})
 
 
 def test_each_input_of_a_base_run_changes_the_base_key(request_, monkeypatch):

@@ -52,15 +52,15 @@ def complete_run(**receipt) -> list[StageResult]:
     stages.append(passing("execution_receipt", **receipt))
     identity = {"module": "m", "module_path": "/w/m", "python_executable": "py", "python_version": "3",
                 "native_artifacts": []}
-    return results(*stages, runtime_identity=identity, arch_coverage={"gfx942": "runtime"},
-                   arch_coverage_basis={"gfx942": "pytest-junit-executed:3"})
+    # the report credits the architecture itself, from the claim and the repo tests' run
+    return results(*stages, runtime_identity=identity)
 
 
 def test_pass_needs_every_required_stage_and_the_pass_gate():
     full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
             "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
     run = complete_run(**full)
-    run[1].selection.update(expected_route="k:f", shape_vars="M")
+    run[1].selection.set(expected_route="k:f", shape_vars="M")
     assert report.compose("x", run).verdict == "PASS"
 
 
@@ -78,7 +78,7 @@ def test_pass_gate_needs_a_sensitivity_run_that_corrupted_and_failed(modes):
     full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
             "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
     run = complete_run(**full)
-    run[1].selection.update(expected_route="k:f", shape_vars="M")
+    run[1].selection.set(expected_route="k:f", shape_vars="M")
     run.append(passing("sensitivity", modes=modes))  # a later result replaces the passing one
     composed = report.compose("x", run)
     assert composed.verdict == "INCONCLUSIVE"
@@ -98,3 +98,25 @@ def test_stage_objects_keep_their_own_fields():
     composed = report.compose("x", results(passing("merge_sim", changed_paths={"a.py": "M"})))
     assert composed.model_dump()["stages"]["merge_sim"]["changed_paths"] == {"a.py": "M"}
     assert isinstance(composed.stages.merge_sim, Stage)
+
+
+def test_the_schema_lists_every_stage_and_its_fields():
+    from kvtasks.pipeline import REPORTED
+    from kvtasks.stages import PAYLOADS
+
+    schema = report.json_schema()
+    stages = schema["$defs"]["Stages"]["properties"]
+    assert list(stages) == [row.name for row in REPORTED]
+    for row in REPORTED:
+        payload = PAYLOADS[row.name]  # every stage the report shows declares its payload
+        fields = schema["$defs"][payload.__name__]["properties"]
+        assert {"status", "note"} < set(fields) and len(fields) > 3, row.name
+        if row.tiered:  # the report says on each of them what ran its targets
+            assert "evidence_tier" in payload.model_fields, row.name
+    assert set(schema["$defs"]["Stages"]["required"]) == set(report.REQUIRED_STAGES)
+    assert "cells" in schema["$defs"]["CorrectnessGrid"]["properties"]
+
+
+def test_a_declared_payload_refuses_a_field_it_does_not_declare():
+    with pytest.raises(ValueError, match="reuse_me"):
+        result("baseline_control", "pass", "ok", reuse_me=True)

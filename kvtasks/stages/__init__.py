@@ -1,8 +1,9 @@
-"""Stages: each module's `run(ctx)` returns a StageResult; none writes the report.
+"""Stages: each module's entry point returns a StageResult; none writes the report.
 
-A result carries the stage object the report will show, the findings the stage established, the
-test_selection and top-level facts it learned, and the target runs it made. Results are stored as
-evidence by the graph and composed and judged by report.py alone.
+A result carries the stage object the report will show (its payload, declared per stage with
+`@payload`), the findings the stage established, the test_selection and facts it learned (typed
+records, kvtasks.stages.records), and the target runs it made. Results are stored as evidence by
+phases.py and composed and judged by report.py alone; the pipeline table says which stage runs when.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from kvtasks import sources
+from kvtasks.stages.records import Facts, Selection, merged
 from kvtasks.request import Request
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import HeadView, Worktree
@@ -64,8 +66,8 @@ class StageResult(BaseModel):
     name: str
     stage: SerializeAsAny[Stage] | None = None  # None for selection-only steps that publish no stage object
     findings: list[Finding] = []
-    selection: dict[str, Any] = {}
-    facts: dict[str, Any] = {}
+    selection: Selection = Selection()
+    facts: Facts = Facts()
     runs: list[TargetRun] = []
 
     @field_validator("stage", mode="before")
@@ -138,17 +140,15 @@ class Context:
                 files |= {f"{prefix}{stem}.py", f"{prefix}{stem}/__init__.py"}
         return files
 
-    def fact(self, name: str, default: Any = None) -> Any:
-        for stage_result in self.earlier.values():
-            if name in stage_result.facts:
-                return stage_result.facts[name]
-        return default
+    @property
+    def facts(self) -> Facts:
+        """What the earlier results learned, laid over each other in the order they ran."""
+        return merged(Facts, (stage_result.facts for stage_result in self.earlier.values()))
 
-    def selected(self, name: str, default: Any = None) -> Any:
-        for stage_result in self.earlier.values():
-            if name in stage_result.selection:
-                return stage_result.selection[name]
-        return default
+    @property
+    def selection(self) -> Selection:
+        """The test_selection the earlier results made, laid over each other in the order they ran."""
+        return merged(Selection, (stage_result.selection for stage_result in self.earlier.values()))
 
     def say(self, line: str) -> None:
         if not self.quiet:

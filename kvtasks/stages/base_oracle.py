@@ -14,14 +14,28 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import Any
+
+from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, baseline_control, cpu_tier, grid, result, test_policy
+from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, result, test_policy
 from kvtasks.stages.target_runs import gate
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 
 NAME = "correctness_base_oracle"
+
+
+@payload(NAME)
+class BaseOracle(Stage):
+    """Head's code under base's version of what the PR changed in its suite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kept_at_base: list[str] | None = None
+    runs: dict[str, Any] | None = None  # label -> exit, log, stats, outcome
+    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 # what a test that no longer fits head's API fails with
 _API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|NameError)\b|"
                          r"TypeError: .*(argument|positional)")
@@ -68,7 +82,7 @@ def run(ctx: Context) -> StageResult:
     if blocked:
         return result(NAME, "skip", blocked)
     baseline = ctx.earlier.get(baseline_control.NAME)
-    base_repo = baseline.stage.model_extra.get("repo_tests") if baseline and baseline.stage.status == "pass" else None
+    base_repo = baseline.stage.repo_tests if baseline and baseline.stage.status == "pass" else None
     if not base_repo or base_repo.get("state") != "ran" or base_repo.get("exit") != 0:
         return result(NAME, "skip", "the target does not pass on base, so base's tests cannot judge head")
 
@@ -76,7 +90,7 @@ def run(ctx: Context) -> StageResult:
     try:
         with ctx.worktree.lend("head", keep_base=kept):
             ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
-            runs.append(harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir,
+            runs.append(harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
                                    label="head-baseoracle", **cpu_tier.launch_options(ctx)))
             grid_run = grid.oracle_run(ctx)
             if grid_run is not None:
@@ -129,10 +143,10 @@ def _blame(ctx: Context, failed: list[TargetRun], fields: dict) -> StageResult:
     names = ", ".join(run.label for run in failed)
     stage = result(NAME, "fail", f"head's code fails base's version of the target ({names})", **fields)
     policy = ctx.earlier.get(test_policy.NAME)
-    found = policy.stage.model_extra if policy and policy.stage else {}
+    found = policy.stage if policy and policy.stage else None
     tail, path = failed[0].log_tail(), ctx.request.target_path
     kept = fields["kept_at_base"]
-    weakened = [file for file in kept if file in (found.get("weakened_files") or [])]
+    weakened = [file for file in kept if found is not None and file in (found.weakened_files or [])]
     if weakened:
         named = "; ".join(item for file in weakened for item in _weakenings(found, file))
         return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
@@ -142,13 +156,13 @@ def _blame(ctx: Context, failed: list[TargetRun], fields: dict) -> StageResult:
                                        f"enough: {tail}")
 
 
-def _weakenings(policy: dict, path: str) -> list[str]:
+def _weakenings(policy: Stage, path: str) -> list[str]:
     """What test_policy found in one file, as the blocker names it (at most five)."""
     prefix = f"{path}::"
     named = [f"{item['where'][len(prefix):]} widened {item['base']:g} -> {item['head']:g}"
-             for item in policy.get("loosened") or [] if item["where"].startswith(prefix)]
-    named += [text[len(prefix):] for text in [*(policy.get("not_literal") or []), *(policy.get("weakened") or [])]
+             for item in policy.loosened or [] if item["where"].startswith(prefix)]
+    named += [text[len(prefix):] for text in [*(policy.not_literal or []), *(policy.weakened or [])]
               if text.startswith(prefix)]
-    named += [row[len(path) + 2:] + " commented out" for row in policy.get("newly_commented_rows") or []
+    named += [row[len(path) + 2:] + " commented out" for row in policy.newly_commented_rows or []
               if row.startswith(f"{path}: ")]
     return named[:5]

@@ -6,12 +6,29 @@ that no patch can alter. The tree must still be clean afterwards. It borrows the
 """
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ConfigDict
+
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, cpu_tier, grid, result
+from kvtasks.stages import Context, Stage, StageResult, cpu_tier, grid, payload, result
 from kvtasks.stages.target_runs import gate, run_fields, state
 from kvtasks.harness.launch import TargetRun
 
 NAME = "baseline_control"
+
+
+@payload(NAME)
+class BaselineControl(Stage):
+    """The target and the grid on the clean base tree, as later stages attribute against."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo_tests: dict[str, Any] | None = None  # state, exit, log, stats ... of the base run of the target
+    s1_grid: dict[str, Any] | None = None  # the same for the grid's base cells
+    artifacts: list[str] | None = None  # what the base run left in the tree (removed)
+    reuse: str | None = None  # why this baseline must not stand for its key again
+    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
 def _base_said(repo_tests: dict, s1_grid: dict) -> str:
@@ -43,7 +60,7 @@ def run(ctx: Context) -> StageResult:
             return result(NAME, "skip", f"base tree is not clean ({len(before)} entries); nothing was run")
         if worktree.exists_on_base(request.target_path):
             ctx.say("baseline_control: running base-repo")
-            runs.append(harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="base-repo",
+            runs.append(harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="base-repo",
                                    **cpu_tier.launch_options(ctx)))
             repo_tests = {"state": state(runs[0]), **run_fields(runs[0])}
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kvtasks import sources, harness
 from kvtasks.stages import Context, StageResult, gpu_claim, result
+from kvtasks.stages.records import CpuTier, Facts, Selection
 from kvtasks.harness import triton_cpu
 from kvtasks.harness.launch import TargetRun
 
@@ -71,13 +72,13 @@ def run(ctx: Context) -> StageResult:
     on, why = wanted(ctx)
     if not on:
         return _off(why)
-    fingerprint = ctx.fact("runtime_fingerprint")
+    fingerprint = ctx.facts.runtime_fingerprint
     if fingerprint is None:
         compat = ctx.earlier.get("runtime_compat")
         said = compat.stage.note if compat is not None and compat.stage is not None else "it did not run"
         return _off(f"{why}, but the runtime probe did not run ({said}), so what {request.host.python_bin} has "
                     "installed is unknown")
-    installed = _versions(fingerprint)
+    installed = fingerprint.versions()
     missing = [name for name in ("triton", "torch", "numpy") if name not in installed]
     if missing:
         stage_result = _off(f"{why}, but {request.host.python_bin} has no {', '.join(missing)} installed")
@@ -89,31 +90,22 @@ def run(ctx: Context) -> StageResult:
         return stage_result.finding("note", f"the Triton CPU tier was asked for and could not run (an environment "
                                             f"fact, not the PR's): {bad}")
     capability = request.cpu_device_capability
-    tier = {"interpreter": "triton", "evidence": EVIDENCE, "reason": why, "triton": installed["triton"],
-            "torch": installed["torch"], "numpy": installed["numpy"], "sanitizer": "on",
-            "device_redirect": "cuda -> cpu", "autotune": "every config once per kernel and autotune key, first kept",
-            "sparse_grid_programs": request.cpu_sparse_grid, "device_capability": capability,
-            "assumptions": [f"compute capability {capability} (--cpu-device-capability, default "
-                            f"{triton_cpu.DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
-                            "get_device_capability() decides which kernel paths a repository takes"]}
-    return StageResult(name=NAME, selection={"cpu_tier": "triton", "cpu_tier_reason": why}, facts={"cpu_tier": tier})
-
-
-def _versions(fingerprint: dict) -> dict[str, str]:
-    """name -> version of the distributions the runtime probe found installed for PYTHON_BIN."""
-    found = {}
-    for entry in fingerprint.get("distributions") or []:
-        name, _, version = entry.partition("==")
-        found[name.lower()] = version
-    return found
+    tier = CpuTier(interpreter="triton", evidence=EVIDENCE, reason=why, triton=installed["triton"],
+                   torch=installed["torch"], numpy=installed["numpy"], sanitizer="on",
+                   device_redirect="cuda -> cpu", autotune="every config once per kernel and autotune key, first kept",
+                   sparse_grid_programs=request.cpu_sparse_grid, device_capability=capability,
+                   assumptions=[f"compute capability {capability} (--cpu-device-capability, default "
+                                f"{triton_cpu.DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
+                                "get_device_capability() decides which kernel paths a repository takes"])
+    return StageResult(name=NAME, selection=Selection(cpu_tier="triton", cpu_tier_reason=why), facts=Facts(cpu_tier=tier))
 
 
 def _off(reason: str) -> StageResult:
-    return StageResult(name=NAME, selection={"cpu_tier": "off", "cpu_tier_reason": reason}, facts={"cpu_tier": None})
+    return StageResult(name=NAME, selection=Selection(cpu_tier="off", cpu_tier_reason=reason), facts=Facts(cpu_tier=None))
 
 
 def active(ctx: Context) -> bool:
-    return bool(ctx.fact("cpu_tier"))
+    return ctx.facts.cpu_tier is not None
 
 
 def launch_options(ctx: Context) -> dict:

@@ -16,7 +16,7 @@ def run(ctx: Context) -> StageResult | None:
     if claim is None or claim.stage.status != "pass":
         return None
     updated = claim.model_copy(deep=True)
-    index = claim.stage.model_extra.get("hip_index", claim.stage.model_extra.get("cuda_index"))
+    index = claim.stage.hip_index if claim.stage.hip_index is not None else claim.stage.cuda_index
     found = picker.find_device(index)
     if found is None:
         updated.stage.post_run_note = "activity after the run could not be recorded: the device was not found"

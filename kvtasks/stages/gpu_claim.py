@@ -7,17 +7,46 @@ pipeline table says). It never launches a target.
 from __future__ import annotations
 
 import socket
+from typing import Any
+
+from pydantic import ConfigDict
 
 from kvtasks import harness
 from kvtasks.gpu import picker
-from kvtasks.stages import Context, StageResult, result
+from kvtasks.stages import Context, Stage, StageResult, payload, result
 
 NAME = "gpu_claim"
 
 
+@payload(NAME)
+class GpuClaim(Stage):
+    """The claimed device and what its idleness rests on (gpu_requirement and gpu_activity amend it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str | None = None
+    vendor: str | None = None
+    hip_index: int | None = None  # AMD: the device index targets see
+    amd_smi_index: Any = None
+    cuda_index: int | None = None  # NVIDIA
+    nvml_index: Any = None
+    bdf: str | None = None
+    model: str | None = None
+    arch: str | None = None
+    gfx_activity_before_pct: int | None = None
+    idleness_basis: str | None = None
+    lock: str | None = None
+    picker: str | None = None
+    smi_source: str | None = None
+    picker_exit: int | None = None  # the picker's exit when it chose nothing
+    requirement_note: str | None = None  # gpu_requirement: the target ran without a GPU
+    post_run_note: str | None = None  # gpu_activity: why activity after the runs is not recorded
+    gfx_activity_after_pct: int | None = None  # gpu_activity
+
+
 def _no_gpu(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, **fields)
-    stage.facts["degraded_mode"] = "NO_GPU"
+    stage.facts.degraded_mode = "NO_GPU"
     stage.finding("note", "no GPU was claimed (see gpu_claim); no runtime correctness claim is made")
     return stage
 
@@ -82,9 +111,9 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
     )
     if basis == "vram-only":
         stage.finding("note", "GPU activity is unavailable on this host; the device was judged idle by VRAM only")
-    stage.facts.update(degraded_mode=None, visible_devices=visible)
+    stage.facts.set(degraded_mode=None, visible_devices=visible)
     return stage
 
 
 def visible_devices(ctx: Context) -> dict[str, str]:
-    return ctx.fact("visible_devices") or harness.NO_DEVICE
+    return ctx.facts.visible_devices or harness.NO_DEVICE

@@ -20,9 +20,9 @@ def run(ctx: Context) -> StageResult | None:
     if claim is None or claim.stage.status == "pass" or not runtime_compat.established(ctx) or cpu_tier.active(ctx):
         return None
     updated = claim.model_copy(deep=True)
-    runner = ctx.selected("runner", "none")
+    runner = ctx.selection.runner or "none"
     if runner == "none":
-        updated.selection.update(gpu_requirement="required",
+        updated.selection.set(gpu_requirement="required",
                                  gpu_requirement_basis="not probed: no runner was selected; conservative default")
         return updated
     try:
@@ -30,17 +30,17 @@ def run(ctx: Context) -> StageResult | None:
             ctx.say(f"{NAME}: running gpufree-probe with no visible device")
             run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
     except PatchRefused as refused:
-        updated.selection.update(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
+        updated.selection.set(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
         return updated
     executed, observed = run.stats.executed, run.stats.observed_work
     if run.passed and executed >= 1 and observed != 0:
         basis = f"passed with no visible device, {executed} executed ({run.runner})"
-        updated.selection.update(gpu_requirement="not-required", gpu_requirement_basis=basis)
+        updated.selection.set(gpu_requirement="not-required", gpu_requirement_basis=basis)
         updated.stage.requirement_note = f"target does not need a GPU: {basis}; correctness runs, no arch is credited"
         updated.finding("note", f"the target ran without a GPU ({basis}); its correctness evidence is CPU-only "
                                 "and PASS stays unreachable without a claimed GPU")
     else:
-        updated.selection.update(gpu_requirement="required",
+        updated.selection.set(gpu_requirement="required",
                                  gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "
                                                        f"observed_work {observed}")
     updated.runs.append(run)

@@ -5,11 +5,27 @@ checked against the tree with `git apply --check`. A dirty tree or a conflict ha
 """
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ConfigDict
+
 from kvtasks import keys
-from kvtasks.stages import Context, StageResult, result
+from kvtasks.stages import Context, Stage, StageResult, payload, result
+from kvtasks.stages.records import Repo
 from kvtasks.worktree import GitFailed
 
 NAME = "merge_sim"
+
+
+@payload(NAME)
+class MergeSim(Stage):
+    """Whether the patch applies to this base, and what it changes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    changed_paths: dict[str, str] | None = None  # path -> git's change letter (A, M, D, R ...)
+    identity_note: str | None = None  # why the report cannot be matched to a remote PR head
+    dirty_entries: int | None = None  # how many entries made the supplied tree unclean
 
 
 def run(ctx: Context) -> StageResult:
@@ -30,7 +46,7 @@ def run(ctx: Context) -> StageResult:
     if not request.has_patch:
         stage = result(NAME, "skip", "no patch: the checkout was validated directly; "
                                      "mergeability and base attribution were not tested")
-        stage.facts["repo"] = {**repo, "head": request.head_sha or base}
+        stage.facts.repo = Repo(**{**repo, "head": request.head_sha or base})
         return stage
 
     with worktree.quiescent():
@@ -42,20 +58,20 @@ def run(ctx: Context) -> StageResult:
                                      "the patch was not applied", dirty_entries=len(dirty))
         stage.finding("note", "the supplied worktree has tracked, untracked or ignored files; "
                               "nothing was applied and nothing was run")
-        stage.facts.update(repo={**repo, "head": None}, halt="the supplied worktree was not clean")
+        stage.facts.set(repo=Repo(**{**repo, "head": None}), halt="the supplied worktree was not clean")
         return stage
 
     if applies is not None:
         stage = result(NAME, "fail", f"patch does not apply to the base: {applies}")
         stage.finding("blocker", f"the patch does not apply to the current base {base[:12]}: {applies}")
-        stage.facts.update(repo={**repo, "head": None}, halt="the patch does not apply")
+        stage.facts.set(repo=Repo(**{**repo, "head": None}), halt="the patch does not apply")
         return stage
 
     fields = {"changed_paths": ctx.head_view.changes}
     if request.head_sha is None:
         fields["identity_note"] = "no --head-sha: the report cannot be matched to a remote PR head"
     stage = result(NAME, "pass", f"patch applies cleanly ({len(fields['changed_paths'])} paths)", **fields)
-    stage.facts["repo"] = repo
+    stage.facts.repo = Repo(**repo)
     return stage
 
 

@@ -6,11 +6,36 @@ It never fails: a missing receipt is missing evidence, not a defect of the PR.
 """
 from __future__ import annotations
 
-from kvtasks.stages import Context, StageResult, grid, result
+from typing import Any
+
+from pydantic import ConfigDict
+
+from kvtasks.stages import Context, Stage, StageResult, grid, payload, result
 from kvtasks.harness.launch import TargetRun
 from kvtasks.harness.probe import PRODUCER
 
 NAME = "execution_receipt"
+
+
+@payload(NAME)
+class ExecutionReceipt(Stage):
+    """What the validator's in-target probe saw the route execute."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    receipt: Any = None  # where the receipt is stored
+    receipt_sha256: str | None = None
+    receipt_scope: str | None = None
+    route: str | None = None
+    producer: str | None = None
+    kernel_symbols: list[str] | None = None
+    route_calls: dict[str, Any] | None = None
+    mechanism: Any = None
+    required_shapes: list[Any] | None = None
+    executed_shapes: list[str] | None = None
+    shape_capture: dict[str, Any] | None = None
+    shape_namespace: str | None = None
+    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
 def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
@@ -44,7 +69,7 @@ def run(ctx: Context) -> StageResult:
     scope, chosen = (with_route or runs)[0]
     receipt = chosen.receipt
     # every grid row must show up among the route's shapes, on every channel (parametrize cells too)
-    required_shapes = ctx.selected("grid_cells", []) if chosen.label == "head-grid" else []
+    required_shapes = (ctx.selection.grid_cells or []) if chosen.label == "head-grid" else []
     check_required = chosen.label == "head-grid"
     fields = {"receipt": chosen.receipt_path, "receipt_sha256": chosen.receipt_sha256, "receipt_scope": scope}
     if receipt is None:
@@ -72,7 +97,7 @@ def run(ctx: Context) -> StageResult:
         why = "no --shape-vars were named" if not requested else \
             f"no route call bound all of {', '.join(requested)} (captured at call and at return)"
         return _skip(f"the route ran but no executed shape was captured: {why}", **fields)
-    if ctx.selected("grid_channel") == "pytest" and chosen.label == "head-grid":
+    if ctx.selection.grid_channel == "pytest" and chosen.label == "head-grid":
         fields["shape_namespace"] = "pytest parametrize cells, compared with the route's shapes after the probe's " \
                                     "coercion"
     if check_required:

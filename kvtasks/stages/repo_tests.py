@@ -5,13 +5,35 @@ judges head against what baseline_control saw; it never reruns base.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ConfigDict
+
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, baseline_control, cpu_tier, nonfinite, result
+from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, nonfinite, payload, result
 from kvtasks.stages.target_runs import addopts_note, gate, run_fields
-from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, TargetRun
+from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, ExecutionStats, TargetRun
 from kvtasks.worktree import PatchRefused
 
 NAME = "correctness_repo_tests"
+
+
+@payload(NAME)
+class RepoTests(Stage):
+    """The head run of the repository's own target."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit: int | None = None
+    log: str | None = None
+    log_bytes: int | None = None
+    stats: ExecutionStats | None = None  # what JUnit or the liveness check counted
+    timed_out: bool | None = None
+    pytest_addopts_dropped: dict[str, Any] | None = None
+    route_outputs: list[dict[str, Any]] | None = None  # the NaN/Inf watch
+    cpu_tier: dict[str, Any] | None = None  # what the Triton CPU tier saw in the run
+    artifacts: list[str] | None = None  # what the head run left in the tree (removed)
+    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
 def run(ctx: Context) -> StageResult:
@@ -28,14 +50,14 @@ def run(ctx: Context) -> StageResult:
         with worktree.lend("head"):
             expected = set(worktree.status())
             ctx.say("correctness_repo_tests: running head-repo")
-            run = harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label="head-repo",
+            run = harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="head-repo",
                              **cpu_tier.launch_options(ctx))
             artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
     except PatchRefused as refused:
         stage = result(NAME, "skip", str(refused))
         return stage.finding("note", "head was not tested: the patch did not apply after the base run")
 
-    base = baseline.stage.model_extra.get("repo_tests") if baseline else None
+    base = baseline.stage.repo_tests if baseline else None
     stage = _judge_head(ctx, run, base)
     cpu_tier.credit_fixes(stage, run, base)
     cpu_tier.observe(stage, run)
@@ -88,5 +110,5 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         stage.finding("note", f"red on both sides (base: {base_said}), so the failure is not attributed to the PR: {tail}")
     if executed == 0:
         stage.finding("note", f"the {run.runner} run executed nothing; the runner choice "
-                              f"({ctx.selected('runner_reason', '')}) is a candidate cause, not the code")
+                              f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")
     return stage

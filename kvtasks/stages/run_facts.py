@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from kvtasks import gpu, harness
 from kvtasks.stages import Context, StageResult
+from kvtasks.stages.records import Facts
 
 NAME = "run"
 
@@ -17,8 +18,7 @@ def utc_now() -> str:
 
 
 def run(ctx: Context) -> StageResult:
-    return StageResult(name=NAME, facts={"started_utc": utc_now(),
-                                         "isolation": harness.isolation_facts(ctx.request),
-                                         # inputs of the base key that describe the host, as this run saw them
-                                         "gpu_driver": gpu.driver_versions(),
-                                         "target_environment_values": harness.passed_through_values()})
+    return StageResult(name=NAME, facts=Facts(started_utc=utc_now(), isolation=harness.isolation_facts(ctx.request),
+                                              # inputs of the base key that describe the host, as this run saw them
+                                              gpu_driver=gpu.driver_versions(),
+                                              target_environment_values=harness.passed_through_values()))

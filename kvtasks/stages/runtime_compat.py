@@ -16,13 +16,34 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import ConfigDict
 
 from kvtasks import sources, harness
-from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, result
+from kvtasks.stages import Context, Stage, StageResult, cpu_tier, gpu_claim, payload, result
+from kvtasks.stages.records import RuntimeFingerprint, RuntimeIdentity
 from kvtasks.harness import layout
 from kvtasks.worktree import PatchRefused, source_identity
 
 NAME = "runtime_compat"
+
+
+@payload(NAME)
+class RuntimeCompat(Stage):
+    """Which runtime the target imports, from where, and why it is or is not the checkout's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = None  # runtime_mismatch when the runtime was not established
+    profile: str | None = None
+    module: str | None = None
+    expected_root: Any = None
+    import_roots: Any = None
+    cpu_tier_hooks: str | None = None
+    base_import: str | None = None  # whether base imports the module, asked only when head's import fails
+    traceback_tail: str | None = None
+    runtime_sources_changed: list[str] | None = None
 MISMATCH = "runtime_mismatch"
 _RUNTIME_PREFIXES = ("python/flydsl/", "python/mlir_flydsl/", "lib/", "include/", "cmake/", "thirdparty/",
                      "tools/", "csrc/")
@@ -140,9 +161,9 @@ def run(ctx: Context) -> StageResult:
     stage = _broken_by_pr(chosen, seen, fields) if fields.get("base_import") == "imports" else \
         _judge(chosen, seen, fields, ctx)
     # what the cache keys need about the interpreter, whether or not the runtime matched
-    stage.facts["runtime_fingerprint"] = {key: seen.get(key) for key in
-                                          ("python_executable", "python_version", "distributions", "module_path")}
-    stage.facts["runtime_fingerprint"]["editable_sources"] = editable_sources(ctx, seen.get("editable") or {})
+    stage.facts.runtime_fingerprint = RuntimeFingerprint(
+        **{key: seen.get(key) for key in ("python_executable", "python_version", "distributions", "module_path")},
+        editable_sources=editable_sources(ctx, seen.get("editable") or {}))
     return stage
 
 
@@ -176,7 +197,7 @@ def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResu
     if chosen.expected_version and seen["module_version"] != chosen.expected_version:
         return _mismatch(f"{chosen.module} {seen['module_version']} is installed but the checkout is "
                          f"{chosen.expected_version}", **fields)
-    identity = {
+    identity = RuntimeIdentity(**{
         "module": chosen.module,
         "module_path": seen["module_path"],
         "module_version": seen["module_version"],
@@ -189,11 +210,11 @@ def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResu
                                   "only means this import loaded none, not evidence about the target",
         "roots": chosen.roots,
         "import_roots": fields["import_roots"],
-    }
+    })
     stage = result(NAME, "pass", f"{chosen.module} imports from {seen['module_path']} "
                                  f"(python {seen['python_version']}, {len(seen['native_artifacts'])} native artifacts)",
                    **fields)
-    stage.facts["runtime_identity"] = identity
+    stage.facts.runtime_identity = identity
     return stage
 
 

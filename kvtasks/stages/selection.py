@@ -9,6 +9,7 @@ from __future__ import annotations
 from kvtasks import sources
 from kvtasks.sources.structure import argv_parsed_at_import, has_main_guard, test_definitions
 from kvtasks.stages import Context, StageResult
+from kvtasks.stages.records import Selection
 
 NAME = "selection"
 
@@ -86,5 +87,5 @@ def run(ctx: Context) -> StageResult:
         if risk:
             selection["runner_risk"] = risk
     selection.update(runner=runner, runner_reason=reason, runner_basis=basis)
-    stage_result.selection = selection
+    stage_result.selection = Selection(**selection)
     return stage_result

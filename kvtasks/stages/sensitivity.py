@@ -19,13 +19,32 @@ the repository, not the PR.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ConfigDict
+
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, baseline_control, cpu_tier, grid, repo_tests, result
+from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, repo_tests, result
 from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 
 NAME = "sensitivity"
+
+
+@payload(NAME)
+class Sensitivity(Stage):
+    """Whether the suite fails when the route's output is corrupted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    route: str | None = None
+    corrupted_run: str | None = None  # which run was repeated corrupted (head-repo or head-grid)
+    modes_run: list[str] | None = None
+    modes: dict[str, dict[str, Any]] | None = None  # mode -> status, reason and what the run saw
+    test_changes: list[str] | None = None  # the suite files the PR changed, when it stays green
+    base: dict[str, Any] | None = None  # the same corrupted run on base
+    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 _HOW = {"tail": "its last element made 2*x + 1", "nan": "every element made NaN"}
 
 
@@ -65,7 +84,7 @@ def _launch(ctx: Context, kind: str, label: str, mode: str, axis_argv: list[str]
     ctx.say(f"{NAME}: running {label} ({_describe(ctx, mode)})")
     if kind == "grid":
         return grid.rerun(ctx, label, axis_argv, _settings(ctx, mode))
-    return harness.run(ctx.request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+    return harness.run(ctx.request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), sensitivity=_settings(ctx, mode))
 
 
@@ -171,8 +190,8 @@ def run(ctx: Context) -> StageResult:
 def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[TargetRun]]:
     """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs)."""
     baseline = ctx.earlier.get(baseline_control.NAME)
-    extra = baseline.stage.model_extra if baseline else {}
-    base_grid, base_repo = extra.get("s1_grid") or {}, extra.get("repo_tests") or {}
+    base_grid = (baseline.stage.s1_grid if baseline else None) or {}
+    base_repo = (baseline.stage.repo_tests if baseline else None) or {}
     if base_grid.get("state") == "ran" and base_grid.get("exit") == 0:
         kind = "grid"
     elif base_repo.get("state") == "ran" and base_repo.get("exit") == 0:

@@ -12,13 +12,13 @@ def gate(ctx: Context) -> str | None:
     """Why correctness cannot run at all, or None when it can (the first reason that applies)."""
     claim = ctx.earlier.get(gpu_claim.NAME)
     claimed = claim is not None and claim.stage.status == "pass"
-    if not claimed and ctx.selected("gpu_requirement") != "not-required" and not cpu_tier.active(ctx):
+    if not claimed and ctx.selection.gpu_requirement != "not-required" and not cpu_tier.active(ctx):
         return "no verified-idle GPU was claimed and the target was not shown to run without one"
     if not runtime_compat.established(ctx):
         return "runtime compatibility was not established"
-    runner = ctx.selected("runner", "none")
+    runner = ctx.selection.runner or "none"
     if runner == "none":
-        return f"no runner: {ctx.selected('runner_reason', 'runner selection did not run')}"
+        return f"no runner: {ctx.selection.runner_reason or 'runner selection did not run'}"
     if runner == "pytest":
         return harness.pytest_available(ctx.request, ctx.run_dir)
     return None

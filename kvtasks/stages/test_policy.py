@@ -15,11 +15,40 @@ widening needs numerical justification (should-fix).
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import Any
+
+from pydantic import ConfigDict
 
 from kvtasks.sources import compare, read_policy
-from kvtasks.stages import Context, StageResult, result
+from kvtasks.stages import Context, Stage, StageResult, payload, result
 
 NAME = "test_policy"
+
+
+@payload(NAME)
+class TestPolicy(Stage):
+    """What the PR did to its own tests: tolerances, commented-out rows, other weakenings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: list[str] | None = None  # the target and the test files the PR changes
+    kernel_files_changed: bool | None = None
+    reference_tolerances: dict[str, Any] | None = None  # --tol-table
+    tolerances_base: dict[str, Any] | None = None  # path::where -> value
+    tolerances_head: dict[str, Any] | None = None
+    tolerances_base_by_name: list[str] | None = None  # tolerances given by a name (atol=ATOL)
+    tolerances_head_by_name: list[str] | None = None
+    loosened: list[dict[str, Any]] | None = None  # where, base, head
+    exceeds_reference: list[Any] | None = None
+    not_literal: list[str] | None = None  # replacements that cannot be compared
+    commented_out_shape_rows_base: int | None = None
+    commented_out_shape_rows: int | None = None
+    commented_out_shape_rows_added: int | None = None
+    newly_commented_rows: list[str] | None = None
+    weakened: list[str] | None = None  # skips, marks, swallowed assertions, outcome-rewriting hooks ...
+    added_with_unknown_default: list[str] | None = None
+    weakened_files: list[str] | None = None
+    target_deleted: str | None = None
 KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
 
 

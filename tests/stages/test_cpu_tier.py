@@ -149,8 +149,9 @@ def test_auto_leaves_the_tier_off_when_a_gpu_was_claimed():
     claimed = StageResult(name="gpu_claim", stage=Stage(status="pass"))
     ctx = SimpleNamespace(request=SimpleNamespace(cpu_tier="auto"), earlier={"gpu_claim": claimed})
     decided = cpu_tier.run(ctx)
-    assert decided.selection == {"cpu_tier": "off", "cpu_tier_reason": "auto: a GPU was claimed, so kernels run on it"}
-    assert decided.facts == {"cpu_tier": None}
+    assert decided.selection.model_dump() == {"cpu_tier": "off",
+                                              "cpu_tier_reason": "auto: a GPU was claimed, so kernels run on it"}
+    assert decided.facts.model_dump() == {"cpu_tier": None}
 
 
 # -- a repository laid out as real ones are ---------------------------------------------------------
@@ -213,29 +214,24 @@ def test_a_pr_that_fixes_what_base_violated_is_credited_and_base_is_not_called_c
     assert result.stage("correctness_repo_tests")["cpu_tier"]["device_capability"] == "9.0"
 
 
-class _Decided(SimpleNamespace):
-    def fact(self, name, default=None):
-        return self.facts.get(name, default)
-
-
 def _tier_ctx(fingerprint, compat_note="runtime_compat said so"):
     request = SimpleNamespace(cpu_tier="triton", cpu_sparse_grid=4096, cpu_device_capability="8.0",
                               host=SimpleNamespace(python_bin="/venv/bin/python"))
     compat = StageResult(name="runtime_compat", stage=Stage(status="skip", note=compat_note))
-    return _Decided(request=request, earlier={"runtime_compat": compat},
-                    facts={} if fingerprint is None else {"runtime_fingerprint": fingerprint})
+    return SimpleNamespace(request=request, earlier={"runtime_compat": compat},
+                           facts=Facts(runtime_fingerprint=None if fingerprint is None else RuntimeFingerprint(**fingerprint)))
 
 
 def test_a_known_bad_triton_numpy_pair_is_an_environment_fact_named_at_tier_start():
     bad = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.5.0", "torch==2.13.0+cpu", "numpy==2.4.6"]}))
-    assert bad.facts == {"cpu_tier": None} and bad.selection["cpu_tier"] == "off"
-    assert "triton 3.5.0 with numpy 2.4.6 is a known-bad pair" in bad.selection["cpu_tier_reason"]
+    assert bad.facts.model_dump() == {"cpu_tier": None} and bad.selection.cpu_tier == "off"
+    assert "triton 3.5.0 with numpy 2.4.6 is a known-bad pair" in bad.selection.cpu_tier_reason
     assert bad.findings[0].severity == "note" and "install numpy<2.4" in bad.findings[0].detail
     good = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.5.0", "torch==2.13.0+cpu", "numpy==2.3.5"]}))
-    assert good.facts["cpu_tier"]["numpy"] == "2.3.5" and good.findings == []
+    assert good.facts.cpu_tier.numpy == "2.3.5" and good.findings == []
 
 
 def test_no_missing_packages_are_claimed_when_the_runtime_probe_never_ran():
     refused = cpu_tier.run(_tier_ctx(None, "PYLIB holds a prebuilt runtime but the patch changes runtime sources"))
-    assert refused.findings == [] and "missing" not in refused.selection["cpu_tier_reason"]
-    assert "the runtime probe did not run (PYLIB holds a prebuilt runtime" in refused.selection["cpu_tier_reason"]
+    assert refused.findings == [] and "missing" not in refused.selection.cpu_tier_reason
+    assert "the runtime probe did not run (PYLIB holds a prebuilt runtime" in refused.selection.cpu_tier_reason

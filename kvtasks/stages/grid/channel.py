@@ -11,13 +11,14 @@ from __future__ import annotations
 from kvtasks import sources
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult
+from kvtasks.stages.records import Selection
 from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, independence_of, parse_axis, parse_grid,
                                       stacked_marks)
 
 
 def channel(ctx: Context) -> StageResult:
     request = ctx.request
-    runner = ctx.selected("runner", "none")
+    runner = ctx.selection.runner or "none"
     source_tree = sources.parse(ctx.head_text(request.target_path))
     tried, chosen, defaults, evidence = [], "", None, ""
 
@@ -92,7 +93,7 @@ def channel(ctx: Context) -> StageResult:
         grid_channel_reason="; ".join(tried), grid_cells=cells, grid_cells_basis=grid_basis,
         grid_independence=independence, grid_independence_reason=independence_reason, axes=axes, axis_state=state,
         axis_state_reason=state_reason)
-    stage_result = StageResult(name=CHANNEL, selection=selection.model_dump())
+    stage_result = StageResult(name=CHANNEL, selection=Selection(**dict(selection)))
     plan = Plan(channel=chosen, reason="; ".join(tried), rows=rows, defaults=defaults, axes=axes, axis_state=state)
-    stage_result.facts["grid_plan"] = plan.model_dump()
+    stage_result.facts.grid_plan = plan
     return stage_result

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from kvtasks.request import grid_rows
+from kvtasks.stages.records import Axis, Independence, Plan
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier
 from kvtasks.harness import triton_cpu
@@ -22,21 +23,6 @@ _LARGE_ELEMENTS = 2**31  # past this, 32-bit element offsets wrap
 _M_NAMES = {"m", "batch", "b", "rows", "num_rows", "seq", "seq_len", "seqlen", "tokens", "num_tokens", "n_rows"}
 _N_NAMES = {"n", "k", "cols", "num_cols", "hidden", "hidden_size", "dim", "d", "head_dim", "width", "n_cols"}
 _DTYPE_NAMES = {"dtype", "dtype_str", "dt", "type", "precision"}
-
-
-Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
-
-
-class Axis(BaseModel):
-    """One --axis NAME=--flag:v1;v2: a script flag the grid run adds, under the grid's burden of proof."""
-
-    name: str
-    flag: str
-    values: list[str]
-    hook_proof: Literal["not-evaluated", "flag-declared-in-add_argument", "flag-not-declared",
-                        "refused-invalid-value", "accepted-invalid-value"] = "not-evaluated"
-    target_default: list[str] | None = None  # the flag's literal default rows (None when computed)
-    independence: Independence = "unknown"
 
 
 def parse_grid(text: str) -> list[list[str]]:
@@ -97,19 +83,6 @@ def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[lis
     return rows, f"generated for {', '.join(classes)}"
 
 
-class Plan(BaseModel):
-    """What the channel step hands the grid's runs: the chosen channel (or why none), the cells, the
-    target's own defaults, the axes; stored with the channel step's result as the fact grid_plan."""
-
-    channel: Literal["", "env", "cli", "pytest"] = ""
-    reason: str = ""  # why no channel was chosen: every channel tried, and why it was refused
-    rows: list[list[str]] = []
-    defaults: list[str] | None = None  # the target's own literal cells (None when computed)
-    axes: list[Axis] = []
-    axis_state: Literal["none", "malformed-spec", "unusable", "hook-not-found", "declared"] = "none"
-    interpreter_skipped: list[str] = []  # cells set aside under the CPU tier (bf16)
-
-
 class GridSelection(BaseModel):
     """The channel step's payload: the grid's fields in the report's test_selection (the stage
     updates the independence and the axis fields after its runtime probes)."""
@@ -142,10 +115,10 @@ def independence_of(cells: list[str], defaults: list[str] | None, chosen: str) -
 
 
 def plan_of(ctx: Context) -> Plan | None:
-    raw = ctx.fact("grid_plan")
-    if raw is None:
+    plan = ctx.facts.grid_plan
+    if plan is None:
         return None
-    plan = Plan.model_validate(raw)
+    plan = plan.model_copy(deep=True)
     if cpu_tier.active(ctx):
         # the interpreter's bf16 arithmetic is wrong: such a cell would prove nothing either way
         limited = [row for row in plan.rows if any(triton_cpu.is_bf16(cell) for cell in row)]

@@ -27,7 +27,7 @@ def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_a
     elif plan.channel == "pytest":
         argnames = request.argnames
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
-    return harness.run(request, runner=ctx.selected("runner"), run_dir=ctx.run_dir, label=label,
+    return harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
                       env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
                       sensitivity=sensitivity)

@@ -38,6 +38,7 @@ class CorrectnessGrid(Stage):
     axis_argv: list[str] | None = None  # the proven axes' flags and values, on the grid run's argv
     cpu_tier: dict[str, Any] | None = None  # what the CPU tier saw in the grid run
     route_outputs: list[dict[str, Any]] | None = None  # the route's outputs, for the NaN/Inf watch
+    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
 def head(ctx: Context) -> StageResult:
@@ -97,14 +98,14 @@ def head(ctx: Context) -> StageResult:
 
     independence, independence_reason = run_independence(ctx, plan)
     stage = _judge(ctx, plan, run, head_repo, probe_fields, axis_argv, independence)
-    stage.selection.update(grid_independence=independence, grid_independence_reason=independence_reason)
+    stage.selection.set(grid_independence=independence, grid_independence_reason=independence_reason)
     base_grid = base_side(ctx)
     cpu_tier.credit_fixes(stage, run, base_grid)
     cpu_tier.observe(stage, run)
     if ctx.request.has_patch and base_grid:
         nonfinite.judge(stage, run, base_grid.get("route_outputs"))
     if axis_state != plan.axis_state:
-        stage.selection.update(axis_state=axis_state, axis_state_reason=axis_reason,
+        stage.selection.set(axis_state=axis_state, axis_state_reason=axis_reason,
                                axes=[axis.model_dump() for axis in plan.axes])
         if axis_state == "hook-not-consumed":
             stage.finding("note", f"axis {axis_reason}; those axes were not run")
@@ -115,8 +116,8 @@ def head(ctx: Context) -> StageResult:
 def run_independence(ctx: Context, plan: Plan) -> tuple[str, str]:
     """test_selection.grid_independence, the one answer for the run that happened: the shape cells'
     answer from channel selection, raised when a proven axis asks for values outside its default."""
-    independence = ctx.selected("grid_independence", "unknown")
-    reason = ctx.selected("grid_independence_reason", "")
+    independence = ctx.selection.grid_independence or "unknown"
+    reason = ctx.selection.grid_independence_reason or ""
     novel = [axis.name for axis in plan.axes
              if axis.hook_proof == "refused-invalid-value" and axis.independence == "adds-coverage"]
     if novel and independence != "adds-coverage":

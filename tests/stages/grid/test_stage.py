@@ -169,7 +169,7 @@ def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
                              "expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"})
     ctx = Context(request=request, worktree=Worktree(tiled, request.patch), run_dir=tmp_path / "run", quiet=True)
     ctx.earlier["selection"] = StageResult(name="selection", selection={"runner": "pytest"})
-    selection = channel(ctx).selection
+    selection = channel(ctx).selection.model_dump(mode="json")
     assert selection["grid_channel"] == "pytest"
     # the dtype comes from the target's own parametrize rows
     assert selection["grid_cells"] == ["256,4096,f32", "67,4099,f32", "524289,4096,f32"]

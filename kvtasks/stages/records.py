@@ -1,0 +1,195 @@
+"""What stages hand each other, typed: `Facts` (what a run learned about the PR, the host and the
+runtime) and `Selection` (what the report shows as test_selection), each field written by the
+stage its comment names and read by the ones it lists. Records hold data only: they never launch,
+read evidence or judge.
+
+A result stores only the fields its stage set; `merged` lays results over each other in the order
+they ran, a later set field replacing an earlier one, which is how `Context.facts`,
+`Context.selection` and the report read them.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
+
+
+class Record(BaseModel):
+    """A hand-off record: declared fields only, and only the ones a stage set are stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _only_what_was_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {key: value for key, value in data.items() if key in self.model_fields_set}
+
+    def set(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+R = TypeVar("R", bound=Record)
+
+
+def merged(kind: type[R], records: Iterable[R]) -> R:
+    """The records laid over each other in order: a later set field replaces an earlier one."""
+    fields: dict[str, Any] = {}
+    for record in records:
+        fields.update({name: getattr(record, name) for name in record.model_fields_set})
+    return kind.model_construct(_fields_set=set(fields), **fields)
+
+
+# -- records a stage hands the next -----------------------------------------------------------------
+
+class Axis(BaseModel):
+    """One --axis NAME=--flag:v1;v2: a script flag the grid run adds, under the grid's burden of proof."""
+
+    name: str
+    flag: str
+    values: list[str]
+    hook_proof: Literal["not-evaluated", "flag-declared-in-add_argument", "flag-not-declared",
+                        "refused-invalid-value", "accepted-invalid-value"] = "not-evaluated"
+    target_default: list[str] | None = None  # the flag's literal default rows (None when computed)
+    independence: Independence = "unknown"
+
+
+class Plan(BaseModel):
+    """What the grid's channel step hands the grid's runs: the chosen channel (or why none), the
+    cells, the target's own defaults, the axes."""
+
+    channel: Literal["", "env", "cli", "pytest"] = ""
+    reason: str = ""  # why no channel was chosen: every channel tried, and why it was refused
+    rows: list[list[str]] = []
+    defaults: list[str] | None = None  # the target's own literal cells (None when computed)
+    axes: list[Axis] = []
+    axis_state: Literal["none", "malformed-spec", "unusable", "hook-not-found", "declared"] = "none"
+    interpreter_skipped: list[str] = []  # cells set aside under the CPU tier (bf16)
+
+
+class Repo(BaseModel):
+    """What base, patch and head are (merge_sim; a crash before it says what it knows)."""
+
+    worktree: str
+    base: str | None
+    head: str | None
+    kind: str
+    patch_sha256: str | None
+    # a PR given by refs: the repository or URL the caller named, and the two refs as given
+    source: str | None = None
+    base_ref: str | None = None
+    head_ref: str | None = None
+
+
+class RuntimeFingerprint(BaseModel):
+    """What the cache keys need about the interpreter, whether or not the runtime matched."""
+
+    python_executable: str | None = None
+    python_version: str | None = None
+    distributions: list[str] | None = None  # "name==version", as the probe lists them
+    module_path: str | None = None
+    editable_sources: dict[str, str] | None = None  # distribution -> source identity
+
+    def versions(self) -> dict[str, str]:
+        """name (lower case) -> version of the installed distributions."""
+        found = {}
+        for entry in self.distributions or []:
+            name, _, version = entry.partition("==")
+            found[name.lower()] = version
+        return found
+
+
+class RuntimeIdentity(Record):
+    """The runtime the target imports, as runtime_compat established it."""
+
+    module: str | None = None
+    module_path: str | None = None
+    module_version: Any = None
+    expected_root: Any = None
+    python_executable: str | None = None
+    python_version: str | None = None
+    source_sha: str | None = None
+    native_artifacts: list[Any] | None = None
+    native_artifacts_basis: str | None = None
+    roots: list[str] | None = None
+    import_roots: Any = None
+
+
+class CpuTier(Record):
+    """The Triton CPU tier as this run set it up (cpu_tier); every field is set when the tier is on."""
+
+    interpreter: str | None = None
+    evidence: str | None = None
+    reason: str | None = None
+    triton: str | None = None
+    torch: str | None = None
+    numpy: str | None = None
+    sanitizer: str | None = None
+    device_redirect: str | None = None
+    autotune: str | None = None
+    sparse_grid_programs: Any = None
+    device_capability: Any = None
+    assumptions: list[str] | None = None
+
+
+# -- the two records a result carries ---------------------------------------------------------------
+
+class Facts(Record):
+    """What a run learned, beside the stage objects."""
+
+    # run_facts -> report (started_utc, isolation), keys (gpu_driver, target_environment_values)
+    started_utc: str | None = None
+    isolation: dict[str, Any] | None = None
+    gpu_driver: dict[str, str] | None = None
+    target_environment_values: dict[str, str] | None = None
+    recovered_run: dict[str, Any] | None = None  # phases -> report: what a killed earlier run left
+    halt: str | None = None  # merge_sim or a crash -> phases, report: the PR's groups stop here
+    repo: Repo | None = None  # merge_sim -> keys, report
+    degraded_mode: Literal["NO_GPU"] | None = None  # gpu_claim -> report
+    visible_devices: dict[str, str] | None = None  # gpu_claim -> every launch on the claimed device
+    runtime_fingerprint: RuntimeFingerprint | None = None  # runtime_compat -> keys, cpu_tier
+    runtime_identity: RuntimeIdentity | None = None  # runtime_compat -> report, PASS gate
+    cpu_tier: CpuTier | None = None  # cpu_tier -> keys, report, every launch (None: the tier is off)
+    grid_plan: Plan | None = None  # the grid's channel step -> the grid's runs
+
+
+class Selection(Record):
+    """What the report shows as test_selection, and what later stages read of it."""
+
+    # selection -> every launch (runner), keys, report
+    target: str | None = None
+    shape_env: str | None = None
+    shape_arg: str | None = None
+    shape_argnames: str | None = None
+    grid: str | None = None
+    expected_route: str | None = None
+    shape_vars: str | None = None
+    axes_requested: list[str] | None = None
+    test_provenance: str | None = None
+    test_provenance_reason: str | None = None
+    runner: Literal["pytest", "script", "none"] | None = None
+    runner_reason: str | None = None
+    runner_basis: str | None = None
+    runner_selected_by_structure: str | None = None
+    runner_structure_reason: str | None = None
+    runner_risk: str | None = None
+    # the grid's channel step -> keys, receipt, report; the grid stage updates independence and axes
+    grid_channel: Literal["", "env", "cli", "pytest"] | None = None
+    grid_channel_basis: str | None = None
+    grid_channel_reason: str | None = None
+    grid_cells: list[str] | None = None
+    grid_cells_basis: str | None = None
+    grid_independence: Independence | None = None
+    grid_independence_reason: str | None = None
+    axes: list[Axis] | None = None
+    axis_state: Literal["none", "malformed-spec", "unusable", "hook-not-found", "declared", "hook-not-consumed",
+                        "proven"] | None = None
+    axis_state_reason: str | None = None
+    # cpu_tier -> report
+    cpu_tier: Literal["triton", "off"] | None = None
+    cpu_tier_reason: str | None = None
+    # gpu_requirement -> the correctness gate, report
+    gpu_requirement: Literal["required", "not-required"] | None = None
+    gpu_requirement_basis: str | None = None
