@@ -16,11 +16,12 @@ from pathlib import Path
 
 from doit import get_var
 
-from kvtasks import batch, cache_commands, demo, graph, pages
+from kvtasks import batch, cache_commands, demo, graph, pages, worktree
 from kvtasks.request import UsageError, build_request, doit_variables
 from kvtasks.workspace import Workspace, fail_usage
 
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
+worktree.forget_callers_repository()  # run from a git hook, git's variables name the caller's repository
 WORKSPACE = Workspace(Path(os.environ.get("KVTASKS_HOME") or Path(__file__).resolve().parent))
 DOIT_CONFIG = WORKSPACE.doit_config()
 COMMAND = graph.doit_command(sys.argv[1:])

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import graph, report
+from kvtasks import graph, report, worktree
 from kvtasks.workspace import Workspace
 from kvtasks.request import UsageError, build_request, declared_options
 
@@ -69,6 +69,7 @@ def _normalise(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    worktree.forget_callers_repository()  # run from a git hook, git's variables name the caller's repository
     if argv[:1] == ["schema"]:
         print(json.dumps(report.json_schema(), indent=2))
         return 0

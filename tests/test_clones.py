@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from kvtasks import cli, clones
+from kvtasks import cli, clones, locks
+from kvtasks.worktree import state_dir
 from tests.batches import base_runs_per_key, doit
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot, write_files
 
@@ -70,6 +71,8 @@ def test_binary_files_modes_and_renames_replay_exactly(caller, tmp_path):
     script = caller / "run.sh"
     script.write_text("#!/bin/sh\necho hi \n\n")  # trailing blank context and spaces survive
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    (caller / "windows.txt").write_bytes(b"line one\r\nline two\r\n")
+    (caller / "lone.txt").write_bytes(b"carriage\rreturn\n")
     git(caller, "add", "-A")
     git(caller, "commit", "-q", "-m", "odd change")
     git(caller, "checkout", "-q", "main")
@@ -94,15 +97,17 @@ def test_a_bare_repository_by_url_with_a_pull_ref(caller, tmp_path):
 
 def test_refusals_name_the_ref_and_gits_reason(caller, tmp_path):
     root = tmp_path / "clones"
-    with pytest.raises(clones.RefsError, match="unknown --head-ref 'no-such-branch'"):
-        clones.prepare(str(caller), "main", "no-such-branch", root)
-    with pytest.raises(clones.RefsError, match="unknown --base-ref 'nope'"):
-        clones.prepare(str(caller), "nope", "pr-tail", root)
+    git(caller, "stash", "-q", "--include-untracked")
     git(caller, "checkout", "-q", "--orphan", "elsewhere")
     git(caller, "rm", "-rqf", ".")
     write_files(caller, {"other.txt": "unrelated\n"})
     git(caller, "add", "other.txt")
     git(caller, "commit", "-q", "-m", "unrelated root")
+    before = caller_state(caller)
+    with pytest.raises(clones.RefsError, match="unknown --head-ref 'no-such-branch'"):
+        clones.prepare(str(caller), "main", "no-such-branch", root)
+    with pytest.raises(clones.RefsError, match="unknown --base-ref 'nope'"):
+        clones.prepare(str(caller), "nope", "pr-tail", root)
     with pytest.raises(clones.RefsError, match="share no history"):
         clones.prepare(str(caller), "main", "elsewhere", root)
     with pytest.raises(clones.RefsError, match="changes nothing"):
@@ -111,7 +116,32 @@ def test_refusals_name_the_ref_and_gits_reason(caller, tmp_path):
         clones.prepare(f"file://{tmp_path}/missing.git", "main", "pr-tail", root)
     with pytest.raises(clones.RefsError, match="neither an existing repository path nor a git URL"):
         clones.prepare(str(tmp_path / "missing"), "main", "pr-tail", root)
-    assert not os.path.exists(caller / ".git" / "kvtasks")
+    with pytest.raises(clones.RefsError, match="a branch, tag, pull ref or commit id"):
+        clones.prepare(str(caller), "main", "pr-tail~1", root)
+    with pytest.raises(clones.RefsError) as refused:
+        clones.prepare("https://kv:s3cret-token@127.0.0.1:1/x.git", "main", "pr-tail", root)
+    assert "s3cret" not in str(refused.value) and "https://127.0.0.1:1/x.git" in str(refused.value)
+    assert caller_state(caller) == before
+
+
+def test_the_callers_gc_a_stale_tree_and_a_git_dir_in_the_environment_change_nothing(caller, tmp_path, monkeypatch):
+    root = tmp_path / "clones"
+    branch(caller, "pr-gone", {"README.md": "soon deleted\n"}, "short-lived PR")
+    first = clones.prepare(str(caller), "main", "pr-gone", root)
+    # the caller deletes the PR branch and prunes its objects: the private clone must not depend on them
+    git(caller, "branch", "-D", "pr-gone")
+    git(caller, "reflog", "expire", "--expire=now", "--all")
+    git(caller, "gc", "-q", "--prune=now")
+    (first.worktree / "kernels" / "junk.py").write_text("left by a killed run\n")  # a stale, dirty tree
+    # run from a git hook: GIT_DIR names the caller's repository, which must still not be written
+    monkeypatch.setenv("GIT_DIR", str(caller / ".git"))
+    before = caller_state(caller)
+    second = clones.prepare(str(caller), "main", "pr-tail", root)
+    assert caller_state(caller) == before
+    assert second.worktree == first.worktree
+    monkeypatch.delenv("GIT_DIR")
+    assert git(second.worktree, "status", "--porcelain", "--ignored") == ""
+    assert second.head_oid == git(caller, "rev-parse", "pr-tail").strip()
 
 
 # -- whole validations -----------------------------------------------------------------------------
@@ -197,3 +227,16 @@ def test_refs_usage_errors_exit_2_with_one_line_and_no_report(flags, said, repo,
     lines = capsys.readouterr().err.splitlines()
     assert code == 2 and len(lines) == 1 and said in lines[0] and lines[0].startswith("validate-kernel-pr: error:")
     assert not out.exists() and caller_state(repo) == before
+
+
+def test_a_tree_another_validator_holds_is_not_handed_out_again(caller, tmp_path):
+    root = tmp_path / "clones"
+    first = clones.prepare(str(caller), "main", "pr-tail", root)
+    held = locks.try_hold(state_dir(first.worktree) / "validator.lock")  # as a running validator holds it
+    try:
+        second = clones.prepare(str(caller), "main", "pr-tail", root)
+    finally:
+        os.close(held)
+    assert second.worktree != first.worktree and second.base_oid == first.base_oid
+    assert git(second.worktree, "rev-parse", "HEAD").strip() == first.base_oid
+    assert clones.prepare(str(caller), "main", "pr-tail", root).worktree == first.worktree  # free again: reused

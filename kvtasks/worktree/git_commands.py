@@ -13,6 +13,28 @@ from kvtasks import processes
 
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
 _GIT_TIMEOUT_S = 600  # a status with --ignored on a large checkout is the slowest call
+# what git reads to choose a repository, index or object store (`git rev-parse --local-env-vars`):
+# set by a git hook that runs kvtasks, they would point kvtasks' git at the caller's repository
+REPOSITORY_VARIABLES = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+                        "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+                        "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
+                        "GIT_SHALLOW_FILE", "GIT_COMMON_DIR")
+
+
+def git_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a git command kvtasks runs: this process's, without the variables that
+    choose another repository, plus `extra`."""
+    inherited = {name: value for name, value in os.environ.items()
+                 if name not in REPOSITORY_VARIABLES and not name.startswith("GIT_CONFIG_KEY_")
+                 and not name.startswith("GIT_CONFIG_VALUE_")}
+    return {**inherited, **_GIT_ENV, **(extra or {})}
+
+
+def forget_callers_repository() -> None:
+    """A front door's first step: drop the repository a git hook that runs kvtasks has selected,
+    so neither kvtasks' git nor GitPython's nor a target's git reaches the caller's repository."""
+    for name in [name for name in os.environ if name in REPOSITORY_VARIABLES]:
+        del os.environ[name]
 
 
 class GitFailed(Exception):
@@ -28,9 +50,10 @@ class PatchRefused(GitFailed):
 
 
 def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
-        timeout_s: float = _GIT_TIMEOUT_S) -> processes.Finished:
-    """One git command in its own process group, killed whole after `timeout_s`."""
-    return processes.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV, **(env or {})}, timeout_s=timeout_s)
+            timeout_s: float = _GIT_TIMEOUT_S, text: bool = True) -> processes.Finished:
+    """One git command on the repository at `cwd`, in its own process group, killed whole after
+    `timeout_s`; `text=False` keeps its output as bytes (a patch's CRs are content)."""
+    return processes.run(["git", *args], cwd=cwd, env=git_environment(env), timeout_s=timeout_s, text=text)
 
 
 def state_dir(worktree: str | os.PathLike) -> Path:
