@@ -1,7 +1,7 @@
 """Signals while a tree is lent: SIGINT, SIGTERM and SIGHUP become `Interrupted`, so every
 `finally` restores state, and are held back while the tree is being restored.
 
-It owns only the handlers and the mask; what to restore is the lend's (`kvtasks.worktree`).
+It owns only the handlers and the hold; what to restore is the lend's (`kvtasks.worktree`).
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # every signal raised as Interrupted during the current lend: one an `except` or a finalizer
 # swallowed still ends the run when the tree is handed back
 received: list[int] = []
+# while `deferred` holds: the signals that arrived, raised as it ends (None: not holding)
+_held: list[int] | None = None
 
 
 class Interrupted(SystemExit):
@@ -43,6 +45,9 @@ def raising() -> Iterator[None]:
 
     def raise_interrupted(signum, _frame):
         received.append(signum)
+        if _held is not None:
+            _held.append(signum)
+            return
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
@@ -55,12 +60,19 @@ def raising() -> Iterator[None]:
 
 @contextmanager
 def deferred() -> Iterator[None]:
-    """Hold signals back for the block; one arriving meanwhile is delivered as it ends."""
+    """Hold signals back for the block; one arriving meanwhile is raised as it ends.
+
+    A flag the handler reads, not the signal mask: the mask is per thread, a signal sent to the
+    process reaches any thread that does not block it (a library's helper thread), and Python then
+    runs the handler in the main thread all the same, in the middle of the restore."""
+    global _held
     if not _in_main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    _held = []
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+        arrived, _held = _held, None
+        if arrived:
+            raise Interrupted(arrived[0])
