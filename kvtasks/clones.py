@@ -100,6 +100,18 @@ def _check_ref(side: str, ref: str) -> None:
                         "~1 or @{1} and refspecs are not taken)")
 
 
+def checkout(source: str, base_oid: str, clones_root: Path) -> Path:
+    """The base tip `base_oid` of `source` checked out in kvtasks' private clone under
+    `clones_root` (a fleet node's: it gets a repository and a commit, never a worktree)."""
+    _check_ref("base", base_oid)
+    location = _location(source)
+    folder = clones_root / _repo_id(location)
+    folder.mkdir(parents=True, exist_ok=True)
+    with locks.held(locks.open_lock(folder / "clone.lock")):
+        clone = _clone(location, folder)
+        return _base_worktree(clone, folder, _resolve(clone, location, base_oid, "base"))
+
+
 def _location(source: str) -> str:
     if is_url(source):
         return source

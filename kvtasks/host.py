@@ -137,6 +137,8 @@ class HostSettings(HostVariables):
     pylib: Annotated[str | None, Variable("PYLIB", directory)] = None
     python_bin: Annotated[str, Variable("PYTHON_BIN", interpreter, fallback=lambda _: sys.executable)]
     picker: Annotated[str | None, Variable("PICKER", text)] = None
+    # a fleet task claims a GPU of the architecture it was scheduled for, never another
+    gpu_arch: Annotated[str | None, Variable("KVTASKS_GPU_ARCH", text)] = None
     timeout: Annotated[int, Variable("TIMEOUT", positive_int)] = 1800
     perf_timeout: Annotated[int, Variable("PERF_TIMEOUT", positive_int,
                                           fallback=lambda read: str(read["timeout"]))] = 1800

@@ -108,14 +108,17 @@ def _sample(backend: Backend, devices: list[Device], settings: IdleSettings) -> 
     return windows
 
 
-def pick(settings: IdleSettings | None = None) -> Pick:
+def pick(settings: IdleSettings | None = None, arch: str | None = None) -> Pick:
+    """The idle GPUs, best first; with `arch`, only GPUs of that architecture are candidates."""
     settings = settings or IdleSettings.from_environ()
     backends, open_failures = open_backends()
-    query_failures = []
+    query_failures, other_archs = [], []
     try:
         for backend in backends:
             try:
                 devices = backend.devices()
+                other_archs += [device.arch for device in devices if arch and device.arch != arch]
+                devices = [device for device in devices if not arch or device.arch == arch]
                 if not devices:
                     continue
                 windows = _sample(backend, devices, settings)
@@ -134,6 +137,8 @@ def pick(settings: IdleSettings | None = None) -> Pick:
     finally:
         for backend in backends:
             backend.close()
+    if other_archs and not query_failures:
+        return Pick(NO_GPUS, f"no GPU of architecture {arch} (this host has {', '.join(sorted(set(other_archs)))})")
     said = "; ".join(query_failures + open_failures) or "the management libraries report no devices"
     if query_failures:
         return Pick(UNQUERYABLE, said)

@@ -66,7 +66,7 @@ def run(ctx: Context) -> StageResult:
         code, ranked, basis, said = picker.run_external(command, settings)
         picker_name = f"PICKER {override}"
     else:
-        chosen = picker.pick(settings)
+        chosen = picker.pick(settings, arch=ctx.request.host.gpu_arch)
         code, said, basis = chosen.code, chosen.message, chosen.basis
         ranked = [window.device.index for window in chosen.ranked]
         windows = {window.device.index: window for window in chosen.ranked}
