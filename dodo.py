@@ -79,11 +79,19 @@ elif COMMAND == "cache-gc":
         return {"basename": "cache-gc", "actions": [(cache_commands.collect, [WORKSPACE, older])], "uptodate": [False],
                 "verbosity": 2}
 elif COMMAND == "batch":
-    _only_known_variables(("manifest", "quiet"))  # a batch's options are its manifest's
+    _only_known_variables(("manifest", "engine", "quiet"))  # a batch's options are its manifest's
     _manifest = get_var("manifest") or fail_usage("batch needs manifest=FILE (TOML or JSON)")
+    _engine, _archs = batch.manifest_engine(_manifest, get_var("engine"))
     _name, _requests = batch.manifest_requests(_manifest, _request)
-    graph.hold_worktrees(_requests)
-    globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
+    if _engine == "ray":
+        def task_batch():
+            """Validate every PR of a manifest on a Ray cluster, on each of its archs."""
+            from kvtasks.fleet import engine
+            return {"actions": [(graph.fleet_action, [engine.run_batch, _requests, WORKSPACE, _name, _archs, QUIET])],
+                    "uptodate": [False], "verbosity": 2}
+    else:
+        graph.hold_worktrees(_requests)
+        globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
 elif COMMAND == "validate":
     _only_known_variables((*OPTIONS, "demo", "quiet"))
     _requests = [_single_request()]

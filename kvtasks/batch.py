@@ -14,8 +14,26 @@ from kvtasks.workspace import Workspace, fail_usage
 from kvtasks.worktree import Worktree
 
 
-def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
-    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`."""
+ENGINES = ("local", "ray")
+
+
+def manifest_engine(path: str, engine: str | None) -> tuple[str, list[str] | None]:
+    """Where the batch runs (`engine=` given, else the manifest's `engine`, else local) and the
+    architectures every PR is validated on (the manifest's `archs`; None: any GPU)."""
+    data = _load(path)
+    engine = engine or data.get("engine") or "local"
+    if engine not in ENGINES:
+        fail_usage(f"engine={engine!r} is not an engine; it is one of {', '.join(ENGINES)}")
+    archs = data.get("archs")
+    if archs is not None and (not isinstance(archs, list) or not archs or
+                              not all(isinstance(arch, str) and arch for arch in archs)):
+        fail_usage(f"manifest {path!r}: `archs` is a list of architecture names, e.g. [\"gfx942\", \"gfx950\"]")
+    if archs and engine != "ray":
+        fail_usage(f"manifest {path!r} lists `archs`: they are validated on a fleet, with engine=ray")
+    return engine, archs
+
+
+def _load(path: str) -> dict:
     manifest = Path(path).expanduser().resolve()
     try:
         text = manifest.read_text()
@@ -32,6 +50,15 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
             data = tomllib.loads(text)
     except ValueError as exc:
         fail_usage(f"manifest {path!r} does not parse: {exc}")
+    return data
+
+
+def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
+    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`."""
+    manifest = Path(path).expanduser().resolve()
+    data = _load(path)
+    for batch_setting in ("engine", "archs"):  # the batch's, not a PR's (manifest_engine)
+        data.pop(batch_setting, None)
     prs = data.pop("prs", None)
     if not isinstance(prs, list) or not prs:
         fail_usage(f"manifest {path!r} has no `prs` list")

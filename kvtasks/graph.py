@@ -57,6 +57,12 @@ def _write_index(requests: list[Request], workspace: Workspace, name: str):
     return _verdict_result(worst, f"batch {name}: exit {worst} ({index})")
 
 
+def fleet_action(run_batch, requests: list[Request], workspace: Workspace, name: str, archs, quiet: bool):
+    """A fleet batch (kvtasks.fleet) is one doit task: Ray schedules its runs; its exit is the index's."""
+    worst = run_batch(requests, workspace, name, archs, quiet)
+    return _verdict_result(worst, f"batch {name}: exit {worst}")
+
+
 def prepare_tasks(requests: list[Request], workspace: Workspace, quiet: bool) -> Iterator[dict]:
     for request in requests:
         yield {"basename": "prepare", "name": request.label, "actions": [(phases.run_prepare, [request, workspace, quiet])],
@@ -176,6 +182,14 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
     unreadable (another evidence schema) is said in one line: alone it is a usage error (exit 2), among all labels it is skipped."""
     labels = [label] if label else workspace.store.labels()
     for name in labels:
+        fleet = (workspace.store.label(name) or {}).get("fleet")
+        if fleet:  # a fleet PR: its archs' runs are labels of their own, merged again (kvtasks.fleet)
+            from kvtasks.fleet import arch_report
+            yield {"basename": "report", "name": name, "actions": [(arch_report.regenerate, [workspace, name, fleet])],
+                   "uptodate": [False], "task_dep": [f"report:{arch_label}" for arch_label in fleet["archs"].values()
+                                                     if arch_label and not label],
+                   "verbosity": 2, "doc": f"rebuild the fleet report for {name} from stored evidence"}
+            continue
         missing = workspace.store.missing_evidence(name)
         if missing and label:
             fail_usage(f"label {name!r} has no report to rebuild: its stored evidence is gone "

@@ -79,6 +79,18 @@ class TestSelection(BaseModel):
     test_provenance_reason: str = "provenance was not established"
 
 
+class ArchRun(BaseModel):
+    """One architecture's run of a PR in a fleet batch (kvtasks.fleet)."""
+
+    verdict: Verdict
+    node: str | None = None  # the host that ran it; None when no node of the arch ran it
+    gpu_model: str | None = None
+    runtime_hash: str | None = None
+    stages: dict[str, str] = {}  # stage -> status
+    findings: list[Finding] = []
+    report: str | None = None  # this arch's own validation_report.json
+
+
 class Report(BaseModel):
     label: str
     started_utc: str
@@ -86,6 +98,8 @@ class Report(BaseModel):
     isolation: Isolation
     arch_coverage: dict[str, Literal["runtime", "compile-only", "not-covered"]] = {}
     arch_coverage_basis: dict[str, str] = {}
+    # a fleet batch: the PR's run on each requested architecture (the verdict is the worst of them)
+    arch_runs: dict[str, ArchRun] | None = None
     degraded_mode: Literal["NO_GPU"] | None = None
     # set when Triton kernels ran in the interpreter on the CPU: what ran them, and with what checks
     cpu_tier: CpuTier | None = None

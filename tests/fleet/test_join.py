@@ -1,0 +1,58 @@
+"""The fleet's parts that need no Ray runtime: joining (fleet-node), the picker's arch restriction,
+a manifest's engine and archs, and how a PR's arch runs merge into one verdict."""
+import json
+
+import pytest
+
+from kvtasks import cli
+from kvtasks.fleet import arch_report
+from kvtasks.gpu import picker
+from kvtasks.host import IdleSettings
+from tests.batches import doit
+from tests.conftest import IDLE_AMD
+
+MI_B = {**IDLE_AMD, "hip_id": 1, "bdf": "0000:b0:00.0", "market_name": "Fake MI-B", "target_graphics_version": "gfx-b"}
+
+
+def test_fleet_node_advertises_one_resource_per_arch(gpu_host, capsys):
+    gpu_host(amd=[IDLE_AMD, {**IDLE_AMD, "hip_id": 2, "bdf": "0000:c2:00.0"}, MI_B])
+    assert cli.main(["fleet-node", "--address", "head:6379", "--dry-run"]) == 0
+    # the fake library's banners reach capsys in-process; the command is the last line
+    command = capsys.readouterr().out.splitlines()[-1].split()
+    assert command[1:4] == ["start", "--address=head:6379", "--num-gpus=3"]
+    assert json.loads(command[4].split("=", 1)[1]) == {"kvtasks-arch:gfx-b": 1, "kvtasks-arch:gfx-test": 2}
+
+
+def test_fleet_node_without_a_gpu_refuses_with_the_pickers_reason(capsys):
+    assert cli.main(["fleet-node", "--address", "head:6379"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no GPU to offer the fleet" in err[0] and "no GPU device node" in err[0]
+
+
+def test_the_picker_claims_only_the_tasks_arch(gpu_host):
+    gpu_host(amd=[IDLE_AMD, MI_B])
+    settings = IdleSettings(samples=1, interval_s=0)
+    assert [w.device.index for w in picker.pick(settings, arch="gfx-b").ranked] == [1]
+    missing = picker.pick(settings, arch="gfx-z")
+    assert missing.code == picker.NO_GPUS and "no GPU of architecture gfx-z" in missing.message
+    assert "gfx-b, gfx-test" in missing.message
+
+
+@pytest.mark.parametrize("manifest, said", [
+    ({"archs": ["gfx942"]}, "with engine=ray"),
+    ({"engine": "slurm"}, "'slurm' is not an engine"),
+    ({"engine": "ray", "archs": "gfx942"}, "`archs` is a list"),
+])
+def test_a_manifests_engine_and_archs_are_checked(manifest, said, tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"repo": str(tmp_path), "target": "t.py", "prs": [{"label": "a", "patch": "p"}],
+                                **manifest}))
+    done = doit(tmp_path / "home", "batch", f"manifest={path}")
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_arch_without_a_run_is_inconclusive_and_named():
+    missing = arch_report.not_run("gfx950", "no node in the cluster has this architecture")
+    assert missing.verdict == "INCONCLUSIVE" and missing.node is None
+    assert [(f.severity, f.stage) for f in missing.findings] == [("note", "fleet")]
+    assert "gfx950: no node in the cluster has this architecture" == missing.findings[0].detail
