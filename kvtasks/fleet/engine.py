@@ -97,8 +97,8 @@ def run_batch(requests: list[Request], workspace: Workspace, name: str, archs: l
         if done is not None:
             composed[request.label][key] = done
         finished = sum(len(v) for v in runs.values())
-        print(f"fleet: {request.label} [{key}]: {run.verdict}{' on ' + run.node if run.node else ''} "
-              f"({finished}/{total})", file=sys.stderr, flush=True)
+        where = f" on {run.node}" if run.node else f" ({run.findings[0].detail})" if done is None else ""
+        print(f"fleet: {request.label} [{key}]: {run.verdict}{where} ({finished}/{total})", file=sys.stderr, flush=True)
 
     for request in requests:
         for arch in wanted:
@@ -122,8 +122,12 @@ def run_batch(requests: list[Request], workspace: Workspace, name: str, archs: l
             except (ray.exceptions.RayError, OSError) as exc:
                 if kind == "base":  # its head tasks fail with it, and say so
                     continue
-                why = f"the {kind} task failed for infrastructure reasons after {TASK_RETRIES} retries: " \
-                      f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                if isinstance(exc, ray.exceptions.RayTaskError):  # kvtasks itself raised on the node
+                    cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                    why = f"kvtasks' {kind} task raised on its node: {type(cause).__name__}: {cause}"
+                else:
+                    why = f"the {kind} task failed for infrastructure reasons after {TASK_RETRIES} retries: " \
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 finish(request, arch, arch_report.not_run(arch or "any", why), None)
                 continue
             _store(workspace, run, label)
