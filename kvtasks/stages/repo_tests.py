@@ -11,7 +11,7 @@ from pydantic import ConfigDict
 
 from kvtasks import harness
 from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, nonfinite, payload, result
-from kvtasks.stages.target_runs import addopts_note, gate, run_fields
+from kvtasks.stages.target_runs import addopts_note, attribute, gate, run_fields
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, ExecutionStats, TargetRun
 from kvtasks.worktree import PatchRefused
 
@@ -93,21 +93,8 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         failed = run.stats.failures + run.stats.errors
         stage = result(NAME, "fail", f"exit {run.exit}: {failed} failed or errored of {run.stats.tests}", **fields)
 
-    what = "times out" if run.timed_out else "fails"
-    tail = run.log_tail()
-    if not ctx.request.has_patch:
-        stage.finding("blocker", f"the supplied head checkout's target {what}: {tail}")
-    elif base is not None and base["state"] == "target-not-present":
-        stage.finding("blocker", f"the PR adds this target and it {what} on head: {tail}")
-    elif base is not None and base["state"] == "ran" and base.get("exit") == 0:
-        stage.finding("blocker", f"the target passes on base and {what} on head: {tail}")
-    elif base is not None and base.get("timed_out"):
-        stage.finding("note", f"the base run timed out (TIMEOUT {ctx.request.host.timeout}s), so there is no base "
-                              f"result to attribute this to; raise TIMEOUT to judge it: {tail}")
-    else:
-        base_said = "all skipped" if base and base["state"] == "all-skipped" else \
-            f"exit {base.get('exit') if base else 'unknown'}"
-        stage.finding("note", f"red on both sides (base: {base_said}), so the failure is not attributed to the PR: {tail}")
+    verb = "times out" if run.timed_out else "fails"
+    stage.finding(*attribute(ctx, base, "target", verb, run.log_tail()))
     if executed == 0:
         stage.finding("note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")

@@ -1,10 +1,11 @@
 """What the stages that run the repository's own target share: whether it can run at all (`gate`),
-and how one target run is written into a stage object. Runs nothing and judges nothing itself.
+how one target run is written into a stage object, and whose a head failure is (`attribute`, from
+what the same run did on base). Runs nothing itself.
 """
 from __future__ import annotations
 
 from kvtasks import harness
-from kvtasks.stages import Context, cpu_tier, gpu_claim, nonfinite, runtime_compat
+from kvtasks.stages import Context, Severity, cpu_tier, gpu_claim, nonfinite, runtime_compat
 from kvtasks.harness.launch import TargetRun
 
 
@@ -28,6 +29,26 @@ def state(run: TargetRun) -> str:
     if run.usage_error:
         return "usage-error"
     return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
+
+
+def attribute(ctx: Context, base: dict | None, what: str, verb: str, tail: str,
+              detail: str = "") -> tuple[Severity, str]:
+    """Whose a failing head run is, from the same run on base (`base`: its state, exit, timed_out):
+    the PR's (a blocker) when base passed, when the PR adds the target or when there is no patch to
+    compare with; nobody's (a note) when base was red too or gave no result to compare."""
+    base = base or {}
+    if not ctx.request.has_patch:
+        return "blocker", f"on the supplied checkout, the {what} {verb}: {tail}"
+    if base.get("state") == "target-not-present":
+        return "blocker", f"the PR adds this target, and the {what} {verb} on head: {tail}"
+    if base.get("state") == "ran" and base.get("exit") == 0:
+        return "blocker", f"the {what} passes on base and {verb} on head{detail}: {tail}"
+    if base.get("timed_out"):
+        return "note", (f"the base run timed out (TIMEOUT {ctx.request.host.timeout}s), so there is no base result "
+                        f"to attribute this to; raise TIMEOUT to judge it: {tail}")
+    said = "all skipped" if base.get("state") == "all-skipped" else \
+        f"exit {base['exit']}" if base.get("exit") is not None else base.get("state", "not run")
+    return "note", f"the {what} is red on both sides (base: {said}), so the failure is not attributed to the PR: {tail}"
 
 
 def run_fields(run: TargetRun) -> dict:

@@ -13,6 +13,7 @@ from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier, nonfinite
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
 from kvtasks.stages.grid.proof import cell_index, poisoned, proves_channel
+from kvtasks.stages.target_runs import state
 
 
 def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = (),
@@ -40,10 +41,6 @@ def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict) -> 
     return run_grid(ctx, plan, label, plan.rows, axis_argv, sensitivity=sensitivity)
 
 
-def state_of(run: TargetRun) -> str:
-    return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
-
-
 def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[TargetRun]]:
     """The base side of the grid (inside the baseline's lend): its state and runs."""
     plan = plan_of(ctx)
@@ -61,7 +58,7 @@ def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[Targ
     run = run_grid(ctx, plan, "base-grid", plan.rows)
     tier = cpu_tier.run_evidence(run)
     cells, basis = cell_outcomes(ctx, plan, run)
-    return {"state": state_of(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
+    return {"state": state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
             "cells": cells, "cells_basis": basis, **({"cpu_tier": tier} if tier else {}),
             **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, [probe, run]
 

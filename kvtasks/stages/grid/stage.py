@@ -16,6 +16,7 @@ from kvtasks.stages import Context, Stage, StageResult, cpu_tier, nonfinite, pay
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
 from kvtasks.stages.grid.proof import axis_probes, poisoned, proves_channel
 from kvtasks.stages.grid.runs import base_side, cell_outcomes, failing_cells, run_grid
+from kvtasks.stages.target_runs import attribute
 from kvtasks.worktree import PatchRefused
 
 
@@ -176,12 +177,5 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     if observed == 0 and head_repo.stats.observed_work != 0:
         return stage.finding("note", "the grid run failed without reaching routed work, so no defect is attributed "
                                      f"(a missing channel or a crash before the route look the same): {tail}")
-    if not ctx.request.has_patch:
-        return stage.finding("blocker", f"the supplied checkout fails the independent grid: {tail}")
-    if base.get("state") == "target-not-present":
-        return stage.finding("blocker", f"the PR adds this target and it fails the independent grid: {tail}")
-    if base.get("state") == "ran" and base.get("exit") == 0:
-        return stage.finding("blocker", f"the grid passes on base and fails on head ({failing_cells(plan, run)}): "
-                                        f"{tail}")
-    return stage.finding("note", f"the grid is red on both sides (base: {base.get('state', 'not run')}), so the "
-                                 f"failure is not attributed to the PR: {tail}")
+    cells = f" ({failing_cells(plan, run)})" if base.get("state") == "ran" and base.get("exit") == 0 else ""
+    return stage.finding(*attribute(ctx, base, "grid", "fails", tail, cells))
