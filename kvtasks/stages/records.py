@@ -17,9 +17,10 @@ Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
 
 
 class Record(BaseModel):
-    """A hand-off record: declared fields only, and only the ones a stage set are stored."""
+    """A hand-off record: declared fields only, and only the ones a stage set are stored; a value
+    set later is checked against its field as one given at construction is."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     @model_serializer(mode="wrap")
     def _only_what_was_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def head(ctx: Context) -> StageResult:
         nonfinite.judge(stage, run, base_grid.get("route_outputs"))
     if axis_state != plan.axis_state:
         stage.selection.set(axis_state=axis_state, axis_state_reason=axis_reason,
-                               axes=[axis.model_dump() for axis in plan.axes])
+                               axes=list(plan.axes))
         if axis_state == "hook-not-consumed":
             stage.finding("note", f"axis {axis_reason}; those axes were not run")
     stage.runs = runs
