@@ -33,6 +33,12 @@ def merge(label: str, composed: dict[str, Report], runs: dict[str, ArchRun]) -> 
     body = composed.get(worst_arch) or next(iter(composed.values()), None)
     findings = [Finding(severity=f.severity, stage=f.stage, detail=f"[{arch}] {f.detail}")
                 for arch, run in runs.items() for f in run.findings]
+    runtimes = {arch: run.runtime_hash for arch, run in runs.items() if run.runtime_hash}
+    if len(set(runtimes.values())) > 1:
+        # the runtime hash is part of the base key: these archs could not share base evidence
+        findings.append(Finding(severity="note", stage="fleet", detail="the archs ran on different runtimes ("
+                                + ", ".join(f"{arch}: {runtime[:12]}" for arch, runtime in runtimes.items())
+                                + "), so each has base evidence of its own"))
     coverage = {arch: "not-covered" for arch in runs}
     basis: dict[str, str] = {}
     for arch, report in composed.items():

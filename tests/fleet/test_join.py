@@ -4,12 +4,13 @@ import json
 
 import pytest
 
-from kvtasks import cli
+from kvtasks import cli, report
 from kvtasks.fleet import arch_report
 from kvtasks.gpu import picker
 from kvtasks.host import IdleSettings
 from tests.batches import doit
 from tests.conftest import IDLE_AMD
+from tests.test_report import complete_run
 
 MI_B = {**IDLE_AMD, "hip_id": 1, "bdf": "0000:b0:00.0", "market_name": "Fake MI-B", "target_graphics_version": "gfx-b"}
 
@@ -56,3 +57,15 @@ def test_an_arch_without_a_run_is_inconclusive_and_named():
     assert missing.verdict == "INCONCLUSIVE" and missing.node is None
     assert [(f.severity, f.stage) for f in missing.findings] == [("note", "fleet")]
     assert "gfx950: no node in the cluster has this architecture" == missing.findings[0].detail
+
+
+def test_archs_that_ran_on_different_runtimes_are_said_to_keep_base_evidence_of_their_own():
+    body = report.compose("pr", complete_run())
+    runs = {arch: arch_report.arch_run(body, f"node-{arch}", runtime, "r.json")
+            for arch, runtime in (("gfx-a", "a" * 64), ("gfx-b", "b" * 64))}
+    said = [f.detail for f in arch_report.merge("pr", {"gfx-a": body, "gfx-b": body}, runs).findings
+            if f.stage == "fleet"]
+    assert said == [f"the archs ran on different runtimes (gfx-a: {'a' * 12}, gfx-b: {'b' * 12}), so each has base "
+                    "evidence of its own"]
+    runs["gfx-b"] = arch_report.arch_run(body, "node-b", "a" * 64, "r.json")
+    assert not [f for f in arch_report.merge("pr", {"gfx-a": body, "gfx-b": body}, runs).findings if f.stage == "fleet"]
