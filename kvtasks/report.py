@@ -198,7 +198,7 @@ def arch_coverage(stages: dict[str, Stage]) -> tuple[dict[str, str], dict[str, s
         if not stats.executed or observed == 0:  # 0: a route was watched for and never reached
             continue
         if stats.basis.startswith("script"):
-            if not getattr(stage, "log_bytes", None):  # the grid's payload carries it as an extra
+            if not stage.log_bytes:
                 continue
             outcome = "script-observed-work" if stage.exit == 0 else "script-nonzero-with-output"
             return {arch: "runtime"}, {arch: f"{outcome}:{observed} ({name}; observed_work from the run's receipt)"}

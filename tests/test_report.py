@@ -120,3 +120,12 @@ def test_the_schema_lists_every_stage_and_its_fields():
 def test_a_declared_payload_refuses_a_field_it_does_not_declare():
     with pytest.raises(ValueError, match="reuse_me"):
         result("baseline_control", "pass", "ok", reuse_me=True)
+
+
+@pytest.mark.parametrize("log_bytes, covered", [(120, {"gfx942": "runtime"}), (0, {})])
+def test_a_script_grid_that_printed_credits_the_claimed_arch(log_bytes, covered):
+    stages = [passing(name) for name in report.REQUIRED_STAGES if name not in ("gpu_claim", "correctness_grid")]
+    stages.append(passing("gpu_claim", hip_index=0, arch="gfx942", bdf="0000:01:00.0"))
+    stages.append(passing("correctness_grid", exit=0, log_bytes=log_bytes,
+                          stats={"executed": 1, "basis": "script exit status", "observed_work": 4}))
+    assert report.compose("x", results(*stages)).arch_coverage == covered

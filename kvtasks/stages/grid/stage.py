@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import ConfigDict
+
 from kvtasks.harness import triton_cpu
 from kvtasks.harness.launch import ExecutionStats, TargetRun
 from kvtasks.sources import row_text
@@ -24,6 +26,8 @@ from kvtasks.worktree import PatchRefused
 class CorrectnessGrid(Stage):
     """correctness_grid's fields: the channel's runtime proof, the grid run, and each cell's outcome."""
 
+    model_config = ConfigDict(extra="forbid")
+
     grid: str | None = None  # the caller's --grid as given ("" when the cells were generated)
     channel: Literal["env", "cli", "pytest"] | None = None
     cells: list[str] | dict[str, Literal["executed", "skipped", "absent"]] | None = None  # per-cell outcomes once run
@@ -35,6 +39,7 @@ class CorrectnessGrid(Stage):
     hook_proof: str | None = None  # what the poisoned run showed of the channel
     exit: int | None = None
     log: str | None = None
+    log_bytes: int | None = None  # what the grid run printed; a script's run credits an arch only with output
     stats: ExecutionStats | None = None
     axis_argv: list[str] | None = None  # the proven axes' flags and values, on the grid run's argv
     cpu_tier: dict[str, Any] | None = None  # what the CPU tier saw in the grid run
@@ -132,7 +137,8 @@ def _limited(plan: Plan) -> dict[str, str]:
 
 def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, fields: dict,
            axis_argv: list[str], independence: str) -> StageResult:
-    fields = {**fields, "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), "axis_argv": axis_argv}
+    fields = {**fields, "exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
+              "axis_argv": axis_argv}
     tier = cpu_tier.run_evidence(run)
     if tier:
         fields["cpu_tier"] = tier
