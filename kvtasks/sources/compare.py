@@ -1,6 +1,6 @@
 """compare: head's test policy held against base's, one file at a time: tolerances loosened (against
-base, a callee's documented default, or --tol-table), tolerances no longer literal, and weakenings
-without a number moving.
+base, a callee's documented default, or --tol-table), bare asserts' bounds loosened, tolerances no
+longer literal, and weakenings without a number moving.
 
 It judges two policies; it must never read source itself (the reader does).
 """
@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kvtasks.sources.dtypes import canonical_dtype
-from kvtasks.sources.policy import Call, Policy
+from kvtasks.sources.policy import Bound, Call, Policy
 from kvtasks.sources.skips import WEAKENINGS
 from kvtasks.sources.syntax import number
 from kvtasks.sources.tolerances import FEWER_IS_LOOSER, Callee, callee_for, looser
@@ -109,7 +109,41 @@ def compare(base: Policy, head: Policy, path: str, reference: dict[str, float] |
             _compare_call(old, new, base, head, path, found)
     _compare_tables(base, head, path, reference, found)
     _compare_weakenings(base, head, path, found)
+    _compare_bounds(base, head, path, found)
     return found
+
+
+def _bound_pairs(base: Policy, head: Policy) -> list[tuple[str, Bound, Bound]]:
+    """(head's key, base's bound, head's) for the same assert: aligned by what they bound in each function,
+    so an assert added before another does not shift which bound it is compared with."""
+    pairs = []
+    for function in {bound.function for bound in head.bounds.values()}:
+        old = [b for b in base.bounds.values() if b.function == function]
+        new = [(k, b) for k, b in head.bounds.items() if b.function == function]
+        matcher = difflib.SequenceMatcher(a=[(b.upper, b.expression) for b in old],
+                                          b=[(b.upper, b.expression) for _, b in new], autojunk=False)
+        for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+            if tag == "equal" or (tag == "replace" and a1 - a0 == b1 - b0):
+                pairs += [(key, before, bound) for before, (key, bound) in zip(old[a0:a1], new[b0:b1])
+                          if before.upper == bound.upper]
+    return sorted(pairs, key=lambda pair: pair[0])
+
+
+def _compare_bounds(base: Policy, head: Policy, path: str, found: Comparison) -> None:
+    """A bare assert's bound (`assert err < 1e-5`) is a tolerance too: held at the value base gave it."""
+    for key, before, bound in _bound_pairs(base, head):
+        if bound.text == before.text and bound.text in head.tolerances:
+            continue  # the same tolerance name on both sides: a change of its value is reported where it is assigned
+        earlier, value = resolve(before.node, base), resolve(bound.node, head)
+        where = f"{path}::{key}"
+        if earlier is None:
+            continue
+        if value is None:
+            found.uncomparable.append(f"{where}: the bound of {bound.expression} is {bound.text} on head (base: "
+                                      f"{before.text}), not a literal, so it cannot be compared")
+        elif (value > earlier) if bound.upper else (value < earlier):
+            found.loosened.append({"where": where, "base": earlier, "head": value,
+                                   "basis": f"the bound an assert holds {bound.expression} to"})
 
 
 def _compare_tables(base: Policy, head: Policy, path: str, reference: dict[str, float], found: Comparison) -> None:

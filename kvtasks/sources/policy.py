@@ -34,6 +34,17 @@ class Call:
 
 
 @dataclass
+class Bound:
+    """A number a bare assert holds an expression to (`assert err < 1e-5`): an upper bound, or a lower one."""
+
+    function: str
+    upper: bool
+    node: ast.AST  # the number, or the name of one (resolved against the module's constants)
+    text: str
+    expression: str  # what is bounded
+
+
+@dataclass
 class Policy:
     """What one side of one file says about how strictly it checks."""
 
@@ -51,3 +62,5 @@ class Policy:
     rows: dict[str, Counter] = field(default_factory=dict)  # "function[argnames]" -> parametrize rows
     # tolerance columns of parametrize tables: key -> (table, argname, the row's other cells, value)
     table_tolerances: dict[str, tuple[str, str, str, float]] = field(default_factory=dict)
+    # numeric bounds of bare asserts and assertLess/assertGreater: "function:assert upper#n" -> Bound
+    bounds: dict[str, Bound] = field(default_factory=dict)

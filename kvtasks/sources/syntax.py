@@ -78,3 +78,46 @@ def module_value(tree: ast.AST, name: str) -> ast.AST | None:
                 and node.value is not None:
             found = node.value
     return found
+
+
+# what `getattr(x, <computed>)` names: the attribute cannot be read, but the object it is taken from can
+COMPUTED = "<computed>"
+
+
+def resolved(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """The dotted name a node names, through aliases and the dynamic spellings of an attribute
+    (`getattr(x, "a")`, `x.__getattr__("a")`, `x.__dict__["a"]`, `vars(x)["a"]`, `__import__("m")`,
+    `importlib.import_module("m")`); a computed attribute is COMPUTED. None for anything else (a
+    plain call's result among them)."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        owner = resolved(node.value, bound)
+        return None if owner is None else f"{owner}.{node.attr}"
+    if isinstance(node, ast.Subscript):
+        container = node.value
+        if isinstance(container, ast.Attribute) and container.attr == "__dict__":
+            owner = resolved(container.value, bound)
+        elif isinstance(container, ast.Call) and resolved(container.func, bound) == "vars" and container.args:
+            owner = resolved(container.args[0], bound)
+        else:
+            return None
+        return None if owner is None else f"{owner}.{_attribute_name(node.slice)}"
+    if not isinstance(node, ast.Call):
+        return None
+    function = resolved(node.func, bound) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+    if function in ("__import__", "importlib.import_module") and node.args:
+        module = _attribute_name(node.args[0])
+        return None if module == COMPUTED else module
+    if function in ("getattr", "builtins.getattr") and len(node.args) >= 2:
+        owner = resolved(node.args[0], bound)
+        return None if owner is None else f"{owner}.{_attribute_name(node.args[1])}"
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("__getattr__", "__getattribute__") and node.args:
+        owner = resolved(node.func.value, bound)
+        return None if owner is None else f"{owner}.{_attribute_name(node.args[0])}"
+    return None
+
+
+def _attribute_name(node: ast.AST) -> str:
+    value = literal(node)
+    return value if isinstance(value, str) and value.isidentifier() else COMPUTED
