@@ -67,6 +67,11 @@ def _truth(node: ast.AST) -> bool | None:
         return False if False in values else True if all(v is True for v in values) else None
     if isinstance(node, ast.NamedExpr):
         return _truth(node.value)
+    if isinstance(node, ast.IfExp):
+        branches = (node.body,) if _truth(node.test) is True else (node.orelse,) if _truth(node.test) is False \
+            else (node.body, node.orelse)
+        truths = {_truth(branch) for branch in branches}
+        return truths.pop() if len(truths) == 1 else None
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Is) \
             and ast.dump(node.left) == ast.dump(node.comparators[0]):
         return True  # a value is itself (== and <= are left out: NaN makes them real checks)
@@ -420,6 +425,8 @@ class _Reader(ast.NodeVisitor):
         for target in node.targets:
             if isinstance(target, (ast.Name, ast.Attribute)):
                 self._assigned(ast.unparse(target), node.value)
+            elif isinstance(target, ast.Subscript) and literal(target.slice) == "__test__":  # globals()["__test__"]
+                self._collection_off(self._where(), ast.unparse(target), node.value)
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:

@@ -87,7 +87,7 @@ COMPUTED = "<computed>"
 def resolved(node: ast.AST, bound: dict[str, str]) -> str | None:
     """The dotted name a node names, through aliases and the dynamic spellings of an attribute
     (`getattr(x, "a")`, `x.__getattr__("a")`, `x.__dict__["a"]`, `vars(x)["a"]`, `__import__("m")`,
-    `importlib.import_module("m")`); a computed attribute is COMPUTED. None for anything else (a
+    `importlib.import_module("m")`, `sys.modules["m"]`); a computed attribute is COMPUTED. None for anything else (a
     plain call's result among them)."""
     if isinstance(node, ast.Name):
         return bound.get(node.id, node.id)
@@ -100,6 +100,9 @@ def resolved(node: ast.AST, bound: dict[str, str]) -> str | None:
             owner = resolved(container.value, bound)
         elif isinstance(container, ast.Call) and resolved(container.func, bound) == "vars" and container.args:
             owner = resolved(container.args[0], bound)
+        elif resolved(container, bound) == "sys.modules":
+            module = literal(node.slice)
+            return module if isinstance(module, str) else None
         else:
             return None
         return None if owner is None else f"{owner}.{_attribute_name(node.slice)}"

@@ -47,6 +47,7 @@ def test_the_base_file_reads_clean_against_itself():
      "t.py::TestC: pytest told to collect nothing from it (__test__ = 0)"),
     (lambda s: s + "\nTestC.__test__ = False\n", "t.py::TestC: pytest told to collect nothing"),
     (lambda s: s + "\nsetattr(TestC, '__test__', False)\n", "t.py::<module>: pytest told to collect nothing"),
+    (lambda s: s + "\nglobals()['__test__'] = False\n", "t.py::<module>: pytest told to collect nothing"),
     (lambda s: s + "\ncollect_ignore = ['test_a.py']\n",
      "t.py::<module>: pytest told to collect nothing from it (collect_ignore = ['test_a.py'])"),
 ])
@@ -92,6 +93,7 @@ SKIPPED = "    err = abs(out - ref).max()\n"
     ("    pytest.__dict__['skip']('later')\n", "skip/xfail call (pytest.skip)"),
     ("    vars(pytest)['skip']('later')\n", "skip/xfail call (pytest.skip)"),
     ("    __import__('pytest').skip('later')\n", "skip/xfail call (pytest.skip)"),
+    ("    sys.modules['pytest'].skip('later')\n", "skip/xfail call (pytest.skip)"),
     ("    getattr(pytest, 'sk' + 'ip')('later')\n", "skip/xfail call (pytest.<computed>)"),
     ("    raise unittest.SkipTest\n", "skip/xfail call (unittest.SkipTest)"),
     ("    from _pytest.outcomes import skip as later\n    later('x')\n", "skip/xfail call (pytest.skip)"),
@@ -139,6 +141,7 @@ def test_an_exit_in_a_conftest_is_named_and_a_scripts_status_is_not():
     ("assert err < 1e-5", "assert [err < 1e-5]"),
     ("assert err < 1e-5", "assert not (False and err < 1e-5)"),
     ("assert err < 1e-5", "assert err is err"),
+    ("assert err < 1e-5", "assert err < 1e-5 if False else True"),
     ("np.testing.assert_allclose(out, ref)", "np.testing.assert_allclose(out, out)"),
 ])
 def test_an_assert_that_cannot_fail_is_named(old, new):
