@@ -19,6 +19,7 @@ from kvtasks.sources.policy import Bound, Call, Policy, Tolerance
 from kvtasks.sources.imports import aliases
 from kvtasks.sources.skips import (EXITS, MARK_ADDERS, OUTCOME_HOOKS, SKIP_CALLS, SKIP_MARK_NAMES, SKIP_METHODS,
                                    canonical, is_skip_call, skip_marks_in)
+from kvtasks.sources.structure import is_main_guard
 from kvtasks.sources.syntax import dotted, literal, module_value, number, parse, qualified
 from kvtasks.sources.tolerances import TOLERANCE_PARAMETERS, Callee, callee_for, is_tolerance_argname
 
@@ -109,6 +110,9 @@ class _Reader(ast.NodeVisitor):
         self.classes: list[str] = []
         self.seen: Counter = Counter()
         self.dtypes: list[set[str]] = [set()]
+        # a script's last word (`sys.exit(0)` closing its `__main__` guard) runs after whatever it checked
+        self.closing_exits = {id(sub) for node in tree.body if is_main_guard(node) and node.body
+                              for sub in ast.walk(node.body[-1])}
         self.policy.constants = {name: value for name in self._module_names(tree)
                                  if (value := module_value(tree, name)) is not None}
         for node in tree.body:  # helpers may be defined below the tests that call them
@@ -279,7 +283,7 @@ class _Reader(ast.NodeVisitor):
         """An exit called, or handed to something that calls it later (`atexit.register(os._exit, 0)`)."""
         name = canonical(node.func, self.bound)
         passes_status = name in _STATUS_EXITS and len(node.args) == 1 and isinstance(node.args[0], ast.Call)
-        if name in EXITS and not passes_status:
+        if name in EXITS and not passes_status and id(node) not in self.closing_exits:
             self.policy.weakenings[("process-exit", where, ast.unparse(node)[:80])] += 1
         for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
             if isinstance(argument, (ast.Name, ast.Attribute)) and canonical(argument, self.bound) in EXITS:
@@ -291,7 +295,7 @@ class _Reader(ast.NodeVisitor):
             name = canonical(node.exc, self.bound)
             if name in SKIP_CALLS:
                 self.policy.weakenings[("skip-call", self._where(), name)] += 1
-            elif name in EXITS:
+            elif name in EXITS and id(node.exc) not in self.closing_exits:
                 self.policy.weakenings[("process-exit", self._where(), ast.unparse(node)[:80])] += 1
         self.generic_visit(node)
 

@@ -25,19 +25,19 @@ def test_definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
     return tests, workers
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
+def is_main_guard(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
 
 
 def has_main_guard(tree: ast.Module) -> bool:
-    return any(_is_main_guard(node) for node in tree.body)
+    return any(is_main_guard(node) for node in tree.body)
 
 
 def argv_parsed_at_import(tree: ast.Module) -> tuple[int, str] | None:
     """(line, parser method) of the first argv parse in the module body, outside definitions and
     the `__main__` guard: it runs when pytest imports the module."""
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or is_main_guard(node):
             continue
         for inner in ast.walk(node):
             if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \

@@ -130,8 +130,11 @@ def test_an_exit_before_the_assertions_is_named(spelling):
 def test_an_exit_in_a_conftest_is_named_and_a_scripts_status_is_not():
     assert weakened("import os\nos._exit(0)\n", "import os\n") == \
         ["t.py::<module>: a process exit that ends the run before the assertions can fail (os._exit(0))"]
-    script = BASE + "\n\nif __name__ == '__main__':\n    sys.exit(pytest.main([__file__]))\n"
-    assert weakened(script) == []
+    for closing in ("sys.exit(pytest.main([__file__]))", "test_b(1, 1)\n    sys.exit(0)", "raise SystemExit"):
+        assert weakened(BASE + f"\n\nif __name__ == '__main__':\n    {closing}\n") == [], closing
+    early = BASE + "\n\nif __name__ == '__main__':\n    sys.exit(0)\n    test_b(1, 1)\n"
+    assert weakened(early) == ["t.py::<module>: a process exit that ends the run before the assertions can fail "
+                               "(sys.exit(0))"]
 
 
 @pytest.mark.parametrize("old, new", [
