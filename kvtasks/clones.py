@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from kvtasks import locks, processes
-from kvtasks.worktree import GitFailed, Worktree, git_environment, run_git, state_dir
+from kvtasks.worktree import GitFailed, Worktree, git_environment, held_by_a_validator, run_git
 
 _OID = re.compile(r"[0-9a-fA-F]{7,40}")
 # the caller's git configuration must not change what is fetched, diffed or checked out
@@ -140,7 +140,7 @@ def _said(done: processes.Finished) -> str:
     stderr = done.stderr.decode(errors="replace") if isinstance(done.stderr, bytes) else done.stderr or ""
     lines = stderr.strip().splitlines()
     reason = next((line for line in lines if line.startswith(("fatal:", "error:", "ssh:"))), None)
-    return reason or done.said()
+    return reason or (lines[-1] if lines else done.said())
 
 
 def _clone(location: str, folder: Path) -> Path:
@@ -228,7 +228,7 @@ def _base_worktree(clone: Path, folder: Path, base_oid: str) -> Path:
     slot = 0
     while True:
         worktree = folder / "trees" / (base_oid[:16] + (f"-{slot}" if slot else ""))
-        if not _held_by_a_validator(worktree):
+        if not held_by_a_validator(worktree):
             break
         slot += 1
     if (worktree / ".git").is_file() and _git(worktree, "rev-parse", "HEAD", check=False) == base_oid:
@@ -243,18 +243,3 @@ def _base_worktree(clone: Path, folder: Path, base_oid: str) -> Path:
     worktree.parent.mkdir(exist_ok=True)
     _git(clone, "worktree", "add", "--detach", "--force", str(worktree), base_oid)
     return worktree
-
-
-def _held_by_a_validator(worktree: Path) -> bool:
-    if not (worktree / ".git").is_file():
-        return False
-    try:
-        fd = locks.try_hold(state_dir(worktree) / "validator.lock")
-    except GitFailed:  # not a working tree any more: nobody holds it, it is checked out again
-        return False
-    except OSError:  # another user's lock
-        return True
-    if fd is None:
-        return True
-    os.close(fd)
-    return False

@@ -21,7 +21,8 @@ from typing import Iterator, Literal, Sequence
 import git
 
 from kvtasks import locks, processes
-from kvtasks.worktree.exclusive import WorktreeBusy, hold_exclusively, open_lock, release_exclusive
+from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_exclusively, open_lock,
+                                        release_exclusive)
 from kvtasks.worktree.git_commands import (GitFailed, PatchRefused, forget_callers_repository, git_environment, run_git,
                                            source_identity, state_dir)
 from kvtasks.worktree.journal import Journal, recover_dead, remove_untracked
@@ -29,8 +30,8 @@ from kvtasks.worktree.signals import Interrupted
 from kvtasks.worktree import signals
 
 __all__ = ["GitFailed", "HeadView", "Interrupted", "PatchRefused", "Side", "StatusEntry", "Worktree", "WorktreeBusy",
-           "forget_callers_repository", "git_environment", "hold_exclusively", "release_exclusive", "run_git",
-           "source_identity", "state_dir"]
+           "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively",
+           "release_exclusive", "run_git", "source_identity", "state_dir"]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from kvtasks import locks, processes
-from kvtasks.worktree.git_commands import state_dir
+from kvtasks.worktree.git_commands import GitFailed, state_dir
 
 _VALIDATOR_LOCKS: dict[str, int] = {}
 _DYING_HOLDER_S = 5.0
@@ -53,6 +53,24 @@ def hold_exclusively(path: str | os.PathLike) -> None:
     except OSError:
         pass  # another user's lock file opened read-only: ours now, without our pid in it
     _VALIDATOR_LOCKS[str(worktree)] = fd
+
+
+def held_by_a_validator(path: str | os.PathLike) -> bool:
+    """Whether a running validator holds this worktree now (one that is no git worktree any more
+    is held by nobody; another user's lock counts as held)."""
+    worktree = Path(path)
+    if not (worktree / ".git").exists():
+        return False
+    try:
+        fd = locks.try_hold(state_dir(worktree) / "validator.lock")
+    except GitFailed:
+        return False
+    except OSError:
+        return True
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
 
 
 def release_exclusive(path: str | os.PathLike) -> None:
