@@ -8,11 +8,13 @@ finding, and the report publishes that (INCONCLUSIVE).
 from __future__ import annotations
 
 import sys
+import time
+from datetime import datetime, timezone
 
 from kvtasks import keys, pages, report
 from kvtasks.pipeline import run_group
 from kvtasks.request import Request
-from kvtasks.stages import Context, StageResult, baseline_control, gpu_claim, run_facts
+from kvtasks.stages import Context, ReusedEvidence, StageResult, baseline_control, gpu_claim, run_facts
 from kvtasks.stages.records import Facts, Repo, Selection, merged
 from kvtasks import harness
 from kvtasks.store import Store
@@ -59,12 +61,18 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
         print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
     learned = merged(Facts, (result.facts for result in results))
     record = {"halted": learned.halt, "base_key": None, "head_key": None, "finished_utc": None,
-              "base_oid": learned.repo.base if learned.repo else None}
+              "base_oid": learned.repo.base if learned.repo else None, "prepared_at": time.time()}
     if not learned.halt:
         record.update(_keys(request, results))
     store.write("prepare", request.label, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
-    store.record_launches("prepare", request.label, request.label, [run.label for r in results for run in r.runs])
+    store.record_launches("prepare", request.label, request.label, launched(results))
     store.set_label(request.label, record)
+
+
+def launched(results: list[StageResult]) -> list[str]:
+    """The labels of the target launches a group's results hold: a merged session's parts are read
+    from its launch, and a run adopted from another group is that group's launch."""
+    return [run.label for result in results for run in result.runs if run.session is None and not run.adopted_from]
 
 
 def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = None) -> list[StageResult]:
@@ -122,7 +130,7 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     except Exception as exc:
         results = _crashed(kind, exc, ctx, loaded)
     store.write(kind, key, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
-    store.record_launches(kind, key, request.label, [run.label for r in results for run in r.runs])
+    store.record_launches(kind, key, request.label, launched(results))
 
 
 def base_done(workspace: Workspace, key: str) -> bool:
@@ -140,8 +148,26 @@ def compose(workspace: Workspace, label: str) -> report.Report:
         raise KeyError(f"no stored evidence for label {label!r}")
     results = store.read("prepare", label)
     if not record.get("halted"):
-        results += store.read("base", record["base_key"]) + store.read("head", record["head_key"])
+        for kind in ("base", "head"):
+            results += _marked_if_reused(store, kind, record[f"{kind}_key"], label, record.get("prepared_at"))
     return report.compose(label, results, finished_utc=record.get("finished_utc"))
+
+
+def _marked_if_reused(store: Store, kind: str, key: str, label: str, prepared_at: float | None) -> list[StageResult]:
+    """A group's stored results; when another label wrote them, or this label before this run began,
+    each stage says which evidence it rests on (reused_from)."""
+    results = store.read(kind, key)
+    written = store.provenance(kind, key) or {}
+    earlier = written.get("written_by") != label or (prepared_at is not None and written.get("written", 0) < prepared_at)
+    if not written or not earlier:
+        return results
+    reused = ReusedEvidence(evidence=f"{kind}:{key}", written_by=written.get("written_by"),
+                            written_utc=datetime.fromtimestamp(written["written"], timezone.utc).strftime(
+                                "%Y-%m-%dT%H:%M:%SZ"))
+    for result in results:
+        if result.stage is not None:
+            result.stage.reused_from = reused
+    return results
 
 
 def publish(request: Request, workspace: Workspace, quiet: bool, draw_index: bool) -> report.Report:

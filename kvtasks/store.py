@@ -110,7 +110,8 @@ class Store:
             entry = self._index.get(("evidence", kind, key)) or {"labels": []}
             labels = sorted(set(entry["labels"]) | {label})
             self._set(("evidence", kind, key), {"kind": kind, "key": key, "labels": labels, "base_oid": base_oid,
-                                                "path": str(path.relative_to(self.root)), "written": time.time()})
+                                                "path": str(path.relative_to(self.root)), "written": time.time(),
+                                                "written_by": label})
             if base_oid:
                 keys = set(self._index.get(("base_oid", base_oid), []))
                 self._set(("base_oid", base_oid), sorted(keys | {f"{kind}:{key}"}))
@@ -145,6 +146,10 @@ class Store:
             return _Evidence.model_validate(document).results, None
         except ValidationError as exc:
             return [], f"it does not read as evidence schema {EVIDENCE_SCHEMA} ({exc.error_count()} errors)"
+
+    def provenance(self, kind: str, key: str) -> dict | None:
+        """When and for which label a group's evidence was written (None when the store holds none)."""
+        return self._index.get(("evidence", kind, key))
 
     def keys_for_base(self, base_oid: str) -> set[str]:
         """Every piece of evidence about one base commit, as "kind:key"."""

@@ -40,12 +40,21 @@ def test_a_second_patch_against_the_same_base_runs_no_base_target(tiled, validat
     second = validate(tiled, "--patch", str(make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG},
                                                        tmp_path / "tail.patch")), "--label", "pr-2", *GRID)
     assert base_launches(home, "pr-2") == []
-    assert second.stage("baseline_control") == first.stage("baseline_control")
+    reused = second.stage("baseline_control")
+    # the same evidence, and the report says it is pr-1's, by its content key
+    assert reused.pop("reused_from") == {"evidence": f"base:{keys_of(home, 'pr-1')['base_key']}", "written_by": "pr-1",
+                                         "written_utc": reused_written_utc(home, "base", keys_of(home, "pr-1"))}
+    assert reused == first.stage("baseline_control")
     assert second.verdict == "BLOCK"  # attribution still uses the reused base grid
 
 
 def keys_of(home: Path, label: str) -> dict:
     return Store(home / "cache").label(label)
+
+
+def reused_written_utc(home: Path, kind: str, record: dict) -> str:
+    written = Store(home / "cache").provenance(kind, record[f"{kind}_key"])["written"]
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(written))
 
 
 def test_pylib_contents_change_the_runtime_and_rerun_the_base(tiled, validate, home, tmp_path, monkeypatch):

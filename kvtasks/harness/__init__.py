@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -54,18 +55,21 @@ def target_env(request: Request, run_dir: Path, phase: str, label: str,
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
-        grid_rows: list[list[str]] = (), cpu_tier: dict | None = None,
+        grid_rows: list[list[str]] = (), poisoned_row: list[str] = (), cpu_tier: dict | None = None,
         sensitivity: dict | None = None) -> TargetRun:
     """Run the target once under the label's phase (the part before the first '-'), with the route
     probe installed; the run carries its own receipt and observed_work. A grid reaches it through
-    argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows). With
+    argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows); with a
+    poisoned_row too, one merged session runs the repository's tests, the grid and the poisoned cell
+    (kvtasks.harness.session reads its parts). With
     cpu_tier (its settings) Triton kernels run in the interpreter under the tier's hooks; with
     sensitivity (mode, error, output) the probe corrupts what the routes produce."""
     phase = label.split("-", 1)[0]
     routes = request.routes
     probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=request.shape_var_names,
                              receipt=run_dir / "runs" / f"receipt-{label}.json",
-                             grid_argnames=grid_argnames, grid_rows=grid_rows, cpu_tier=cpu_tier,
+                             grid_argnames=grid_argnames, grid_rows=grid_rows, poisoned_row=poisoned_row,
+                             cpu_tier=cpu_tier,
                              sensitivity=sensitivity)
     env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
@@ -82,6 +86,30 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     if routes:
         done.stats.observed_work = sum((receipt or {}).get("route_calls", {}).values()) if receipt else 0
     return done
+
+
+def adopt(runs: list[TargetRun], folder: Path, made_by: str) -> list[TargetRun]:
+    """Runs another step made (`made_by`), with their artifacts (log, JUnit XML, receipt) copied into
+    `folder` (this group's runs folder) and pointed at there: the evidence a group stores is its own."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def copied(path: str | None) -> str | None:
+        if not path or not Path(path).is_file():
+            return path
+        target = folder / Path(path).name
+        if target != Path(path):
+            shutil.copy2(path, target)
+        return str(target)
+
+    adopted = []
+    for run in runs:
+        dropped = {**run.addopts_dropped, "first_log": copied(run.addopts_dropped.get("first_log"))} \
+            if run.addopts_dropped else None
+        adopted.append(run.model_copy(deep=True, update={
+            "log": copied(run.log), "receipt_path": copied(run.receipt_path), "addopts_dropped": dropped,
+            "adopted_from": made_by,
+            "stats": run.stats.model_copy(update={"junit_xml": copied(run.stats.junit_xml)})}))
+    return adopted
 
 
 def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file: str, argv: list[str],
@@ -163,4 +191,4 @@ def isolation_facts(request: Request) -> dict:
     }
 
 
-__all__ = ["TargetRun", "run", "time_run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]
+__all__ = ["TargetRun", "adopt", "run", "time_run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]

@@ -65,6 +65,10 @@ class TargetRun(BaseModel):
     # "error": pytest's message, "first_log"}
     addopts_dropped: dict | None = None
     cases: list[CaseResult] = []
+    # the merged session (its label) this run is a part of: read from that launch, never one of its own
+    session: str | None = None
+    # the step that launched this run, when another adopted it (harness.adopt): counted as that one's launch
+    adopted_from: str | None = None
 
     @property
     def usage_error(self) -> bool:

@@ -33,10 +33,12 @@ import threading
 PRODUCER = "validate-kernel-pr.validation_probe"
 # each grid cell's pytest id starts with this and its index, so JUnit names which cells ran
 CELL_ID = "kvcell"
+# the poisoned cell's pytest id in a merged session (CONFIG["merged"])
+POISON_ID = "kvpoison"
 # kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
-CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "cpu_tier": {}, "sensitivity": {}}
+CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "poisoned_row": [], "merged": False, "cpu_tier": {}, "sensitivity": {}}
 
-_state = {"calls": {}, "shapes": [], "unresolved": [], "written": False, "exit": None, "installed": False,
+_state = {"calls": {}, "shapes": [], "parts": {}, "unresolved": [], "written": False, "exit": None, "installed": False,
           "corrupted_calls": 0, "max_relative_error": 0.0, "nan_elements": 0, "not_corrupted": {},
           "test": "", "tests_corrupted": set(), "tests_failed": [], "tests_green": [], "corrupted_outside_tests": 0,
           "outputs": {}}
@@ -56,18 +58,49 @@ def _normalise(value):
     return text
 
 
+def part_of(nodeid):
+    """Which part of a merged session a test is: "grid" (a grid cell, kvcellN=), "proof" (the
+    poisoned cell) or "repo" (the repository's own tests; a call outside any test counts here)."""
+    if POISON_ID + "=" in nodeid:
+        return "proof"
+    at = nodeid.find(CELL_ID)
+    while at >= 0:
+        digits = at + len(CELL_ID)
+        end = digits
+        while end < len(nodeid) and nodeid[end].isdigit():
+            end += 1
+        if end > digits and nodeid[end:end + 1] == "=" and (at == 0 or not nodeid[at - 1].isalnum()):
+            return "grid"
+        at = nodeid.find(CELL_ID, at + 1)
+    return "repo"
+
+
+def _part():
+    """What a merged session's receipt counts this call under (None outside a merged session)."""
+    if not CONFIG["merged"]:
+        return None
+    return _state["parts"].setdefault(part_of(_state["test"]), {"calls": {}, "shapes": []})
+
+
 def _capture(frame_locals):
     names = CONFIG["shape_vars"]
     if not names or not all(name in frame_locals for name in names):
         return False
+    shape = ",".join(_normalise(frame_locals[name]) for name in names)
     with _lock:
-        _state["shapes"].append(",".join(_normalise(frame_locals[name]) for name in names))
+        _state["shapes"].append(shape)
+        part = _part()
+        if part is not None:
+            part["shapes"].append(shape)
     return True
 
 
 def _count(route):
     with _lock:
         _state["calls"][route] = _state["calls"].get(route, 0) + 1
+        part = _part()
+        if part is not None:
+            part["calls"][route] = part["calls"].get(route, 0) + 1
 
 
 def _floating_outputs(value, where="return"):
@@ -466,6 +499,15 @@ def write_receipt(exit_status=None):
             "mechanism": "sys.monitoring" if _MONITORING and not CONFIG["sensitivity"] else "import-hook wrapper",
             "route_outputs": list(_state["outputs"].values()),
         }
+        if CONFIG["merged"]:
+            # each part of the session as a receipt of its own would say it
+            receipt["parts"] = {name: {"route": ",".join(sorted(r for r, n in part["calls"].items() if n)),
+                                       "kernel_symbols": sorted(r for r, n in part["calls"].items() if n),
+                                       "route_calls": dict(part["calls"]), "executed_shapes": list(part["shapes"])}
+                                for name, part in _state["parts"].items()}
+            receipt["merged_marks"] = _state.get("merged_marks", 0)
+            if "maxfail_dropped" in _state:
+                receipt["maxfail_dropped"] = _state["maxfail_dropped"]
         if _state.get("tier") is not None:
             receipt["cpu_tier"] = _state["tier"].report()
         if CONFIG["sensitivity"]:
@@ -480,6 +522,11 @@ def write_receipt(exit_status=None):
 
 def pytest_configure(config):
     install()
+    if CONFIG["merged"] and getattr(config.option, "maxfail", 0):
+        # the poisoned cell fails on purpose: -x or --maxfail must not end the session at it, nor
+        # at a failing repository test before the grid's cells ran
+        _state["maxfail_dropped"] = config.option.maxfail
+        config.option.maxfail = 0
     if _state.get("tier") is not None:
         _state["tier"].register_pytest(config)
 
@@ -537,12 +584,16 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
     @pytest.hookimpl(tryfirst=True)
     def pytest_generate_tests(metafunc):
         """Replace the cells of the parametrize mark (or the stacked marks) binding the grid's argnames
-        with the grid.
+        with the grid; in a merged session, add the grid's cells and the poisoned cell beside the
+        mark's own cells instead, which keep their values, ids and marks.
 
         Each grid row is a tuple of cell values, one per name. The names go to pytest as a list,
         never as one "a,b" string: a string naming one argument makes pytest take each row whole
         as that argument's value (a 1-tuple), while a list always unpacks a row into its names.
         """
+        if CONFIG["merged"]:
+            _merge_grid(metafunc)
+            return
         for marks in _grid_marks(metafunc):
             names = [name for _, _, bound in marks for name in bound]
             order = [CONFIG["grid_argnames"].index(name) for name in names]
@@ -553,6 +604,40 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
             node.own_markers[node.own_markers.index(mark)] = replacement
             for node, mark, _ in marks[1:]:  # stacked marks: the grid's rows carry all their names
                 node.own_markers.remove(mark)
+
+    def _merge_grid(metafunc):
+        """The exact mark's own cells, then the grid's (kvcellN=) and the poisoned one (kvpoison=),
+        added once per mark (a class or module mark is seen by each of its tests)."""
+        merged = _state.setdefault("merged", [])
+        for marks in _grid_marks(metafunc):
+            if len(marks) != 1 or any(mark is done for done in merged for _, mark, _ in marks):
+                continue  # stacked marks' cells are a product: a joint row cannot be added to them
+            node, mark, names = marks[0]
+            order = [CONFIG["grid_argnames"].index(name) for name in names]
+            rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
+            added = [pytest.param(*row, id=f"{CELL_ID}{index}={','.join(map(str, row))}")
+                     for index, row in enumerate(rows)]
+            poisoned = CONFIG["poisoned_row"]
+            added.append(pytest.param(*(poisoned[i] for i in order), id=f"{POISON_ID}={','.join(poisoned)}"))
+            own = list(mark.args[1]) if len(mark.args) > 1 else list(mark.kwargs.get("argvalues", []))
+            kwargs = {key: value for key, value in mark.kwargs.items() if key not in ("argnames", "argvalues")}
+            ids = kwargs.get("ids")
+            if ids is not None and not callable(ids):
+                kwargs["ids"] = [*list(ids), *([None] * len(added))]
+            replacement = pytest.mark.parametrize(mark.args[0] if mark.args else mark.kwargs["argnames"],
+                                                  own + added, **kwargs).mark
+            node.own_markers[node.own_markers.index(mark)] = replacement
+            merged.append(replacement)
+            _state["merged_marks"] = _state.get("merged_marks", 0) + 1
+
+    if CONFIG["merged"]:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(session, config, items):
+            """The repository's own tests first, then the grid's cells, the poisoned cell last: a
+            cell that breaks the process (a CUDA context an out-of-bounds store poisoned) cannot
+            touch the repository's tests, and the order within each part stays pytest's."""
+            rank = {"repo": 0, "grid": 1, "proof": 2}
+            items[:] = sorted(items, key=lambda item: rank[part_of(item.nodeid)])
 
 
 if CONFIG["sensitivity"]:

@@ -21,11 +21,13 @@ class ProbeModule:
 
 
 def prepare(folder: Path, *, label: str, routes: list[str], shape_vars: list[str], receipt: Path,
-            grid_argnames: list[str] = (), grid_rows: list[list[str]] = (),
+            grid_argnames: list[str] = (), grid_rows: list[list[str]] = (), poisoned_row: list[str] = (),
             cpu_tier: dict | None = None, sensitivity: dict | None = None) -> ProbeModule:
     """A fresh, randomly named copy of the probe: a PR cannot pre-place a module with that name.
 
-    With grid_argnames it also replaces the cells of the parametrize mark binding those names;
+    With grid_argnames it also replaces the cells of the parametrize mark binding those names; with
+    a poisoned_row too it adds the grid's cells and that row beside the mark's own instead (a
+    merged session, kvtasks.harness.session);
     with cpu_tier (the tier's settings) it ships the Triton CPU hooks beside it, also randomly named;
     with sensitivity (mode, error, output) it corrupts what the routes produce."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -37,6 +39,7 @@ def prepare(folder: Path, *, label: str, routes: list[str], shape_vars: list[str
         (folder / f"{tier['module']}.py").write_text(Path(triton_cpu.__file__).read_text())
     config = {"routes": routes, "shape_vars": shape_vars, "receipt": str(receipt), "nonce": nonce, "label": label,
               "grid_argnames": list(grid_argnames), "grid_rows": [list(row) for row in grid_rows],
+              "poisoned_row": list(poisoned_row), "merged": bool(poisoned_row),
               "cpu_tier": tier, "sensitivity": dict(sensitivity or {})}
     source = Path(probe.__file__).read_text().replace(_CONFIG_LINE, f"CONFIG = {config!r}", 1)
     (folder / f"{name}.py").write_text(source)

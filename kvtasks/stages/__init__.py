@@ -25,6 +25,14 @@ Status = Literal["pass", "fail", "skip", "info"]
 Severity = Literal["blocker", "should-fix", "note"]
 
 
+class ReusedEvidence(BaseModel):
+    """Stored evidence a report reuses: its content key, when it was written and for which label."""
+
+    evidence: str  # "<group>:<key>", the content key (base OID, runtime hash...; and the patch for head)
+    written_utc: str
+    written_by: str | None = None
+
+
 class Stage(BaseModel):
     """One stage object in the report: a status, a reason, and the stage's own fields.
 
@@ -36,6 +44,8 @@ class Stage(BaseModel):
 
     status: Status
     note: str = ""
+    # set when the report rests on this stage's stored evidence from an earlier validation, not this run's
+    reused_from: ReusedEvidence | None = None
 
     @model_serializer(mode="wrap")
     def _only_what_was_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -58,14 +58,20 @@ def run(ctx: Context) -> StageResult:
         before = worktree.status()
         if before:
             return result(NAME, "skip", f"base tree is not clean ({len(before)} entries); nothing was run")
+        merged, repo_run = None, None
         if worktree.exists_on_base(request.target_path):
-            ctx.say("baseline_control: running base-repo")
-            runs.append(harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="base-repo",
-                                   **cpu_tier.launch_options(ctx)))
-            repo_tests = {"state": state(runs[0]), **run_fields(runs[0])}
+            merged = grid.merged_session(ctx, "base")
+            runs += merged.runs if merged else []
+            repo_run = merged.repo if merged else None
+            if repo_run is None:
+                ctx.say("baseline_control: running base-repo")
+                repo_run = harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="base-repo",
+                                       **cpu_tier.launch_options(ctx))
+                runs.append(repo_run)
+            repo_tests = {"state": state(repo_run), **run_fields(repo_run)}
         else:
             repo_tests = {"state": "target-not-present", "stats": None}
-        s1_grid, grid_runs = grid.base_runs(ctx, runs[0] if runs else None)
+        s1_grid, grid_runs = grid.base_runs(ctx, repo_run, merged)
         runs += grid_runs
         artifacts = [entry.path for entry in worktree.status()]
 
@@ -77,6 +83,8 @@ def run(ctx: Context) -> StageResult:
     else:
         stage = result(NAME, "pass", f"base control ran and left the tree clean ({_base_said(repo_tests, s1_grid)})",
                        repo_tests=repo_tests, s1_grid=s1_grid)
+    if merged is not None and merged.unusable:
+        stage.finding("note", merged.unusable)
     stage.runs = runs
     not_reusable = reusable(stage)
     if not_reusable:

@@ -1,13 +1,15 @@
 """gpu_requirement: without a claimed GPU, ask the head target whether it needs one.
 
 It runs the head target once with no visible device: `not-required` only when it passes and
-executes at least one test. Such a target still runs its correctness stages, but earns no
+executes at least one test. That run is the head run correctness_repo_tests would make on such a
+host (a merged session on the argnames channel), so it adopts it (`head_runs`) instead. Such a target still runs its correctness stages, but earns no
 architecture and no PASS. It amends gpu_claim's result (the pipeline table says so); it never claims.
 """
 from __future__ import annotations
 
 from kvtasks import harness
-from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, runtime_compat
+from kvtasks.harness.launch import TargetRun
+from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, grid, runtime_compat
 from kvtasks.worktree import PatchRefused
 
 NAME = "gpu_requirement"
@@ -27,8 +29,15 @@ def run(ctx: Context) -> StageResult | None:
         return updated
     try:
         with ctx.worktree.lend("head"):
-            ctx.say(f"{NAME}: running gpufree-probe with no visible device")
-            run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="gpufree-probe")
+            # exactly the head run correctness_repo_tests would make on this host (no device, no tier),
+            # merged with the grid where the plan merges: it adopts these runs instead of repeating them
+            merged = grid.merged_session(ctx, "head")
+            launched = merged.runs if merged is not None else []
+            run = merged.repo if merged is not None else None
+            if run is None:
+                ctx.say(f"{NAME}: running head-repo with no visible device")
+                run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="head-repo")
+                launched.append(run)
     except PatchRefused as refused:
         updated.selection.set(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
         return updated
@@ -43,5 +52,20 @@ def run(ctx: Context) -> StageResult | None:
         updated.selection.set(gpu_requirement="required",
                                  gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "
                                                        f"observed_work {observed}")
-    updated.runs.append(run)
+    if merged is not None and merged.unusable:
+        updated.finding("note", merged.unusable)
+    updated.runs += launched
     return updated
+
+
+def head_runs(ctx: Context) -> list[TargetRun]:
+    """The head runs this step made with no visible device, for correctness_repo_tests to adopt
+    (copied into its own runs folder): none when a device was claimed or the CPU tier runs the
+    target, where the head run is launched differently."""
+    claim = ctx.earlier.get(gpu_claim.NAME)
+    if claim is None or claim.stage.status == "pass" or cpu_tier.active(ctx):
+        return []
+    made = [run for run in claim.runs if run.label.startswith("head-")]
+    if not any(run.label == "head-repo" for run in made):
+        return []
+    return harness.adopt(made, ctx.run_dir / "runs", NAME)

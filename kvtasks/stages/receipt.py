@@ -48,7 +48,8 @@ def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
         stage_result = ctx.earlier.get(stage_name)
         for run in (stage_result.runs if stage_result else []):
             if run.label == label:
-                found.append((scope, run))
+                found.append((f"the {label} items of the merged session {run.session} only" if run.session else scope,
+                              run))
     return found
 
 

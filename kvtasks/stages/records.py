@@ -68,6 +68,9 @@ class Plan(BaseModel):
     axes: list[Axis] = []
     axis_state: Literal["none", "malformed-spec", "unusable", "hook-not-found", "declared"] = "none"
     interpreter_skipped: list[str] = []  # cells set aside under the CPU tier (bf16)
+    # one parametrize mark binds exactly the grid's argnames: each side runs its repository tests, the
+    # grid and the poisoned cell in one pytest session (stacked marks' cells are a product no row joins)
+    merged_session: bool = False
 
 
 class Repo(BaseModel):

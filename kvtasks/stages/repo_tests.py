@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, nonfinite, payload, result
+from kvtasks.stages import (Context, Stage, StageResult, baseline_control, cpu_tier, gpu_requirement, grid, nonfinite,
+                            payload, result)
 from kvtasks.stages.target_runs import addopts_note, attribute, gate, run_fields
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, ExecutionStats, TargetRun
 from kvtasks.worktree import PatchRefused
@@ -46,16 +47,23 @@ def run(ctx: Context) -> StageResult:
         reason = baseline.stage.note if baseline else "it did not run"
         return result(NAME, "skip", f"baseline control did not pass ({reason}); head tests were not run")
 
-    try:
-        with worktree.lend("head"):
-            expected = set(worktree.status())
-            ctx.say("correctness_repo_tests: running head-repo")
-            run = harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="head-repo",
-                             **cpu_tier.launch_options(ctx))
-            artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
-    except PatchRefused as refused:
-        stage = result(NAME, "skip", str(refused))
-        return stage.finding("note", "head was not tested: the patch did not apply after the base run")
+    # on a host with no device claimed, gpu_requirement already made exactly this run: adopted, not repeated
+    launched, artifacts, merged = gpu_requirement.head_runs(ctx), [], None
+    if not launched:
+        try:
+            with worktree.lend("head"):
+                expected = set(worktree.status())
+                merged = grid.merged_session(ctx, "head")
+                launched = merged.runs if merged is not None else []
+                if merged is None or merged.repo is None:
+                    ctx.say("correctness_repo_tests: running head-repo")
+                    launched.append(harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
+                                                label="head-repo", **cpu_tier.launch_options(ctx)))
+                artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
+        except PatchRefused as refused:
+            stage = result(NAME, "skip", str(refused))
+            return stage.finding("note", "head was not tested: the patch did not apply after the base run")
+    run = next(made for made in launched if made.label == "head-repo")
 
     base = baseline.stage.repo_tests if baseline else None
     stage = _judge_head(ctx, run, base)
@@ -69,7 +77,9 @@ def run(ctx: Context) -> StageResult:
         stage.stage.artifacts = artifacts
         stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "
                               f"({', '.join(artifacts[:5])}); they were removed")
-    stage.runs = [run]
+    if merged is not None and merged.unusable:
+        stage.finding("note", merged.unusable)
+    stage.runs = launched  # with a merged session's parts, which the grid stage reads its proof and cells from
     return stage
 
 

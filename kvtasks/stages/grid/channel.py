@@ -20,7 +20,7 @@ def channel(ctx: Context) -> StageResult:
     request = ctx.request
     runner = ctx.selection.runner or "none"
     source_tree = sources.parse(ctx.head_text(request.target_path))
-    tried, chosen, defaults, evidence = [], "", None, ""
+    tried, chosen, defaults, evidence, exact = [], "", None, "", []
 
     if request.shape_arg:
         flags = argparse_flags(source_tree) if source_tree else {}
@@ -94,6 +94,7 @@ def channel(ctx: Context) -> StageResult:
         grid_independence=independence, grid_independence_reason=independence_reason, axes=axes, axis_state=state,
         axis_state_reason=state_reason)
     stage_result = StageResult(name=CHANNEL, selection=Selection(**dict(selection)))
-    plan = Plan(channel=chosen, reason="; ".join(tried), rows=rows, defaults=defaults, axes=axes, axis_state=state)
+    plan = Plan(channel=chosen, reason="; ".join(tried), rows=rows, defaults=defaults, axes=axes, axis_state=state,
+                merged_session=chosen == "pytest" and bool(exact))
     stage_result.facts.grid_plan = plan
     return stage_result

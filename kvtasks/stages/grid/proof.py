@@ -35,7 +35,14 @@ def log_names(run: TargetRun, marker: str) -> bool:
 
 def proves_channel(plan: Plan, probe: TargetRun) -> tuple[bool, str]:
     """A poisoned run proves the channel only by failing in time over the invalid value: its output
-    names the marker, or the parametrized test failed at the poisoned cell."""
+    names the marker, or the parametrized test failed at the poisoned cell. In a merged session
+    only the poisoned item itself counts: the session's log names the marker in the item's id."""
+    if probe.session is not None:
+        if any(case.outcome in ("failed", "error") for case in probe.cases):
+            return True, f"the poisoned cell failed in the merged session {probe.session}"
+        if not probe.cases:
+            return False, f"the merged session {probe.session} ran no poisoned cell: the grid did not reach the test"
+        return False, f"the poisoned cell {probe.cases[0].outcome} in the merged session {probe.session}"
     if probe.exit == 0:
         return False, f"the target passed with {SENTINEL} as its grid"
     if probe.timed_out:

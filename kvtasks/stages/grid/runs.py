@@ -5,8 +5,10 @@ Launches through kvtasks.harness inside a lend its caller holds; it must never j
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvtasks import harness, sources
-from kvtasks.harness import probe as route_probe
+from kvtasks.harness import probe as route_probe, session
 from kvtasks.harness.launch import TargetRun
 from kvtasks.request import grid_rows
 from kvtasks.sources import row_text
@@ -17,7 +19,7 @@ from kvtasks.stages.target_runs import state
 
 
 def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = (),
-         sensitivity: dict | None = None) -> TargetRun:
+             sensitivity: dict | None = None, poisoned_row: list[str] = ()) -> TargetRun:
     request = ctx.request
     grid_text = ";".join(row_text(row) for row in rows)
     argv, env_extra, argnames = [], {}, []
@@ -31,7 +33,39 @@ def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_a
     return harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
                       env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
-                      sensitivity=sensitivity)
+                      poisoned_row=poisoned_row, sensitivity=sensitivity)
+
+
+@dataclass
+class Session:
+    """One side's merged pytest session (kvtasks.harness.session): the launch and, when it can stand
+    for them, its repo, proof and grid parts; otherwise why not (the parts then run alone)."""
+
+    launch: TargetRun
+    repo: TargetRun | None = None
+    probe: TargetRun | None = None
+    grid: TargetRun | None = None
+    unusable: str = ""
+
+    @property
+    def runs(self) -> list[TargetRun]:
+        return [self.launch, *(run for run in (self.repo, self.probe, self.grid) if run is not None)]
+
+
+def merged_session(ctx: Context, side: str) -> Session | None:
+    """The side's repository tests, grid cells and poisoned cell in one pytest session (inside the
+    caller's lend), when the plan merges them (the argnames channel, one mark); None otherwise."""
+    plan = plan_of(ctx)
+    if plan is None or not plan.merged_session or not plan.rows or ctx.selection.runner != "pytest":
+        return None
+    launch = run_grid(ctx, plan, f"{side}-session", plan.rows, poisoned_row=poisoned(plan)[0])
+    why = session.unusable(launch)
+    if why:
+        return Session(launch, unusable=f"the merged {side} session stands for nothing ({why}), so its repository "
+                                        "tests, poisoned cell and grid ran alone")
+    return Session(launch, repo=session.part(launch, "repo", f"{side}-repo"),
+                   probe=session.part(launch, "proof", f"{side}-grid-probe"),
+                   grid=session.part(launch, "grid", f"{side}-grid"))
 
 
 def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict) -> TargetRun:
@@ -41,8 +75,10 @@ def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict) -> 
     return run_grid(ctx, plan, label, plan.rows, axis_argv, sensitivity=sensitivity)
 
 
-def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[TargetRun]]:
-    """The base side of the grid (inside the baseline's lend): its state and runs."""
+def base_runs(ctx: Context, repo_run: TargetRun | None, merged: Session | None = None
+              ) -> tuple[dict, list[TargetRun]]:
+    """The base side of the grid (inside the baseline's lend): its state and the runs it launched
+    (none when the merged base session's parts stand for them)."""
     plan = plan_of(ctx)
     if plan is None or not plan.rows:
         return {"state": "not-configured"}, []
@@ -50,17 +86,19 @@ def base_runs(ctx: Context, repo_run: TargetRun | None) -> tuple[dict, list[Targ
         return {"state": "no-channel-declared"}, []
     if repo_run is None:
         return {"state": "target-not-present"}, []
-    probe = run_grid(ctx, plan, "base-grid-probe", poisoned(plan))
+    launched = merged is None or merged.grid is None
+    probe = run_grid(ctx, plan, "base-grid-probe", poisoned(plan)) if launched else merged.probe
     proven, why = proves_channel(plan, probe)
     fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "hook_proof": why}
     if not proven or not repo_run.passed:
-        return {"state": "hook-not-consumed", **fields}, [probe]
-    run = run_grid(ctx, plan, "base-grid", plan.rows)
+        return {"state": "hook-not-consumed", **fields}, [probe] if launched else []
+    run = run_grid(ctx, plan, "base-grid", plan.rows) if launched else merged.grid
     tier = cpu_tier.run_evidence(run)
     cells, basis = cell_outcomes(ctx, plan, run)
     return {"state": state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
             "cells": cells, "cells_basis": basis, **({"cpu_tier": tier} if tier else {}),
-            **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, [probe, run]
+            **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, \
+        [probe, run] if launched else []
 
 
 def canonical_cell(text) -> str:

@@ -7,6 +7,7 @@ Returns a StageResult; it must never write the report nor apply the patch itself
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Literal
 
 from pydantic import ConfigDict
@@ -70,13 +71,16 @@ def head(ctx: Context) -> StageResult:
         return result(NAME, "skip", f"head repo tests did not run ({repo_tests.stage.note if repo_tests else ''}); "
                                     "the grid was not attempted")
     if not head_repo.passed:
-        return result(NAME, "skip", "grid not attempted because the unpoisoned head run failed: a poisoned run "
-                                    "could not prove the channel")
+        attempted = "the merged session's grid cells are not judged" if head_repo.session else "grid not attempted"
+        return result(NAME, "skip", f"{attempted} because the unpoisoned head run failed: a poisoned run could not "
+                                    "prove the channel")
 
     runs: list[TargetRun] = []
+    # the merged head session's parts, when one ran and stands for them: nothing more to launch
+    parts = {run.label: run for run in repo_tests.runs if run.session is not None}
     try:
-        with ctx.worktree.lend("head"):
-            probe = run_grid(ctx, plan, "head-grid-probe", poisoned(plan))
+        with ctx.worktree.lend("head") if "head-grid" not in parts else nullcontext():
+            probe = parts.get("head-grid-probe") or run_grid(ctx, plan, "head-grid-probe", poisoned(plan))
             runs.append(probe)
             probe_fields = {"hook_probe_exit": probe.exit, "hook_probe_log": probe.log, "grid": ctx.request.grid,
                             "cells": [row_text(r) for r in plan.rows], "channel": plan.channel,
@@ -97,7 +101,7 @@ def head(ctx: Context) -> StageResult:
                 runs += axis_runs
                 axis_argv = [token for axis in plan.axes if axis.hook_proof == "refused-invalid-value"
                              for token in (axis.flag, *axis.values)]
-            run = run_grid(ctx, plan, "head-grid", plan.rows, axis_argv)
+            run = parts.get("head-grid") or run_grid(ctx, plan, "head-grid", plan.rows, axis_argv)
             runs.append(run)
     except PatchRefused as refused:
         return result(NAME, "skip", str(refused))

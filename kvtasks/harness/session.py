@@ -1,0 +1,100 @@
+"""A merged pytest session, read back as the runs it stands for.
+
+On the argnames channel one pytest launch runs the repository's own tests, the grid's cells and the
+poisoned cell: the probe adds the last two beside the parametrize mark's own cells (ids kvcellN= and
+kvpoison=), runs them after the repository's tests and counts the route per part. JUnit tells the
+items apart, so the session reads back as three runs (`part`): "repo", "grid" and "proof", each
+with the exit pytest would have given it alone (1 with a failure or error, 5 with no item, else 0),
+its own items' counts, its own part of the receipt and a log of its own items' outcomes. A part
+names its session (`TargetRun.session`) and is never counted as a launch of its own.
+
+A session that did not end as pytest ends a run of tests (a timeout, a crash, a signal, an
+interrupted collection, a missing JUnit file or receipt) stands for nothing: `unusable` says why,
+and the caller runs the parts alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, CaseResult, ExecutionStats, TargetRun, FAILED_TESTS_KEPT
+from kvtasks.harness.probe import part_of
+
+PARTS = ("repo", "grid", "proof")
+_ENDED_AS_TESTS = (0, 1)  # pytest's OK and TESTS_FAILED: every item ran and JUnit holds it
+
+
+def unusable(session: TargetRun) -> str | None:
+    """Why the session cannot stand for its parts; None when it can."""
+    receipt = session.receipt or {}
+    if session.timed_out:
+        return f"it timed out ({session.stats.note})"
+    if session.exit not in _ENDED_AS_TESTS:
+        return f"it ended with exit {session.exit}, not as a run of tests ({session.log_tail(2)})"
+    if not session.cases:
+        return f"it left no readable JUnit XML ({session.stats.note or 'no items'})"
+    if "parts" not in receipt:
+        return f"it left no merged receipt ({session.receipt_note or 'the probe did not count the parts'})"
+    if not receipt.get("merged_marks"):
+        return "the probe found no parametrize mark to add the grid's cells to"
+    return None
+
+
+def part(session: TargetRun, name: str, label: str) -> TargetRun:
+    """The `name` part ("repo", "grid" or "proof") of a usable session, as a run labelled `label`."""
+    cases = [case for case in session.cases if part_of(case.name) == name]
+    stats = _stats(cases, session, name)
+    exit_code = 1 if stats.failures or stats.errors else PYTEST_NOTHING_COLLECTED if not cases else 0
+    receipt = _receipt(session.receipt or {}, name, label)
+    if session.stats.observed_work is not None:
+        stats.observed_work = sum(receipt["route_calls"].values())
+    log = Path(session.log).with_name(f"{label}.log")
+    log.write_text(_log(session, name, cases, stats))
+    return session.model_copy(update={
+        "label": label, "exit": exit_code, "duration_s": 0.0, "log": str(log), "stats": stats, "cases": cases,
+        "receipt": receipt, "session": session.label}, deep=True)
+
+
+def _stats(cases: list[CaseResult], session: TargetRun, name: str) -> ExecutionStats:
+    failures = sum(case.outcome == "failed" for case in cases)
+    errors = sum(case.outcome == "error" for case in cases)
+    skipped = sum(case.outcome == "skipped" for case in cases)
+    failed = [f"{case.classname}::{case.name}" if case.classname else case.name
+              for case in cases if case.outcome in ("failed", "error")]
+    return ExecutionStats(tests=len(cases), failures=failures, errors=errors, skipped=skipped,
+                          executed=max(0, len(cases) - skipped - errors), junit_xml=session.stats.junit_xml,
+                          basis=f"pytest-junit: the {name} items of the merged session {session.label}",
+                          note="" if cases else f"the merged session {session.label} ran no {name} item",
+                          failed_tests=failed[:FAILED_TESTS_KEPT])
+
+
+def _receipt(receipt: dict, name: str, label: str) -> dict:
+    """The session's receipt as this part alone would have written it: its route calls and shapes,
+    and the NaN/Inf watch and the CPU tier's per-test findings of its own items."""
+    counted = (receipt.get("parts") or {}).get(name) or {"route": "", "kernel_symbols": [], "route_calls": {},
+                                                         "executed_shapes": []}
+    mine = {key: value for key, value in receipt.items() if key not in ("parts", "merged_marks")}
+    mine.update(counted, label=label)
+    mine["route_outputs"] = [entry for entry in receipt.get("route_outputs") or []
+                             if part_of(str(entry.get("cell", ""))) == name]
+    tier = receipt.get("cpu_tier")
+    if tier:
+        mine["cpu_tier"] = {**tier, **{key: [entry for entry in tier.get(key) or []
+                                             if part_of(str(entry.get("test") or "")) == name]
+                                       for key in ("violations", "sparse_launches")},
+                            "bf16_skipped": [test for test in tier.get("bf16_skipped") or [] if part_of(test) == name]}
+    return mine
+
+
+def _log(session: TargetRun, name: str, cases: list[CaseResult], stats: ExecutionStats) -> str:
+    """What this part's items did, as pytest's short summary would say it; the session's whole
+    output is its own log."""
+    lines = [f"the {name} part of the merged pytest session {session.label}; its whole output: {session.log}"]
+    for case in cases:
+        if case.outcome != "passed":
+            node = f"{case.classname}::{case.name}" if case.classname else case.name
+            message = " ".join(case.message.split())[:200]
+            lines.append(f"{case.outcome.upper()} {node}" + (f" - {message}" if message else ""))
+    passed = stats.tests - stats.failures - stats.errors - stats.skipped
+    lines.append(f"{stats.failures} failed, {passed} passed, {stats.skipped} skipped, {stats.errors} errors "
+                 f"({name} items of {session.label})")
+    return "\n".join(lines) + "\n"

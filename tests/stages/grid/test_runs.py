@@ -1,0 +1,124 @@
+"""How many times a validation launches the target, per side and channel: on the argnames channel one
+pytest session per side runs the repository's tests, the grid and the poisoned cell, and still has
+to prove the channel; the env and cli channels cannot merge."""
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from kvtasks import cli
+from kvtasks.store import Store
+from tests.kernel_repos import ARGNAMES_TEST, TILED, TILED_TAIL_BUG, git, make_patch, snapshot, tiled_repo
+
+ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
+ARGNAMES = ["--target", "tests/test_argnames.py", "--shape-argnames", "M,N,dtype_str", *ROUTE]
+
+
+@pytest.fixture
+def tiled(tmp_path):
+    return tiled_repo(tmp_path / "tiled")
+
+
+def launches(home: Path, label: str) -> dict[str, list[str]]:
+    rows = [row for row in Store(home / "cache").launches() if row["label"] == label]
+    return {kind: [row["run"] for row in rows if row["kind"] == kind] for kind in ("prepare", "base", "head")}
+
+
+def patch(repo: Path, tmp_path: Path, name: str, kernel: str) -> str:
+    return str(make_patch(repo, {"kernels/tiled.py": kernel}, tmp_path / f"{name}.patch"))
+
+
+def test_the_argnames_channel_runs_one_session_per_side_and_reuses_the_base(tiled, validate, home, tmp_path):
+    grid = ["--grid", "64,2000,f32;4,128,f32;3,100,f16"]
+    blocked = validate(tiled, "--patch", patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), "--label", "tail", *ARGNAMES,
+                       *grid)
+    assert blocked.verdict == "BLOCK"
+    assert launches(home, "tail") == {"prepare": [], "base": ["base-session"], "head": ["head-session"]}
+    stage = blocked.stage("correctness_grid")
+    # the proof is still the poisoned cell failing, now an item of the session, beside repo tests that passed
+    assert stage["hook_proof"] == "the poisoned cell failed in the merged session head-session"
+    assert blocked.stage("baseline_control")["s1_grid"]["hook_proof"].endswith("merged session base-session")
+    assert blocked.stage("correctness_repo_tests")["stats"]["executed"] == 2  # the mark's own two cells only
+    assert stage["cells"] == {"64,2000,f32": "executed", "4,128,f32": "executed", "3,100,f16": "executed"}
+    assert any("(failing cells 64,2000,f32, 3,100,f16)" in f["detail"] for f in blocked.findings("blocker"))
+    assert "head-grid items of the merged session head-session" in blocked.stage("execution_receipt")["receipt_scope"]
+    assert "reused_from" not in blocked.stage("baseline_control")
+
+    clean = validate(tiled, "--patch", patch(tiled, tmp_path, "clean", "# no change in behaviour\n" + TILED),
+                     "--label", "clean", *ARGNAMES, *grid)
+    # the same base key: its evidence, proof included, is reused and the report says from where
+    assert launches(home, "clean") == {"prepare": [], "base": [], "head": ["head-session", "head-sensitivity-tail"]}
+    reused = clean.stage("baseline_control")["reused_from"]
+    assert reused["evidence"].startswith("base:") and reused["written_by"] == "tail"
+    assert clean.stage("correctness_grid")["status"] == "pass" and clean.stage("sensitivity")["status"] == "pass"
+    assert "reused_from" not in clean.stage("correctness_grid")
+
+
+def test_a_merged_session_still_has_to_prove_the_channel(tiled, validate, home, tmp_path):
+    # the test takes the grid's names and never uses them: its poisoned cell passes like any other
+    ignoring = ARGNAMES_TEST.replace("x = np.arange(M * N, dtype=DTYPES[dtype_str]).reshape(M, N) % 7",
+                                     "x = np.arange(4 * 64, dtype=np.float32).reshape(4, 64) % 7")
+    assert ignoring != ARGNAMES_TEST
+    (tiled / "tests/test_argnames.py").write_text(ignoring)
+    git(tiled, "commit", "-qam", "a test that ignores its cells")
+    result = validate(tiled, "--patch", patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), "--label", "ignoring",
+                      *ARGNAMES, "--grid", "64,2000,f32")
+    stage = result.stage("correctness_grid")
+    assert stage["status"] == "skip" and "was not consumed" in stage["note"], stage["note"]
+    assert "the poisoned cell passed in the merged session head-session" in stage["hook_proof"]
+    assert result.stage("baseline_control")["s1_grid"]["state"] == "hook-not-consumed"
+    # the sensitivity run corrupts the repository's own tests instead; it stays a launch of its own
+    assert launches(home, "ignoring") == {"prepare": [], "base": ["base-session"],
+                                          "head": ["head-session", "head-sensitivity-tail"]}
+    assert result.verdict != "PASS"
+
+
+def test_a_session_a_grid_cell_kills_runs_its_parts_alone(tiled, validate, home, tmp_path):
+    killing = ARGNAMES_TEST.replace("def test_tiled(M, N, dtype_str):\n",
+                                    "def test_tiled(M, N, dtype_str):\n    if M == 999:\n"
+                                    "        os.kill(os.getpid(), signal.SIGKILL)\n")
+    (tiled / "tests/test_argnames.py").write_text("import signal\n" + killing)
+    git(tiled, "commit", "-qam", "a cell that kills the interpreter")
+    result = validate(tiled, "--patch", patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), "--label", "killed",
+                      *ARGNAMES, "--grid", "999,64,f32;64,2000,f32")
+    assert launches(home, "killed") == {
+        "prepare": [], "base": ["base-session", "base-repo", "base-grid-probe", "base-grid"],
+        "head": ["head-session", "head-repo", "head-grid-probe", "head-grid"]}
+    assert any("merged head session stands for nothing (it ended with exit -9" in f["detail"]
+               for f in result.findings("note"))
+    # the repository's own tests are judged from their own run, not from the session the grid killed
+    assert result.stage("correctness_repo_tests")["status"] == "pass"
+    assert result.stage("correctness_grid")["status"] == "fail"
+
+
+@pytest.mark.parametrize("channel", [
+    ["--target", "tests/test_env.py", "--shape-env", "TILED_SHAPES"],
+    ["--target", "bench/check_tiled.py", "--shape-arg", "--shapes"],
+], ids=["env", "cli"])
+def test_channels_that_cannot_merge_launch_each_part(tiled, validate, home, tmp_path, channel):
+    result = validate(tiled, "--patch", patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), "--label", "apart",
+                      *channel, *ROUTE, "--grid", "64,2000,f32")
+    assert result.stage("correctness_grid")["status"] == "fail"
+    assert launches(home, "apart") == {"prepare": [], "base": ["base-repo", "base-grid-probe", "base-grid"],
+                                       "head": ["head-repo", "head-grid-probe", "head-grid"]}
+
+
+def test_without_a_gpu_the_head_run_gpu_requirement_made_is_adopted(tiled, home, tmp_path):
+    out = tmp_path / "out" / "validation_report.json"
+    before = snapshot(tiled)
+    code = cli.main(["--repo", str(tiled), "--out", str(out), "--quiet", "--label", "gpuless", "--patch",
+                     patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), *ARGNAMES, "--grid", "64,2000,f32"])
+    assert snapshot(tiled) == before and code == 1
+    report = json.loads(out.read_text())
+    assert report["test_selection"]["gpu_requirement"] == "not-required"
+    # the run that asked whether the target needs a GPU is the head run: it is not launched twice
+    assert launches(home, "gpuless") == {"prepare": ["head-session"], "base": ["base-session"], "head": []}
+    assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
+    assert report["stages"]["correctness_grid"]["status"] == "fail"
+    # the head evidence holds its own copies of what that run left
+    head_key = Store(home / "cache").label("gpuless")["head_key"]
+    kept = home / "cache" / "runs" / "head" / head_key / "runs"
+    assert {"head-session.log", "head-grid.log", "junit-head-session.xml"} <= {path.name for path in kept.iterdir()}
+    assert os.path.dirname(report["stages"]["correctness_grid"]["log"]) == str(kept)
