@@ -508,6 +508,8 @@ def write_receipt(exit_status=None):
             receipt["merged_marks"] = _state.get("merged_marks", 0)
             if "maxfail_dropped" in _state:
                 receipt["maxfail_dropped"] = _state["maxfail_dropped"]
+            if "stopped" in _state:
+                receipt["session_stopped"] = _state["stopped"]
         if _state.get("tier") is not None:
             receipt["cpu_tier"] = _state["tier"].report()
         if CONFIG["sensitivity"]:
@@ -667,6 +669,11 @@ def pytest_runtest_teardown(item):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if CONFIG["merged"]:
+        # a session told to stop (-x re-set by a conftest, a plugin's shouldstop) did not run every part
+        stopped = session.shouldfail or session.shouldstop
+        if stopped:
+            _state["stopped"] = str(stopped)
     write_receipt(int(exitstatus))
 
 

@@ -5,11 +5,12 @@ poisoned cell: the probe adds the last two beside the parametrize mark's own cel
 kvpoison=), runs them after the repository's tests and counts the route per part. JUnit tells the
 items apart, so the session reads back as three runs (`part`): "repo", "grid" and "proof", each
 with the exit pytest would have given it alone (1 with a failure or error, 5 with no item, else 0),
-its own items' counts, its own part of the receipt and a log of its own items' outcomes. A part
+its own items' counts, its own part of the receipt and a log of its own items' outcomes (a grid or
+proof part without items exits 0: alone, it would have run the repository's other tests). A part
 names its session (`TargetRun.session`) and is never counted as a launch of its own.
 
 A session that did not end as pytest ends a run of tests (a timeout, a crash, a signal, an
-interrupted collection, a missing JUnit file or receipt) stands for nothing: `unusable` says why,
+interrupted collection, a stop before its last item, a missing JUnit file or receipt) stands for nothing: `unusable` says why,
 and the caller runs the parts alone.
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ def unusable(session: TargetRun) -> str | None:
         return f"it left no merged receipt ({session.receipt_note or 'the probe did not count the parts'})"
     if not receipt.get("merged_marks"):
         return "the probe found no parametrize mark to add the grid's cells to"
+    if receipt.get("session_stopped"):
+        return f"it stopped before its last item ({receipt['session_stopped']})"
     return None
 
 
@@ -43,7 +46,9 @@ def part(session: TargetRun, name: str, label: str) -> TargetRun:
     """The `name` part ("repo", "grid" or "proof") of a usable session, as a run labelled `label`."""
     cases = [case for case in session.cases if part_of(case.name) == name]
     stats = _stats(cases, session, name)
-    exit_code = 1 if stats.failures or stats.errors else PYTEST_NOTHING_COLLECTED if not cases else 0
+    # no item: the repository's part is pytest's "nothing collected"; a grid or proof part alone would
+    # have run the repository's other tests too, so its missing cells are judged as cells, not as a crash
+    exit_code = 1 if stats.failures or stats.errors else PYTEST_NOTHING_COLLECTED if not cases and name == "repo" else 0
     receipt = _receipt(session.receipt or {}, name, label)
     if session.stats.observed_work is not None:
         stats.observed_work = sum(receipt["route_calls"].values())

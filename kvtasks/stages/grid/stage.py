@@ -155,16 +155,16 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     executed, observed = run.stats.executed, run.stats.observed_work
     cells, basis = cell_outcomes(ctx, plan, run)
     fields.update(cells=cells, cells_basis=basis)
-    if run.passed and executed > 0 and cells is not None:
+    if run.passed and cells is not None:
         unrun = [cell for cell, outcome in cells.items() if outcome != "executed"]
         on_base = [cell for cell in unrun if (base.get("cells") or {}).get(cell) == "executed"]
-        if on_base:
+        if on_base:  # whether or not head executed anything else
             stage = result(NAME, "fail", f"{len(on_base)} cells ran on base and not on head: {', '.join(on_base)}",
                            cells_skipped=unrun, **fields)
             return stage.finding("blocker", "grid cells that ran on base are skipped or deselected on head, so the "
                                             f"PR hides them from its own grid: {', '.join(on_base)} "
                                             f"({', '.join(cells[c] for c in on_base)} on head; {basis})")
-        if unrun:
+        if unrun and executed > 0:
             stage = result(NAME, "skip", f"{len(unrun)} of {len(cells)} cells did not run ({', '.join(unrun)}), on "
                                          "base either: the grid falls short of a pass", cells_skipped=unrun, **fields)
             return stage.finding("note", f"grid cells not executed on either side: {', '.join(unrun)} ({basis}); "

@@ -122,3 +122,36 @@ def test_without_a_gpu_the_head_run_gpu_requirement_made_is_adopted(tiled, home,
     kept = home / "cache" / "runs" / "head" / head_key / "runs"
     assert {"head-session.log", "head-grid.log", "junit-head-session.xml"} <= {path.name for path in kept.iterdir()}
     assert os.path.dirname(report["stages"]["correctness_grid"]["log"]) == str(kept)
+
+
+def test_a_head_conftest_that_drops_or_stops_the_grid_cannot_turn_a_block_into_a_skip(tiled, validate, home, tmp_path):
+    # the PR's conftest deselects the cells kvtasks added: they ran on base, so hiding them blocks
+    deselecting = '''def pytest_collection_modifyitems(config, items):
+    items[:] = [item for item in items if "kvcell" not in item.nodeid]
+'''
+    hidden = make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG, "tests/conftest.py": deselecting},
+                        tmp_path / "hidden.patch")
+    result = validate(tiled, "--patch", str(hidden), "--label", "hidden", *ARGNAMES, "--grid", "64,2000,f32")
+    assert result.verdict == "BLOCK"
+    assert any("skipped or deselected on head" in f["detail"] and "64,2000,f32" in f["detail"]
+               for f in result.findings("blocker"))
+    # the PR changed the oracle (a conftest.py), so the base oracle and sensitivity launch on their own
+    assert [run for run in launches(home, "hidden")["head"] if not run.startswith(("head-baseoracle", "head-sens"))] \
+        == ["head-session"]
+
+    # one that ends the session at the first red grid cell, before the poisoned one: the session stands
+    # for nothing and the parts run alone, so the failing cell is still judged
+    stopping = """import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    config.option.maxfail = 1  # after kvtasks dropped it
+"""
+    stopped = make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG, "tests/conftest.py": stopping},
+                         tmp_path / "stopped.patch")
+    result = validate(tiled, "--patch", str(stopped), "--label", "stopped", *ARGNAMES, "--grid", "64,2000,f32;3,100,f16")
+    assert any("stopped before its last item" in f["detail"] for f in result.findings("note"))
+    assert [run for run in launches(home, "stopped")["head"] if not run.startswith(("head-baseoracle", "head-sens"))] \
+        == ["head-session", "head-repo", "head-grid-probe", "head-grid"]
+    assert result.stage("correctness_grid")["status"] == "fail" and result.verdict == "BLOCK"
