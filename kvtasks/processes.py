@@ -13,6 +13,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,29 @@ def popen(argv: Sequence[str], *, track: bool = False, **options) -> subprocess.
             kill_group(process)
             raise
     return process
+
+
+def wait_or_expire(process: subprocess.Popen, timeout_s: float, grace_s: float = KILL_GRACE_S) -> bool:
+    """Wait for the process; past timeout_s, terminate its group (killed after grace_s) and return
+    True. Popen.wait(timeout) polls, sleeping up to 50 ms at a time, which every target launch would
+    pay at its end; a blocking wait with a timer returns the moment the process exits."""
+    expired, exited = threading.Event(), threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        signal_group(process.pid, signal.SIGTERM)
+        if not exited.wait(grace_s):
+            signal_group(process.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        process.wait()
+    finally:
+        exited.set()
+        timer.cancel()
+    return expired.is_set()
 
 
 def kill_group(process: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:

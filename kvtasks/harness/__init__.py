@@ -156,11 +156,23 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
     return json.loads(out.read_text()), log
 
 
+# (interpreter, import path) pairs `python -m pytest` was seen to run with in this process: every
+# group's gate asks, and each answer costs an interpreter that imports pytest
+_PYTEST_RUNS: set[tuple[str, tuple[str, ...]]] = set()
+
+
 def pytest_available(request: Request, run_dir: Path) -> str | None:
-    """None when `python -m pytest` runs in the target's environment; otherwise why not."""
+    """None when `python -m pytest` runs in the target's environment; otherwise why not (asked
+    again each time: a failure may be the host's moment, not the environment)."""
+    asked = (request.host.python_bin, tuple(python_path(request)))
+    if asked in _PYTEST_RUNS:
+        return None
     done = pytest_runnable(request.host.python_bin, target_env(request, run_dir, "probe", "pytest-version"),
                            cwd=run_dir)
-    return None if done.ok else f"python -m pytest is not runnable with {request.host.python_bin}: {done.said()}"
+    if not done.ok:
+        return f"python -m pytest is not runnable with {request.host.python_bin}: {done.said()}"
+    _PYTEST_RUNS.add(asked)
+    return None
 
 
 def passed_through_values() -> dict[str, str]:

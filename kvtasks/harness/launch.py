@@ -146,9 +146,7 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
         process = processes.popen(command, track=True, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
                                   stdout=log_file, stderr=subprocess.STDOUT)
         try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = processes.wait_or_expire(process, timeout_s)
         finally:
             processes.kill_group(process)
     duration = time.monotonic() - started

@@ -3,13 +3,15 @@
 Usage: python runtime_probe.py OUT.json MODULE TIER ROOT [ROOT ...]
 Writes {module, module_path, module_version, python_executable, python_version, inside_roots,
 native_artifacts[{path, size, sha256}], distributions["name==version"], editable{name: source
-folder}, cpu_tier_error, error, traceback (on error)}.
+folder}, pytest (where it would be imported from; "" when it cannot be), cpu_tier_error, error,
+traceback (on error)}.
 TIER is "" or JSON {"path", "settings"}: on the Triton CPU tier the module is imported the way the
 target will be, under the tier's hooks (that file, loaded by path, installed first). Standard
 library only: it must run in any target environment, and it never imports kvtasks.
 """
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -83,6 +85,11 @@ def main(out, module_name, tier, *roots):
         if any(real.startswith(root) for root in roots) and os.path.isfile(real):
             artifacts.append({"path": real, "size": os.path.getsize(real), "sha256": _digest(real)})
     found["native_artifacts"] = artifacts
+    try:  # where `python -m pytest` would import pytest from (found, not imported: that costs a second)
+        spec = importlib.util.find_spec("pytest")
+        found["pytest"] = (spec.origin or "namespace package") if spec is not None else ""
+    except Exception as exc:  # a broken finder on the path: the pytest run itself will say more
+        found["pytest"] = f"unfindable: {type(exc).__name__}: {exc}"
     try:
         from importlib import metadata
 

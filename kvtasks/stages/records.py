@@ -155,6 +155,8 @@ class Facts(Record):
     visible_devices: dict[str, str] | None = None  # gpu_claim -> every launch on the claimed device
     runtime_fingerprint: RuntimeFingerprint | None = None  # runtime_compat -> keys, cpu_tier
     runtime_identity: RuntimeIdentity | None = None  # runtime_compat -> report, PASS gate
+    # runtime_compat's probe -> the correctness gate: where the target's interpreter finds pytest ("": nowhere)
+    pytest_module: str | None = None
     cpu_tier: CpuTier | None = None  # cpu_tier -> keys, report, every launch (None: the tier is off)
     grid_plan: Plan | None = None  # the grid's channel step -> the grid's runs
 

@@ -160,6 +160,7 @@ def run(ctx: Context) -> StageResult:
             else f"fails too: {(base_seen or {}).get('error') or 'the probe died'}"
     stage = _broken_by_pr(chosen, seen, fields) if fields.get("base_import") == "imports" else \
         _judge(chosen, seen, fields, ctx)
+    stage.facts.pytest_module = seen.get("pytest")
     # what the cache keys need about the interpreter, whether or not the runtime matched
     stage.facts.runtime_fingerprint = RuntimeFingerprint(
         **{key: seen.get(key) for key in ("python_executable", "python_version", "distributions", "module_path")},

@@ -21,7 +21,19 @@ def gate(ctx: Context) -> str | None:
     if runner == "none":
         return f"no runner: {ctx.selection.runner_reason or 'runner selection did not run'}"
     if runner == "pytest":
+        return pytest_unavailable(ctx)
+    return None
+
+
+def pytest_unavailable(ctx: Context) -> str | None:
+    """Why `python -m pytest` cannot run the target: from where runtime_compat's probe (the target's
+    interpreter and path) found pytest, or, when it did not say, from `python -m pytest --version`."""
+    found = ctx.facts.pytest_module
+    if found is None:
         return harness.pytest_available(ctx.request, ctx.run_dir)
+    if not found or found.startswith("unfindable"):
+        why = found or "No module named pytest"
+        return f"python -m pytest is not runnable with {ctx.request.host.python_bin}: {why}"
     return None
 
 

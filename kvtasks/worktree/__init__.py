@@ -9,6 +9,7 @@ a lend (`journal`), holds the validator lock (`exclusive`) or handles signals du
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -58,6 +59,11 @@ class HeadView:
 
 Side = Literal["base", "head"]
 
+# the merged heads this process already built, by (worktree, base commit, patch content): each group
+# of a validation asks for its PR's, and building one costs git a private index and object store
+_HEAD_VIEWS: dict[tuple[str, str, str], HeadView] = {}
+_HEAD_VIEWS_KEPT = 8
+
 
 class Worktree:
     """The supplied checkout and the patch under review: `lend(side)` is the only way a run gets it."""
@@ -71,6 +77,9 @@ class Worktree:
         self._kept_base: list[str] = []  # --exclude arguments the applied patch was applied with
         self._lent_directories: set[str] | None = None
         self.recovered: dict | None = None  # what a lend found a dead validator had left, and undid
+        # base files already read: HEAD never moves while kvtasks holds the tree (a lend changes the
+        # working tree only), and the same file is read by several stages
+        self._base_texts: dict[str, str | None] = {}
 
     @cached_property
     def journal(self) -> Journal:
@@ -112,8 +121,10 @@ class Worktree:
         return entries
 
     def read_base(self, path: str) -> str | None:
-        status, out, _ = self._run("show", f"HEAD:{path}", check=False)
-        return out if status == 0 else None
+        if path not in self._base_texts:
+            status, out, _ = self._run("show", f"HEAD:{path}", check=False)
+            self._base_texts[path] = out if status == 0 else None
+        return self._base_texts[path]
 
     def grep_base(self, needles: list[str], suffix: str = ".py") -> list[str]:
         """Files of the base commit containing any of `needles` (fixed strings), in one git call."""
@@ -129,6 +140,14 @@ class Worktree:
         """Apply `patch` to a private index and object store; raise GitFailed on conflict.
 
         The head text of every changed path is read while the private index exists."""
+        key = (str(self.path.resolve()), self.head_oid(), hashlib.sha256(Path(patch).read_bytes()).hexdigest())
+        if key not in _HEAD_VIEWS:
+            while len(_HEAD_VIEWS) >= _HEAD_VIEWS_KEPT:
+                _HEAD_VIEWS.pop(next(iter(_HEAD_VIEWS)))
+            _HEAD_VIEWS[key] = self._merged_head(patch)
+        return _HEAD_VIEWS[key]
+
+    def _merged_head(self, patch: str) -> HeadView:
         objects = self._run("rev-parse", "--path-format=absolute", "--git-common-dir")[1].strip()
         with tempfile.TemporaryDirectory(prefix="kvtasks-head-") as scratch:
             (Path(scratch) / "objects" / "info").mkdir(parents=True)
@@ -297,7 +316,8 @@ class Worktree:
                 if path.is_dir() and not any(path.iterdir()):
                     path.rmdir()
                     leftovers.append(StatusEntry("??", folder + "/"))
-        remaining = self.status()
+        # nothing was left: the status just read is the tree's (nothing runs in it during a restore)
+        remaining = self.status() if leftovers else []
         if remaining:
             raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")
         return [entry.path for entry in leftovers]

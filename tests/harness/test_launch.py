@@ -1,8 +1,11 @@
 import os
 import time
 
+from kvtasks import harness
 from kvtasks.harness import receipts
 from kvtasks.harness.launch import launch, pytest_stats
+from kvtasks.request import build_request
+from tests.kernel_repos import make_repo
 from tests.processes import alive
 
 
@@ -93,3 +96,20 @@ def test_a_target_node_that_does_not_exist_is_not_retried(tmp_path):
                  run_dir=tmp_path / "runs", timeout_s=120, probe=probe.name)
     assert run.usage_error and run.addopts_dropped is None
     assert "not found" in run.stats.note and run.stats.errors == 0
+
+
+def test_pytest_is_asked_once_per_interpreter_and_path_and_a_refusal_is_asked_again(tmp_path, monkeypatch):
+    asked = tmp_path / "asked"
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho x >> {asked}\nexit $(cat {tmp_path / 'status'})\n")
+    python.chmod(0o755)
+    (tmp_path / "status").write_text("1")
+    monkeypatch.setenv("PYTHON_BIN", str(python))
+    repo = make_repo(tmp_path / "repo", {"tests/test_a.py": "def test_a():\n    pass\n"})
+    request = build_request({"repo": str(repo), "target": "tests/test_a.py"})
+    assert "not runnable" in harness.pytest_available(request, tmp_path / "run")
+    assert "not runnable" in harness.pytest_available(request, tmp_path / "run")
+    (tmp_path / "status").write_text("0")
+    assert harness.pytest_available(request, tmp_path / "run") is None
+    assert harness.pytest_available(request, tmp_path / "other-run") is None  # another group, same process
+    assert asked.read_text().count("x") == 3

@@ -1,4 +1,6 @@
 """correctness_repo_tests: head's run of the target and who is blamed when it is red."""
+import subprocess
+import sys
 from types import SimpleNamespace
 
 from kvtasks.stages import repo_tests
@@ -105,3 +107,18 @@ def test_a_pytest_usage_error_on_head_is_a_skip_never_a_failure():
     stage = repo_tests._judge_head(ctx, run, {"state": "ran", "exit": 0})
     assert stage.stage.status == "skip" and [f.severity for f in stage.findings] == ["note"]
     assert "unrecognized arguments: --cov" in stage.findings[0].detail
+
+
+def test_an_interpreter_without_pytest_skips_the_runs_and_says_why(repo, validate, tmp_path, monkeypatch):
+    # runtime_compat's probe (the target's own interpreter and path) finds no pytest: no run is made
+    # to learn that, and none of the target's
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    monkeypatch.setenv("PYTHON_BIN", str(tmp_path / "bare" / "bin" / "python"))
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
+    assert result.stage("runtime_compat")["status"] == "pass", result.stage("runtime_compat")["note"]
+    for stage in ("baseline_control", "correctness_repo_tests"):
+        assert result.stage(stage)["status"] == "skip"
+        assert "python -m pytest is not runnable" in result.stage(stage)["note"]
+        assert "No module named pytest" in result.stage(stage)["note"]
+    assert result.verdict == "INCONCLUSIVE"

@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 import re
 
-import numpy as np
-
 _LATENCY = re.compile(r"(?<![a-z])(us|usecs?|microseconds?|ms|msecs?|milliseconds?|ns|nsecs?|seconds?|secs?|"
                       r"latency|time|elapsed|duration|µs|μs)(?![a-z])")
 _THROUGHPUT = re.compile(r"(?<![a-z])(tflops?|gflops?|mflops?|flops|tb/s|gb/s|mb/s|bw|bandwidth|throughput|"
@@ -59,7 +57,7 @@ def timing_value(cell: str) -> float | None:
         value = float(text)
     except ValueError:
         return None
-    return value if value > 0 and np.isfinite(value) else None
+    return value if value > 0 and math.isfinite(value) else None
 
 
 def _row_keys(rows: list[list[str]], kinds: list[str]) -> list[str]:

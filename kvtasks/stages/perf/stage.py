@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from kvtasks import harness
@@ -169,8 +168,8 @@ def _compose(ctx: Context, comparison: Comparison, fields: dict, transplanted: b
         worst = sorted((r for r in comparison.rows if r.column == comparison.worst_column), key=lambda r: r.ratio)
         fields["regressed_rows"] = [r for r in worst if r.ratio < ctx.request.host.perf_threshold][:5]
         stage = result(NAME, "fail", comparison.reason, **fields)
-        shown = "; ".join(f"{r.row}: {best_round(np.array(r.base), r.kind):g} -> "
-                          f"{best_round(np.array(r.head), r.kind):g}" for r in worst[:3])
+        shown = "; ".join(f"{r.row}: {best_round(r.base, r.kind):g} -> {best_round(r.head, r.kind):g}"
+                          for r in worst[:3])
         return stage.finding("should-fix", f"head is slower than base on the same locked GPU: {comparison.reason} "
                                            f"({shown})")
     return result(NAME, "pass", comparison.reason, **fields)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CONFIDENCE = 0.95
 METHOD = ("per row: best of n rounds per side, with the range over every base/head round pairing and the base "
@@ -65,6 +67,8 @@ class Comparison:
 
 def best_round(values: np.ndarray, kind: str, axis=-1) -> np.ndarray:
     """Contention, clock ramps and neighbours only ever add time: the best round is the kernel."""
+    import numpy as np  # only perf needs it: every validation imports this module
+    values = np.asarray(values)
     return values.min(axis=axis) if kind == "latency" else values.max(axis=axis)
 
 
@@ -74,6 +78,7 @@ def _oriented(base, head, kind: str):
 
 def _spread(base: np.ndarray, kind: str) -> float:
     """How far base rounds disagree: the second-best base round against the best (an A/A test)."""
+    import numpy as np  # only perf needs it: every validation imports this module
     if len(base) < 2:
         return 0.0
     ordered = np.sort(base) if kind == "latency" else np.sort(base)[::-1]
@@ -103,6 +108,7 @@ def median_interval(values, confidence: float = CONFIDENCE) -> tuple[float, floa
 
 def compare(base_logs: list[dict], head_logs: list[dict], threshold: float, min_rows: int) -> Comparison:
     """Match rows across sides and judge the worst eligible column (see the module docstring)."""
+    import numpy as np  # only perf needs it: every validation imports this module
     base_cells, head_cells = _samples(base_logs), _samples(head_logs)
     if not base_cells or not head_cells:
         return Comparison("insufficient", "a side printed no parseable timing table")
