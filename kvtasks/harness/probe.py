@@ -38,7 +38,7 @@ POISON_ID = "kvpoison"
 # kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
 CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "poisoned_row": [], "merged": False, "cpu_tier": {}, "sensitivity": {}}
 
-_state = {"calls": {}, "shapes": [], "parts": {}, "unresolved": [], "written": False, "exit": None, "installed": False,
+_state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
           "corrupted_calls": 0, "max_relative_error": 0.0, "nan_elements": 0, "not_corrupted": {},
           "test": "", "tests_corrupted": set(), "tests_failed": [], "tests_green": [], "corrupted_outside_tests": 0,
           "outputs": {}}
@@ -58,28 +58,19 @@ def _normalise(value):
     return text
 
 
-def part_of(nodeid):
-    """Which part of a merged session a test is: "grid" (a grid cell, kvcellN=), "proof" (the
-    poisoned cell) or "repo" (the repository's own tests; a call outside any test counts here)."""
-    if POISON_ID + "=" in nodeid:
-        return "proof"
-    at = nodeid.find(CELL_ID)
-    while at >= 0:
-        digits = at + len(CELL_ID)
-        end = digits
-        while end < len(nodeid) and nodeid[end].isdigit():
-            end += 1
-        if end > digits and nodeid[end:end + 1] == "=" and (at == 0 or not nodeid[at - 1].isalnum()):
-            return "grid"
-        at = nodeid.find(CELL_ID, at + 1)
-    return "repo"
+def _added_mark():
+    """The private mark the probe puts on the cells it adds: named by this run's nonce, so no
+    repository test can carry it."""
+    return "kvtasks_added_" + CONFIG["nonce"][:16]
 
 
 def _part():
-    """What a merged session's receipt counts this call under (None outside a merged session)."""
+    """What a merged session's receipt counts this call under (None outside a merged session): the
+    part of the item that runs, "repo" for the repository's own items and calls outside any test."""
     if not CONFIG["merged"]:
         return None
-    return _state["parts"].setdefault(part_of(_state["test"]), {"calls": {}, "shapes": []})
+    part = _state["added"].get(_state["test"], "repo")
+    return _state["parts"].setdefault(part, {"calls": {}, "shapes": []})
 
 
 def _capture(frame_locals):
@@ -506,10 +497,12 @@ def write_receipt(exit_status=None):
                                        "route_calls": dict(part["calls"]), "executed_shapes": list(part["shapes"])}
                                 for name, part in _state["parts"].items()}
             receipt["merged_marks"] = _state.get("merged_marks", 0)
-            if "maxfail_dropped" in _state:
-                receipt["maxfail_dropped"] = _state["maxfail_dropped"]
-            if "stopped" in _state:
-                receipt["session_stopped"] = _state["stopped"]
+            receipt["added"] = dict(_state["added"])  # node id -> "grid" or "proof"
+            for key in ("maxfail_dropped", "session_stopped", "exit_rewritten", "session_hooks", "xdist"):
+                if key in _state:
+                    receipt[key] = _state[key]
+            if _state["added_teardown_failed"]:
+                receipt["added_teardown_failed"] = list(_state["added_teardown_failed"])
         if _state.get("tier") is not None:
             receipt["cpu_tier"] = _state["tier"].report()
         if CONFIG["sensitivity"]:
@@ -524,11 +517,16 @@ def write_receipt(exit_status=None):
 
 def pytest_configure(config):
     install()
-    if CONFIG["merged"] and getattr(config.option, "maxfail", 0):
-        # the poisoned cell fails on purpose: -x or --maxfail must not end the session at it, nor
-        # at a failing repository test before the grid's cells ran
-        _state["maxfail_dropped"] = config.option.maxfail
-        config.option.maxfail = 0
+    if CONFIG["merged"]:
+        config.addinivalue_line("markers", f"{_added_mark()}(part): a cell kvtasks added to this session")
+        if getattr(config.option, "maxfail", 0):
+            # the poisoned cell fails on purpose: -x or --maxfail must not end the session at it, nor
+            # at a failing repository test before the grid's cells ran
+            _state["maxfail_dropped"] = config.option.maxfail
+            config.option.maxfail = 0
+        if getattr(config.option, "numprocesses", None):
+            # the items run in xdist's workers, whose route calls this controller's receipt never sees
+            _state["xdist"] = f"-n {config.option.numprocesses}"
     if _state.get("tier") is not None:
         _state["tier"].register_pytest(config)
 
@@ -580,6 +578,15 @@ def _grid_marks(metafunc):
 if CONFIG["cpu_tier"]:
     _cpu_tier()  # as the probe loads (pytest plugin or python -m): before any conftest.py or script touches torch
 
+def _hookwrapper(**options):
+    """pytest.hookimpl(hookwrapper=True) where pytest loaded the probe; a script run has no hooks."""
+    if "pytest" not in sys.modules:
+        return lambda function: function
+    import pytest
+
+    return pytest.hookimpl(hookwrapper=True, **options)
+
+
 if "pytest" in sys.modules and CONFIG["grid_argnames"]:
     import pytest
 
@@ -617,10 +624,12 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
             node, mark, names = marks[0]
             order = [CONFIG["grid_argnames"].index(name) for name in names]
             rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
-            added = [pytest.param(*row, id=f"{CELL_ID}{index}={','.join(map(str, row))}")
+            ours = getattr(pytest.mark, _added_mark())
+            added = [pytest.param(*row, id=f"{CELL_ID}{index}={','.join(map(str, row))}", marks=ours("grid"))
                      for index, row in enumerate(rows)]
             poisoned = CONFIG["poisoned_row"]
-            added.append(pytest.param(*(poisoned[i] for i in order), id=f"{POISON_ID}={','.join(poisoned)}"))
+            added.append(pytest.param(*(poisoned[i] for i in order), id=f"{POISON_ID}={','.join(poisoned)}",
+                                      marks=ours("proof")))
             own = list(mark.args[1]) if len(mark.args) > 1 else list(mark.kwargs.get("argvalues", []))
             kwargs = {key: value for key, value in mark.kwargs.items() if key not in ("argnames", "argvalues")}
             ids = kwargs.get("ids")
@@ -637,16 +646,30 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
         def pytest_collection_modifyitems(session, config, items):
             """The repository's own tests first, then the grid's cells, the poisoned cell last: a
             cell that breaks the process (a CUDA context an out-of-bounds store poisoned) cannot
-            touch the repository's tests, and the order within each part stays pytest's."""
+            touch the repository's tests, and the order within each part stays pytest's. Which
+            items are kvtasks' is their private mark's to say, never their ids."""
             rank = {"repo": 0, "grid": 1, "proof": 2}
-            items[:] = sorted(items, key=lambda item: rank[part_of(item.nodeid)])
+            for item in items:
+                marker = item.get_closest_marker(_added_mark())
+                if marker is not None and marker.args:
+                    _state["added"][item.nodeid] = marker.args[0]
+            items[:] = sorted(items, key=lambda item: rank[_state["added"].get(item.nodeid, "repo")])
+
+
+def pytest_runtest_logreport(report):
+    if CONFIG["merged"] and report.when == "teardown" and report.failed and report.nodeid in _state["added"]:
+        # a teardown failing on an added item is a higher-scoped fixture's, reported on the last item
+        # that used it: alone, the repository's run would have reported it on one of its own
+        _state["added_teardown_failed"].append(report.nodeid)
+    if CONFIG["sensitivity"]:
+        _corrupted_outcome(report)
 
 
 if CONFIG["sensitivity"]:
     def pytest_runtest_logstart(nodeid, location):
         _state["test"] = nodeid
 
-    def pytest_runtest_logreport(report):
+    def _corrupted_outcome(report):
         """Which tests saw a corrupted route call, and whether they went red."""
         nodeid = report.nodeid
         if nodeid not in _state["tests_corrupted"]:
@@ -668,13 +691,37 @@ def pytest_runtest_teardown(item):
     _state["test"] = ""
 
 
+def _session_hooks(config):
+    """The repository's own code (a conftest.py or a plugin module under the rootdir) that sees the
+    whole session's outcome: in a merged session the poisoned cell makes it a failure."""
+    root = os.path.realpath(str(config.rootpath)) + os.sep
+    found = []
+    for name in ("pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure"):
+        for impl in getattr(config.hook, name).get_hookimpls():
+            module = os.path.realpath(getattr(impl.plugin, "__file__", None) or "/")
+            if module.startswith(root) and "-packages" + os.sep not in module \
+                    and os.path.dirname(module) != os.path.dirname(os.path.realpath(__file__)):
+                found.append(f"{os.path.relpath(module, root)}: {name}")
+    return found
+
+
+@_hookwrapper(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
+    """Outermost: the receipt is written after every other plugin finished; in a merged session it
+    also says whether anything stopped the session early or rewrote its exit status."""
     if CONFIG["merged"]:
         # a session told to stop (-x re-set by a conftest, a plugin's shouldstop) did not run every part
         stopped = session.shouldfail or session.shouldstop
         if stopped:
-            _state["stopped"] = str(stopped)
-    write_receipt(int(exitstatus))
+            _state["session_stopped"] = str(stopped)
+        hooks = _session_hooks(session.config)
+        if hooks:
+            _state["session_hooks"] = hooks
+    before = session.exitstatus
+    yield
+    if CONFIG["merged"] and session.exitstatus != before:
+        _state["exit_rewritten"] = f"{int(before)} -> {int(session.exitstatus)}"
+    write_receipt(int(session.exitstatus))
 
 
 def run_script(argv):

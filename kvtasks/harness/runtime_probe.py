@@ -93,9 +93,12 @@ def main(out, module_name, tier, *roots):
     try:
         from importlib import metadata
 
-        distributions = [d for d in metadata.distributions() if d.metadata["Name"]]
-        found["distributions"] = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions})
-        found["editable"] = {d.metadata["Name"]: _editable_source(d) for d in distributions if _editable_source(d)}
+        # each .metadata access parses the file again: once per distribution is what a large
+        # environment (a torch stack) can afford on every validation
+        named = [(d, d.metadata) for d in metadata.distributions()]
+        named = [(d, meta["Name"], meta["Version"]) for d, meta in named if meta["Name"]]
+        found["distributions"] = sorted({f"{name}=={version}" for _, name, version in named})
+        found["editable"] = {name: source for d, name, _ in named if (source := _editable_source(d))}
     except Exception as exc:  # a broken installation must not hide the rest of the answer
         found["distributions"] = [f"unreadable: {exc}"]
     with open(out, "w") as handle:

@@ -2,7 +2,8 @@
 
 On the argnames channel one pytest launch runs the repository's own tests, the grid's cells and the
 poisoned cell: the probe adds the last two beside the parametrize mark's own cells (ids kvcellN= and
-kvpoison=), runs them after the repository's tests and counts the route per part. JUnit tells the
+kvpoison=, and a mark named by the run's nonce that no repository test can carry), runs them after
+the repository's tests, counts the route per part and lists the items it added. JUnit tells the
 items apart, so the session reads back as three runs (`part`): "repo", "grid" and "proof", each
 with the exit pytest would have given it alone (1 with a failure or error, 5 with no item, else 0),
 its own items' counts, its own part of the receipt and a log of its own items' outcomes (a grid or
@@ -10,7 +11,9 @@ proof part without items exits 0: alone, it would have run the repository's othe
 names its session (`TargetRun.session`) and is never counted as a launch of its own.
 
 A session that did not end as pytest ends a run of tests (a timeout, a crash, a signal, an
-interrupted collection, a stop before its last item, a missing JUnit file or receipt) stands for nothing: `unusable` says why,
+interrupted collection, a stop before its last item, a rewritten exit status, the repository's own
+session hooks, a teardown failing on an added item, xdist workers, a missing JUnit file or receipt)
+stands for nothing: `unusable` says why,
 and the caller runs the parts alone.
 """
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, CaseResult, ExecutionStats, TargetRun, FAILED_TESTS_KEPT
-from kvtasks.harness.probe import part_of
 
 PARTS = ("repo", "grid", "proof")
 _ENDED_AS_TESTS = (0, 1)  # pytest's OK and TESTS_FAILED: every item ran and JUnit holds it
@@ -35,16 +37,45 @@ def unusable(session: TargetRun) -> str | None:
         return f"it left no readable JUnit XML ({session.stats.note or 'no items'})"
     if "parts" not in receipt:
         return f"it left no merged receipt ({session.receipt_note or 'the probe did not count the parts'})"
+    if receipt.get("xdist"):
+        return f"pytest-xdist ({receipt['xdist']}) ran its items in workers the probe does not count"
     if not receipt.get("merged_marks"):
         return "the probe found no parametrize mark to add the grid's cells to"
     if receipt.get("session_stopped"):
         return f"it stopped before its last item ({receipt['session_stopped']})"
+    if receipt.get("session_hooks"):
+        return ("the repository's own session hooks see the whole session's outcome, which the poisoned cell "
+                f"makes a failure ({', '.join(receipt['session_hooks'][:3])})")
+    if receipt.get("exit_rewritten"):
+        return f"a hook rewrote its exit status ({receipt['exit_rewritten']})"
+    if receipt.get("added_teardown_failed"):
+        return ("a teardown failed on an item kvtasks added, where a higher-scoped fixture reports on the last item "
+                f"that used it ({receipt['added_teardown_failed'][0]})")
+    named = {junit_key(nodeid) for nodeid in receipt.get("added") or {}}
+    if not named or not named <= {(case.classname, case.name) for case in session.cases}:
+        return "its JUnit XML does not name every item kvtasks added"
     return None
+
+
+def junit_key(nodeid: str) -> tuple[str, str]:
+    """A pytest node id as its JUnit testcase names it (classname, name), the way pytest's junitxml
+    plugin mangles it: the path dotted without .py, the parameters kept whole."""
+    path, bracket, parameters = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = names[0].replace("/", ".").removesuffix(".py")
+    names[-1] += bracket + parameters
+    return ".".join(names[:-1]), names[-1]
+
+
+def _parts_of(receipt: dict) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    added = receipt.get("added") or {}
+    return {junit_key(nodeid): part for nodeid, part in added.items()}, added
 
 
 def part(session: TargetRun, name: str, label: str) -> TargetRun:
     """The `name` part ("repo", "grid" or "proof") of a usable session, as a run labelled `label`."""
-    cases = [case for case in session.cases if part_of(case.name) == name]
+    by_case, _ = _parts_of(session.receipt or {})
+    cases = [case for case in session.cases if by_case.get((case.classname, case.name), "repo") == name]
     stats = _stats(cases, session, name)
     # no item: the repository's part is pytest's "nothing collected"; a grid or proof part alone would
     # have run the repository's other tests too, so its missing cells are judged as cells, not as a crash
@@ -77,7 +108,12 @@ def _receipt(receipt: dict, name: str, label: str) -> dict:
     and the NaN/Inf watch and the CPU tier's per-test findings of its own items."""
     counted = (receipt.get("parts") or {}).get(name) or {"route": "", "kernel_symbols": [], "route_calls": {},
                                                          "executed_shapes": []}
-    mine = {key: value for key, value in receipt.items() if key not in ("parts", "merged_marks")}
+    _, added = _parts_of(receipt)
+
+    def part_of(test: str) -> str:
+        return added.get(test, "repo")
+
+    mine = {key: value for key, value in receipt.items() if key not in ("parts", "merged_marks", "added")}
     mine.update(counted, label=label)
     mine["route_outputs"] = [entry for entry in receipt.get("route_outputs") or []
                              if part_of(str(entry.get("cell", ""))) == name]

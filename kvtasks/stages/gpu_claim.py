@@ -40,6 +40,7 @@ class GpuClaim(Stage):
     smi_source: str | None = None
     picker_exit: int | None = None  # the picker's exit when it chose nothing
     requirement_note: str | None = None  # gpu_requirement: the target ran without a GPU
+    head_run_artifacts: list[str] | None = None  # gpu_requirement: what its head run left (for the stage adopting it)
     post_run_note: str | None = None  # gpu_activity: why activity after the runs is not recorded
     gfx_activity_after_pct: int | None = None  # gpu_activity
 

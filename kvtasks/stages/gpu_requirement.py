@@ -29,6 +29,7 @@ def run(ctx: Context) -> StageResult | None:
         return updated
     try:
         with ctx.worktree.lend("head"):
+            expected = set(ctx.worktree.status())
             # exactly the head run correctness_repo_tests would make on this host (no device, no tier),
             # merged with the grid where the plan merges: it adopts these runs instead of repeating them
             merged = grid.merged_session(ctx, "head")
@@ -38,6 +39,7 @@ def run(ctx: Context) -> StageResult | None:
                 ctx.say(f"{NAME}: running head-repo with no visible device")
                 run = harness.run(ctx.request, runner=runner, run_dir=ctx.run_dir, label="head-repo")
                 launched.append(run)
+            left = sorted(entry.path for entry in set(ctx.worktree.status()) - expected)
     except PatchRefused as refused:
         updated.selection.set(gpu_requirement="required", gpu_requirement_basis=f"not probed: {refused}")
         return updated
@@ -54,18 +56,20 @@ def run(ctx: Context) -> StageResult | None:
                                                        f"observed_work {observed}")
     if merged is not None and merged.unusable:
         updated.finding("note", merged.unusable)
+    if left:
+        updated.stage.head_run_artifacts = left
     updated.runs += launched
     return updated
 
 
-def head_runs(ctx: Context) -> list[TargetRun]:
+def head_runs(ctx: Context) -> tuple[list[TargetRun], list[str]]:
     """The head runs this step made with no visible device, for correctness_repo_tests to adopt
-    (copied into its own runs folder): none when a device was claimed or the CPU tier runs the
-    target, where the head run is launched differently."""
+    (copied into its own runs folder), and what they left in the tree: none when a device was
+    claimed or the CPU tier runs the target, where the head run is launched differently."""
     claim = ctx.earlier.get(gpu_claim.NAME)
     if claim is None or claim.stage.status == "pass" or cpu_tier.active(ctx):
-        return []
+        return [], []
     made = [run for run in claim.runs if run.label.startswith("head-")]
     if not any(run.label == "head-repo" for run in made):
-        return []
-    return harness.adopt(made, ctx.run_dir / "runs", NAME)
+        return [], []
+    return harness.adopt(made, ctx.run_dir / "runs", NAME), claim.stage.head_run_artifacts or []

@@ -5,7 +5,6 @@ checked against the tree with `git apply --check`. A dirty tree or a conflict ha
 """
 from __future__ import annotations
 
-from typing import Any
 
 from pydantic import ConfigDict
 

@@ -48,7 +48,7 @@ def run(ctx: Context) -> StageResult:
         return result(NAME, "skip", f"baseline control did not pass ({reason}); head tests were not run")
 
     # on a host with no device claimed, gpu_requirement already made exactly this run: adopted, not repeated
-    launched, artifacts, merged = gpu_requirement.head_runs(ctx), [], None
+    (launched, artifacts), merged = gpu_requirement.head_runs(ctx), None
     if not launched:
         try:
             with worktree.lend("head"):

@@ -2,10 +2,11 @@
 and the session reads back as the repository's run, the grid's and the proof's."""
 from pathlib import Path
 
+import pytest
+
 from kvtasks import harness
 from kvtasks.harness import session
 from kvtasks.harness.launch import ExecutionStats, TargetRun
-from kvtasks.harness.probe import part_of
 from kvtasks.request import build_request
 from tests.kernel_repos import make_repo
 
@@ -15,8 +16,9 @@ import pytest
 from kern.ops import scale
 
 
-@pytest.mark.parametrize("M,N", [(2, 3), pytest.param(4, 5, id="wide"), pytest.param(1, 1, marks=pytest.mark.skip)],
-                         ids=["small", None, "skipped"])
+@pytest.mark.parametrize("M,N", [(2, 3), pytest.param(4, 5, id="wide"), pytest.param(1, 1, marks=pytest.mark.skip),
+                                 pytest.param(3, 3, id="kvpoison=mine"), pytest.param(5, 5, id="kvcell0=mine")],
+                         ids=["small", None, "skipped", None, None])
 def test_scale(M, N):
     x = np.ones((int(M), int(N)))
     assert (scale(x) == 2 * x).all()
@@ -27,12 +29,9 @@ def test_other():
 '''
 
 
-def test_part_of_reads_a_cell_from_its_id_alone():
-    assert part_of("t.py::test[kvcell0=1,2]") == "grid"
-    assert part_of("t.py::test[bias0-kvcell12=64,2000,f32]") == "grid"  # beside another mark's id
-    assert part_of("t.py::test[kvpoison=__VALIDATOR_INVALID_GRID__]") == "proof"
-    for repo_item in ("t.py::test_kvcell", "t.py::test[mykvcell0=1]", "t.py::test[kvcell=1]", ""):
-        assert part_of(repo_item) == "repo", repo_item
+def test_junit_names_a_node_id_the_way_pytest_does():
+    assert session.junit_key("tests/test_ops.py::test_scale[kvcell0=64,7]") == ("tests.test_ops", "test_scale[kvcell0=64,7]")
+    assert session.junit_key("t/test_a.py::TestA::test_b[x::y]") == ("t.test_a.TestA", "test_b[x::y]")
 
 
 def test_one_session_runs_the_repo_tests_then_the_grid_then_the_poisoned_cell(tmp_path):
@@ -49,14 +48,16 @@ def test_one_session_runs_the_repo_tests_then_the_grid_then_the_poisoned_cell(tm
     assert session.unusable(run) is None, session.unusable(run)
     # the mark's own ids (a list, pytest.param ids, a marked cell) are kept; the repo's items run first
     assert [case.name for case in run.cases] == [
-        "test_scale[small]", "test_scale[wide]", "test_scale[skipped]", "test_other",
+        "test_scale[small]", "test_scale[wide]", "test_scale[skipped]", "test_scale[kvpoison=mine]",
+        "test_scale[kvcell0=mine]", "test_other",
         "test_scale[kvcell0=64,7]", "test_scale[kvcell1=3,2]", "test_scale[kvpoison=__VALIDATOR_INVALID_GRID__,"
                                                                "__VALIDATOR_INVALID_GRID__]"]
     assert run.exit == 1 and run.receipt["maxfail_dropped"] == 1
 
     repo_part = session.part(run, "repo", "head-repo")
-    assert (repo_part.exit, repo_part.stats.tests, repo_part.stats.skipped, repo_part.stats.executed) == (0, 4, 1, 3)
-    assert repo_part.receipt["route_calls"] == {"kern.ops:scale": 3} and repo_part.stats.observed_work == 3
+    # the cells whose ids merely look like kvtasks' are the repository's: the probe's mark says which are added
+    assert (repo_part.exit, repo_part.stats.tests, repo_part.stats.skipped, repo_part.stats.executed) == (0, 6, 1, 5)
+    assert repo_part.receipt["route_calls"] == {"kern.ops:scale": 5} and repo_part.stats.observed_work == 5
     grid_part = session.part(run, "grid", "head-grid")
     assert grid_part.exit == 0 and grid_part.stats.executed == 2 and grid_part.session == "head-session"
     assert grid_part.receipt["route_calls"] == {"kern.ops:scale": 2} and grid_part.receipt["label"] == "head-grid"
@@ -69,10 +70,13 @@ def test_one_session_runs_the_repo_tests_then_the_grid_then_the_poisoned_cell(tm
 
 
 def test_a_session_that_did_not_end_as_a_run_of_tests_stands_for_nothing(tmp_path):
+    def receipt(**said) -> dict:
+        return {"parts": {}, "merged_marks": 1, "added": {"t.py::test_a[kvcell0=1]": "grid"}, **said}
+
     def ended(**how) -> TargetRun:
         fields = {"label": "base-session", "runner": "pytest", "command": [], "exit": 1, "duration_s": 1.0,
-                  "log": str(tmp_path / "none.log"), "stats": ExecutionStats(), "receipt": {"parts": {}, "merged_marks": 1},
-                  "cases": [{"name": "test_a", "outcome": "passed"}]}
+                  "log": str(tmp_path / "none.log"), "stats": ExecutionStats(), "receipt": receipt(),
+                  "cases": [{"name": "test_a[kvcell0=1]", "classname": "t", "outcome": "passed"}]}
         return TargetRun(**{**fields, **how})
 
     assert session.unusable(ended()) is None
@@ -81,4 +85,35 @@ def test_a_session_that_did_not_end_as_a_run_of_tests_stands_for_nothing(tmp_pat
     assert "exit 2" in session.unusable(ended(exit=2))  # an interrupted collection
     assert "JUnit" in session.unusable(ended(cases=[]))
     assert "merged receipt" in session.unusable(ended(receipt=None))
-    assert "no parametrize mark" in session.unusable(ended(receipt={"parts": {}, "merged_marks": 0}))
+    assert "no parametrize mark" in session.unusable(ended(receipt=receipt(merged_marks=0)))
+    assert "stopped before its last item" in session.unusable(ended(receipt=receipt(session_stopped="-x")))
+    assert "rewrote its exit status (1 -> 0)" in session.unusable(ended(receipt=receipt(exit_rewritten="1 -> 0")))
+    assert "pytest-xdist (-n 2)" in session.unusable(ended(receipt=receipt(xdist="-n 2")))
+    assert "does not name every item" in session.unusable(ended(cases=[{"name": "test_a", "outcome": "passed"}]))
+
+
+@pytest.mark.parametrize("conftest, why", [
+    # a module fixture's teardown reports on the last item that used it: alone, a repository item
+    ('''import pytest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leak_check():
+    yield
+    raise AssertionError("a buffer leaked")
+''', "a teardown failed on an item kvtasks added"),
+    # an end-of-session check sees the whole session, which the poisoned cell makes red
+    ('''def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == 0:
+        session.exitstatus = 0
+''', "session hooks see the whole session's outcome, which the poisoned cell makes a failure (tests/conftest.py: pytest_sessionfinish)"),
+], ids=["module-teardown", "session-hook"])
+def test_what_the_repository_does_around_its_items_makes_a_session_stand_for_nothing(tmp_path, conftest, why):
+    repo = make_repo(tmp_path / "repo", {
+        "kern/__init__.py": "", "kern/ops.py": "def scale(x):\n    return x * 2\n",
+        "tests/test_ops.py": SUITE, "tests/conftest.py": conftest,
+    })
+    request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale"})
+    run = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-session",
+                      grid_argnames=["M", "N"], grid_rows=[["64", "7"]], poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
+    assert why in (session.unusable(run) or ""), session.unusable(run)

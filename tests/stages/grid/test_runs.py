@@ -108,8 +108,9 @@ def test_channels_that_cannot_merge_launch_each_part(tiled, validate, home, tmp_
 def test_without_a_gpu_the_head_run_gpu_requirement_made_is_adopted(tiled, home, tmp_path):
     out = tmp_path / "out" / "validation_report.json"
     before = snapshot(tiled)
+    littering = TILED_TAIL_BUG + '\nopen("left_behind.bin", "wb").close()\n'  # head's kernel writes into the tree
     code = cli.main(["--repo", str(tiled), "--out", str(out), "--quiet", "--label", "gpuless", "--patch",
-                     patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), *ARGNAMES, "--grid", "64,2000,f32"])
+                     patch(tiled, tmp_path, "tail", littering), *ARGNAMES, "--grid", "64,2000,f32"])
     assert snapshot(tiled) == before and code == 1
     report = json.loads(out.read_text())
     assert report["test_selection"]["gpu_requirement"] == "not-required"
@@ -117,6 +118,8 @@ def test_without_a_gpu_the_head_run_gpu_requirement_made_is_adopted(tiled, home,
     assert launches(home, "gpuless") == {"prepare": ["head-session"], "base": ["base-session"], "head": []}
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
     assert report["stages"]["correctness_grid"]["status"] == "fail"
+    # what the adopted run left in the tree is still said, by the stage that adopted it
+    assert report["stages"]["correctness_repo_tests"]["artifacts"] == ["left_behind.bin"]
     # the head evidence holds its own copies of what that run left
     head_key = Store(home / "cache").label("gpuless")["head_key"]
     kept = home / "cache" / "runs" / "head" / head_key / "runs"
@@ -155,3 +158,26 @@ def pytest_configure(config):
     assert [run for run in launches(home, "stopped")["head"] if not run.startswith(("head-baseoracle", "head-sens"))] \
         == ["head-session", "head-repo", "head-grid-probe", "head-grid"]
     assert result.stage("correctness_grid")["status"] == "fail" and result.verdict == "BLOCK"
+
+
+def test_a_leak_check_at_module_teardown_still_blames_the_pr(tiled, validate, home, tmp_path):
+    # base's own suite checks at module teardown that the kernel leaked nothing; pytest reports that on
+    # the module's last item, which in a merged session is kvtasks' poisoned cell
+    leak_check = '''import pytest
+
+import kernels.tiled
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_leaked():
+    yield
+    assert not getattr(kernels.tiled, "LEAKED", []), "the kernel leaked buffers"
+'''
+    (tiled / "tests/conftest.py").write_text(leak_check)
+    git(tiled, "add", "-A")
+    git(tiled, "commit", "-qm", "a leak check")
+    leaking = TILED.replace("    return out\n", "    LEAKED.append(out)\n    return out\n") + "\nLEAKED = []\n"
+    result = validate(tiled, "--patch", patch(tiled, tmp_path, "leak", leaking), "--label", "leak", *ARGNAMES,
+                      "--grid", "64,2000,f32")
+    assert result.stage("correctness_repo_tests")["status"] == "fail" and result.verdict == "BLOCK"
+    assert any("a teardown failed on an item kvtasks added" in f["detail"] for f in result.findings("note"))
