@@ -13,8 +13,7 @@ names its session (`TargetRun.session`) and is never counted as a launch of its 
 A session that did not end as pytest ends a run of tests (a timeout, a crash, a signal, an
 interrupted collection, a stop before its last item, a rewritten exit status, the repository's own
 session hooks, a teardown failing on an added item, xdist workers, a missing JUnit file or receipt)
-stands for nothing: `unusable` says why,
-and the caller runs the parts alone.
+stands for nothing: `unusable` says why, and the caller runs the parts alone.
 """
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ from pathlib import Path
 
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, CaseResult, ExecutionStats, TargetRun, FAILED_TESTS_KEPT
 
-PARTS = ("repo", "grid", "proof")
 _ENDED_AS_TESTS = (0, 1)  # pytest's OK and TESTS_FAILED: every item ran and JUnit holds it
 
 

@@ -3,7 +3,6 @@ pytest session per side runs the repository's tests, the grid and the poisoned c
 to prove the channel; the env and cli channels cannot merge."""
 import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
