@@ -46,6 +46,11 @@ class CaseResult(BaseModel):
     outcome: Literal["passed", "failed", "error", "skipped"]
     message: str = ""
 
+    @property
+    def test_id(self) -> str:
+        """The item as failed_tests names it: classname::name."""
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
 
 class TargetRun(BaseModel):
     label: str

@@ -92,8 +92,7 @@ def _stats(cases: list[CaseResult], session: TargetRun, name: str) -> ExecutionS
     failures = sum(case.outcome == "failed" for case in cases)
     errors = sum(case.outcome == "error" for case in cases)
     skipped = sum(case.outcome == "skipped" for case in cases)
-    failed = [f"{case.classname}::{case.name}" if case.classname else case.name
-              for case in cases if case.outcome in ("failed", "error")]
+    failed = [case.test_id for case in cases if case.outcome in ("failed", "error")]
     return ExecutionStats(tests=len(cases), failures=failures, errors=errors, skipped=skipped,
                           executed=max(0, len(cases) - skipped - errors), junit_xml=session.stats.junit_xml,
                           basis=f"pytest-junit: the {name} items of the merged session {session.label}",
@@ -130,9 +129,8 @@ def _log(session: TargetRun, name: str, cases: list[CaseResult], stats: Executio
     lines = [f"the {name} part of the merged pytest session {session.label}; its whole output: {session.log}"]
     for case in cases:
         if case.outcome != "passed":
-            node = f"{case.classname}::{case.name}" if case.classname else case.name
             message = " ".join(case.message.split())[:200]
-            lines.append(f"{case.outcome.upper()} {node}" + (f" - {message}" if message else ""))
+            lines.append(f"{case.outcome.upper()} {case.test_id}" + (f" - {message}" if message else ""))
     passed = stats.tests - stats.failures - stats.errors - stats.skipped
     lines.append(f"{stats.failures} failed, {passed} passed, {stats.skipped} skipped, {stats.errors} errors "
                  f"({name} items of {session.label})")

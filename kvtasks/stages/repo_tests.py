@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import (Context, Stage, StageResult, baseline_control, cpu_tier, gpu_requirement, grid, nonfinite,
+from kvtasks.stages import (Context, Stage, StageResult, baseline_control, cpu_tier, gpu_claim, grid, nonfinite,
                             payload, result)
 from kvtasks.stages.target_runs import addopts_note, attribute, gate, run_fields
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, ExecutionStats, TargetRun
@@ -38,7 +38,7 @@ class RepoTests(Stage):
 
 
 def run(ctx: Context) -> StageResult:
-    request, worktree = ctx.request, ctx.worktree
+    request = ctx.request
     blocked = gate(ctx)
     if blocked:
         return result(NAME, "skip", blocked)
@@ -48,18 +48,11 @@ def run(ctx: Context) -> StageResult:
         return result(NAME, "skip", f"baseline control did not pass ({reason}); head tests were not run")
 
     # on a host with no device claimed, gpu_requirement already made exactly this run: adopted, not repeated
-    (launched, artifacts), merged = gpu_requirement.head_runs(ctx), None
+    launched, artifacts = _adopted(ctx)
+    unusable = ""
     if not launched:
         try:
-            with worktree.lend("head"):
-                expected = set(worktree.status())
-                merged = grid.merged_session(ctx, "head")
-                launched = merged.runs if merged is not None else []
-                if merged is None or merged.repo is None:
-                    ctx.say("correctness_repo_tests: running head-repo")
-                    launched.append(harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
-                                                label="head-repo", **cpu_tier.launch_options(ctx)))
-                artifacts = sorted(entry.path for entry in set(worktree.status()) - expected)
+            launched, artifacts, unusable = launch_head(ctx, NAME)
         except PatchRefused as refused:
             stage = result(NAME, "skip", str(refused))
             return stage.finding("note", "head was not tested: the patch did not apply after the base run")
@@ -77,10 +70,39 @@ def run(ctx: Context) -> StageResult:
         stage.stage.artifacts = artifacts
         stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "
                               f"({', '.join(artifacts[:5])}); they were removed")
-    if merged is not None and merged.unusable:
-        stage.finding("note", merged.unusable)
+    if unusable:
+        stage.finding("note", unusable)
     stage.runs = launched  # with a merged session's parts, which the grid stage reads its proof and cells from
     return stage
+
+
+def launch_head(ctx: Context, by: str) -> tuple[list[TargetRun], list[str], str]:
+    """The target's head run in a head lend (one merged session where the plan merges), the paths it
+    left in the tree, and why a merged session could not stand for its parts ("" when it could or
+    none ran). Raises PatchRefused when the patch does not apply."""
+    with ctx.worktree.lend("head"):
+        expected = set(ctx.worktree.status())
+        merged = grid.merged_session(ctx, "head")
+        launched = merged.runs if merged is not None else []
+        if merged is None or merged.repo is None:
+            ctx.say(f"{by}: running head-repo")
+            launched.append(harness.run(ctx.request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
+                                        label="head-repo", **cpu_tier.launch_options(ctx)))
+        left = sorted(entry.path for entry in set(ctx.worktree.status()) - expected)
+    return launched, left, merged.unusable if merged is not None else ""
+
+
+def _adopted(ctx: Context) -> tuple[list[TargetRun], list[str]]:
+    """The head runs gpu_requirement made with no visible device (copied into this group's runs
+    folder) and what they left in the tree: none when a device was claimed or the CPU tier runs the
+    target, where the head run is launched differently."""
+    claim = ctx.earlier.get(gpu_claim.NAME)
+    if claim is None or claim.stage.status == "pass" or cpu_tier.active(ctx):
+        return [], []
+    made = [run for run in claim.runs if run.label.startswith("head-")]
+    if not any(run.label == "head-repo" for run in made):
+        return [], []
+    return harness.adopt(made, ctx.run_dir / "runs", "gpu_requirement"), claim.stage.head_run_artifacts or []
 
 
 def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
