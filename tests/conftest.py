@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kvtasks import cli
-from tests.kernel_repos import kernel_repo, snapshot
+from tests.kernel_repos import Bystander, kernel_repo, snapshot
 
 FAKES = Path(__file__).parent / "fakes"
 IDLE_AMD = {"hip_id": 57, "bdf": "0000:c1:00.0", "market_name": "Fake Instinct MI-T",
@@ -29,6 +29,17 @@ def private_gpu_locks(tmp_path, monkeypatch):
     # test extra) would otherwise add a second of imports to every target run.
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
     return locks
+
+
+@pytest.fixture
+def bystanders(tmp_path):
+    """Repositories with work in progress around every tree the test makes: the test's own folder
+    (so its trees sit inside one), one beside it and one below it; each byte-identical at the end."""
+    placed = [Bystander(tmp_path), Bystander(tmp_path.parent / f"{tmp_path.name}-beside"),
+              Bystander(tmp_path / "below" / "bystander")]
+    yield placed
+    for bystander in placed:
+        assert bystander.state() == bystander.placed, f"a repository kvtasks was not given changed: {bystander.path}"
 
 
 @pytest.fixture

@@ -194,3 +194,31 @@ def tiled_repo(path: Path) -> Path:
         "tests/test_argnames.py": ARGNAMES_TEST,
         "bench/check_tiled.py": CLI_SCRIPT,
     })
+
+
+class Bystander:
+    """A git repository that kvtasks was never given, with work in progress: a committed file, an
+    uncommitted edit, a staged one and an untracked file. Placed around the trees of destructive
+    scenarios (the trees inside it, beside it, below it), it must come out byte-identical."""
+
+    OWN = ("kept.txt", "edited.txt", "staged.txt", "notes/untracked.txt")
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        git(path, "init", "-q", "-b", "work")
+        write_files(path, {"kept.txt": "committed\n", "edited.txt": "committed\n", "staged.txt": "committed\n"})
+        git(path, "add", "kept.txt", "edited.txt", "staged.txt")
+        git(path, "commit", "-q", "-m", "bystander")
+        write_files(path, {"edited.txt": "uncommitted edit\n", "staged.txt": "staged edit\n",
+                           "notes/untracked.txt": "untracked\n"})
+        git(path, "add", "staged.txt")
+        self.placed = self.state()
+
+    def state(self) -> tuple:
+        """Its own files' bytes, its index, HEAD and every ref: not `git status`, since trees placed
+        inside it are untracked files of its own."""
+        dot_git = self.path / ".git"
+        files = {name: (self.path / name).read_bytes() if (self.path / name).exists() else None for name in self.OWN}
+        index = hashlib.sha256((dot_git / "index").read_bytes()).hexdigest()
+        return files, index, (dot_git / "HEAD").read_text(), git(self.path, "for-each-ref")

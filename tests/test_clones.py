@@ -12,6 +12,9 @@ from kvtasks.worktree import state_dir
 from tests.batches import base_runs_per_key, doit
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot, write_files
 
+# every tree these destructive scenarios lend sits among repositories kvtasks was never given
+pytestmark = pytest.mark.usefixtures("bystanders")
+
 
 def caller_state(repo) -> tuple:
     """Everything of the caller's clone kvtasks must never write: the tree as git and the bytes see

@@ -10,6 +10,9 @@ from kvtasks import processes
 from kvtasks.worktree import GitFailed, Interrupted, PatchRefused, Worktree
 from tests.kernel_repos import make_patch, make_repo, snapshot
 
+# every tree these destructive scenarios lend sits among repositories kvtasks was never given
+pytestmark = pytest.mark.usefixtures("bystanders")
+
 
 @pytest.fixture
 def repo(tmp_path):

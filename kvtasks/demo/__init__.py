@@ -10,7 +10,8 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from kvtasks.worktree import GitFailed, run_git
+from kvtasks import locks
+from kvtasks.worktree import GitFailed, held_by_a_validator, run_git
 
 SOURCES = Path(__file__).parent / "repo"
 PATCHES = Path(__file__).parent / "prs"
@@ -70,8 +71,19 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def materialize(root: Path) -> tuple[Path, dict[str, str]]:
-    """Build (or reuse) the demo repository under `root`; return it and each PR's head OID."""
+    """Build (or reuse) the demo repository under `root`; return it and each PR's head OID.
+
+    One process at a time builds it, and a repository a validator holds is never rebuilt: its
+    `.git` removed under a running validation would leave that validation's git without a tree."""
     repo = root / "demo" / "softmax-kernels"
+    repo.parent.mkdir(parents=True, exist_ok=True)
+    with locks.held(locks.open_lock(repo.parent / "materialize.lock")):
+        if held_by_a_validator(repo):  # its validator's lock refuses a second validation in one line
+            return repo, {name: _git(repo, "rev-parse", f"pr/{name}") for name in PRS}
+        return _materialize(repo)
+
+
+def _materialize(repo: Path) -> tuple[Path, dict[str, str]]:
     marker = f"kvtasks demo base {_fingerprint()}"
     if (repo / ".git").is_dir():
         try:
@@ -83,7 +95,6 @@ def materialize(root: Path) -> tuple[Path, dict[str, str]]:
         if clean and current and on_main:
             return repo, {name: _git(repo, "rev-parse", f"pr/{name}") for name in PRS}
     shutil.rmtree(repo, ignore_errors=True)
-    repo.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(SOURCES, repo, ignore=shutil.ignore_patterns("__pycache__"))
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")

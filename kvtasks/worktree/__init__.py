@@ -25,7 +25,7 @@ from kvtasks import locks, processes
 from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_exclusively, open_lock,
                                         release_exclusive)
 from kvtasks.worktree.git_commands import (GitFailed, PatchRefused, forget_callers_repository, git_environment, run_git,
-                                           source_identity, state_dir)
+                                           source_identity, state_dir, toplevel_is)
 from kvtasks.worktree.journal import Journal, recover_dead, remove_untracked
 from kvtasks.worktree.signals import Interrupted
 from kvtasks.worktree import signals
@@ -174,6 +174,7 @@ class Worktree:
     def apply(self, patch: str, keep_base: Sequence[str] = ()) -> None:
         """Apply the patch; the paths in keep_base keep their base version (absent if the patch adds them)."""
         excludes = [f"--exclude={_literal_pattern(path)}" for path in keep_base]
+        toplevel_is(self.path)
         self._run("apply", "--check", "--whitespace=nowarn", *excludes, patch)
         self.journal.patch_applied(patch, excludes)
         self._applied_patch, self._kept_base = patch, excludes
@@ -186,6 +187,7 @@ class Worktree:
 
     def reverse(self, patch: str, excludes: Sequence[str]) -> bool:
         """Reverse exactly `patch` (applied with `excludes`) when it still reverses; say whether it did."""
+        toplevel_is(self.path)
         if self._run("apply", "-R", "--check", "--whitespace=nowarn", *excludes, patch, check=False)[0] != 0:
             return False
         self._run("apply", "-R", "--whitespace=nowarn", *excludes, patch)
@@ -299,6 +301,7 @@ class Worktree:
     def restore(self, directories: set[str] | None = None) -> list[str]:
         """Reverse the applied patch, then remove whatever else is there (and, given the folders
         that existed before, every new empty folder); return what was removed."""
+        toplevel_is(self.path)
         if self._applied_patch is not None:
             patch, self._applied_patch = self._applied_patch, None
             self._run("apply", "-R", "--whitespace=nowarn", *self._kept_base, patch, check=False)

@@ -50,10 +50,27 @@ class PatchRefused(GitFailed):
 
 
 def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
-            timeout_s: float = _GIT_TIMEOUT_S, text: bool = True) -> processes.Finished:
+            timeout_s: float = _GIT_TIMEOUT_S, text: bool = True, confined: bool = True) -> processes.Finished:
     """One git command on the repository at `cwd`, in its own process group, killed whole after
-    `timeout_s`; `text=False` keeps its output as bytes (a patch's CRs are content)."""
-    return processes.run(["git", *args], cwd=cwd, env=git_environment(env), timeout_s=timeout_s, text=text)
+    `timeout_s`; `text=False` keeps its output as bytes (a patch's CRs are content).
+
+    Confined (the default), git looks for no repository above `cwd`: a tree whose `.git` vanished
+    (removed by a rebuild or a cleanup while a run had it) is then no repository at all, never
+    the one that happens to enclose it, whose uncommitted work a restore would otherwise act on."""
+    ceiling = {"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)} if confined else {}
+    return processes.run(["git", *args], cwd=cwd, env=git_environment({**ceiling, **(env or {})}),
+                         timeout_s=timeout_s, text=text)
+
+
+def toplevel_is(tree: str | os.PathLike) -> None:
+    """Before git changes `tree` (checkout, apply, removal): raise GitFailed unless git's top
+    level there is `tree` itself, so a command meant for it cannot reach another repository."""
+    path = Path(tree).resolve()
+    done = run_git(path, "rev-parse", "--show-toplevel", timeout_s=60)
+    top = done.stdout.strip() if done.ok else None
+    if top is None or Path(top).resolve() != path:
+        found = f"its top level is {top}" if top else f"git finds no repository there ({done.said()})"
+        raise GitFailed(f"refusing to change {path}: {found}, not the tree kvtasks was given")
 
 
 def state_dir(worktree: str | os.PathLike) -> Path:
@@ -75,12 +92,13 @@ def source_identity(folder: str | os.PathLike) -> str:
     checkout its HEAD, uncommitted diff and untracked files; elsewhere every source-like file's
     path and content (hidden folders and caches skipped)."""
     root = Path(folder)
-    top = run_git(root, "rev-parse", "--show-toplevel", timeout_s=60)
+    # read-only, and an installed package's folder may sit anywhere inside its checkout
+    top = run_git(root, "rev-parse", "--show-toplevel", timeout_s=60, confined=False)
     sha = hashlib.sha256()
     if top.ok:
         for args in (("rev-parse", "HEAD"), ("diff", "HEAD", "--binary", "--", "."),
                      ("ls-files", "-z", "--others", "--exclude-standard", "--", ".")):
-            done = run_git(root, *args)
+            done = run_git(root, *args, confined=False)
             sha.update(f"{args[0]}:{done.returncode}:{done.stdout}".encode("utf-8", "surrogateescape"))
             if args[0] == "ls-files":
                 for name in filter(None, done.stdout.split("\0")):

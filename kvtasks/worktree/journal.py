@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kvtasks import processes
 from kvtasks.worktree.exclusive import WorktreeBusy
+from kvtasks.worktree.git_commands import toplevel_is
 
 if TYPE_CHECKING:
     from kvtasks.worktree import Worktree
@@ -87,6 +88,7 @@ def recover_dead(tree: "Worktree") -> dict | None:
     if not ours and processes.alive(entry.get("pid", 0), entry.get("pid_start")):
         raise WorktreeBusy(f"worktree {tree.path} is busy: kvtasks pid {entry['pid']} has it lent and still runs")
     killed = journal.kill_groups()
+    toplevel_is(tree.path)  # the journal is the tree's, so is what it removes
     reversed_ok = None
     if entry.get("patch"):
         reversed_ok = tree.reverse(entry["patch"], entry.get("exclude") or [])

@@ -11,8 +11,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from kvtasks.worktree import Worktree
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
+
+# every tree these destructive scenarios lend sits among repositories kvtasks was never given
+pytestmark = pytest.mark.usefixtures("bystanders")
 
 SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
 
