@@ -18,6 +18,9 @@
   here do not.
 - head key: the base key, the patch SHA-256 and how the sensitivity run corrupts the route's output
   (its runs are head evidence, stored under the head key).
+- base sensitivity key: the base key and one mode of corruption (with its error and output
+  argument): base's corrupted run, which the sensitivity stage makes only when a PR changed the
+  suite, depends on nothing else, so the PRs of a batch share it.
 Every key is the SHA-256 of a canonical JSON document, so it is deterministic across runs and
 machines given the same inputs.
 """
@@ -110,6 +113,13 @@ def base_key(request: Request, base_oid: str, selection: Selection, runtime: str
         "python_path": list(request.python_path),
         "runtime_hash": runtime,
     })
+
+
+def base_sensitivity_key(base: str, request: Request, mode: str) -> str:
+    """Base's corrupted run in one mode depends on the base alone: every PR against the same base
+    key that needs it shares it."""
+    return digest({"base_key": base, "sensitivity": {"mode": mode, "output": request.sensitivity_output,
+                                                     "error": request.sensitivity_error if mode == "tail" else None}})
 
 
 def head_key(base: str, patch: str | None, request: Request) -> str:

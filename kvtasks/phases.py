@@ -10,16 +10,21 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from kvtasks import keys, pages, report
 from kvtasks.pipeline import run_group
 from kvtasks.request import Request
-from kvtasks.stages import Context, ReusedEvidence, StageResult, baseline_control, gpu_claim, run_facts
+from kvtasks.stages import Context, ReusedEvidence, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
 from kvtasks.stages.records import Facts, Repo, Selection, merged
 from kvtasks import harness
 from kvtasks.store import Store
 from kvtasks.workspace import Workspace
 from kvtasks.worktree import Worktree
+
+
+# where base evidence a head group made is stored (kvtasks.stages.sensitivity's base corrupted runs)
+BASE_EVIDENCE = "base-sensitivity"
 
 
 def _keys(request: Request, results: list[StageResult]) -> dict:
@@ -114,14 +119,20 @@ def _earlier(store: Store, kinds: list[tuple[str, str]]) -> dict[str, StageResul
 
 
 def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> None:
-    """Run the base or head group for one PR, given the earlier groups' stored results."""
+    """Run the base or head group for one PR, given the earlier groups' stored results (for head
+    also the base evidence other PRs against its base made, marked reused)."""
     store = workspace.store
     record = store.label(request.label)
     key = record[f"{kind}_key"]
     sources = [("prepare", request.label)] + ([("base", record["base_key"])] if kind == "head" else [])
     scratch = store.scratch_dir(kind, key)
+    earlier = _earlier(store, sources)
+    base_evidence = base_evidence_keys(request, record["base_key"]) if kind == "head" else {}
+    for evidence_key in base_evidence.values():
+        for result in _marked_if_reused(store, BASE_EVIDENCE, evidence_key, request.label, record.get("prepared_at")):
+            earlier[result.name] = result
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
-                  earlier=_earlier(store, sources), quiet=quiet,
+                  earlier=earlier, quiet=quiet,
                   phase_roots={"base": store.scratch_dir("base", record["base_key"]),
                                "head": store.scratch_dir("head", record["head_key"])})
     loaded = dict(ctx.earlier)
@@ -131,6 +142,22 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
         results = _crashed(kind, exc, ctx, loaded)
     store.write(kind, key, results, label=request.label, base_oid=record["base_oid"], scratch=scratch)
     store.record_launches(kind, key, request.label, launched(results))
+    keep_base_evidence(store, results, base_evidence, request.label, record["base_oid"], scratch)
+
+
+def base_evidence_keys(request: Request, base_key: str) -> dict[str, str]:
+    """The stored name of each piece of base evidence a head group may make or reuse, and its key."""
+    return {sensitivity.base_evidence_name(mode): keys.base_sensitivity_key(base_key, request, mode)
+            for mode in request.sensitivity_modes}
+
+
+def keep_base_evidence(store: Store, results: list[StageResult], evidence_keys: dict[str, str], label: str,
+                       base_oid: str | None, scratch: Path | None) -> None:
+    """Store the base evidence a head group made under its own keys, for the next PR against its base."""
+    for result in results:
+        for made in result.base_evidence:
+            store.write(BASE_EVIDENCE, evidence_keys[made.name], [made], label=label, base_oid=base_oid,
+                        scratch=scratch)
 
 
 def base_done(workspace: Workspace, key: str) -> bool:

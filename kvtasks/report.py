@@ -19,7 +19,7 @@ from kvtasks.stages.records import CpuTier, Facts, RuntimeIdentity, Selection, m
 from kvtasks.stages.run_facts import utc_now
 from kvtasks.store import write_atomic
 from kvtasks.harness.environment import TargetEnvironment
-from kvtasks.harness.probe import PRODUCER
+from kvtasks.harness.receipts import PRODUCER
 
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}

@@ -59,8 +59,10 @@ def _shipment(request: Request, arch: str | None) -> node.Shipment:
                          patch=Path(request.patch).read_bytes() if request.patch else None)
 
 
-def _store(workspace: Workspace, run: node.GroupRun, label: str) -> list[StageResult]:
-    """Store a group a node ran under its key, its logs beside it as a local run keeps them."""
+def _store(workspace: Workspace, run: node.GroupRun, request: Request) -> list[StageResult]:
+    """Store a group a node ran under its key, its logs beside it as a local run keeps them (and
+    the base evidence a head group made under its own keys, as a local run does)."""
+    label = request.label
     with tempfile.TemporaryDirectory(prefix="kvtasks-fleet-") as scratch:
         for name, data in run.logs.items():
             target = Path(scratch) / name
@@ -71,6 +73,10 @@ def _store(workspace: Workspace, run: node.GroupRun, label: str) -> list[StageRe
             for r in run.results]
         workspace.store.write(run.kind, run.key, results, label=label, base_oid=run.record.get("base_oid"),
                               scratch=Path(scratch))
+        if run.kind == "head":
+            evidence_keys = phases.base_evidence_keys(request, run.record["base_key"])
+            phases.keep_base_evidence(workspace.store, results, evidence_keys, label, run.record.get("base_oid"),
+                                      Path(scratch))
     workspace.store.record_launches(run.kind, run.key, label, [launch.label for r in results for launch in r.runs])
     return results
 
@@ -130,7 +136,7 @@ def run_batch(requests: list[Request], workspace: Workspace, name: str, archs: l
                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 finish(request, arch, arch_report.not_run(arch or "any", why), None)
                 continue
-            _store(workspace, run, label)
+            _store(workspace, run, shipment.request)
             if kind == "prepare":
                 workspace.store.set_label(label, run.record)
                 if run.record.get("halted"):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -56,22 +57,29 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
         grid_rows: list[list[str]] = (), poisoned_row: list[str] = (), cpu_tier: dict | None = None,
-        sensitivity: dict | None = None) -> TargetRun:
+        sensitivity: dict | None = None, seen_as: str | None = None, scratch: Path | None = None) -> TargetRun:
     """Run the target once under the label's phase (the part before the first '-'), with the route
     probe installed; the run carries its own receipt and observed_work. A grid reaches it through
     argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows); with a
     poisoned_row too, one merged session runs the repository's tests, the grid and the poisoned cell
     (kvtasks.harness.session reads its parts). With
     cpu_tier (its settings) Triton kernels run in the interpreter under the tier's hooks; with
-    sensitivity (mode, error, output) the probe corrupts what the routes produce."""
-    phase = label.split("-", 1)[0]
+    sensitivity (mode, error, output) the probe corrupts what the routes produce.
+
+    The process sees `seen_as` (default: the label) as its VALIDATION_PHASE, its phase's caches
+    under `scratch` (default: run_dir), and its probe, JUnit file, log and receipt in a randomly
+    named folder of this launch's there under neutral names, moved to run_dir/runs/ under the
+    label's names once it ended: a corrupted run launched `seen_as` the run it repeats, in that
+    run's scratch, is that run again as far as anything in the process can read."""
+    seen_as = seen_as or label
+    phase = seen_as.split("-", 1)[0]
     routes = request.routes
-    probe = receipts.prepare(run_dir / "probe", label=label, routes=routes, shape_vars=request.shape_var_names,
-                             receipt=run_dir / "runs" / f"receipt-{label}.json",
-                             grid_argnames=grid_argnames, grid_rows=grid_rows, poisoned_row=poisoned_row,
-                             cpu_tier=cpu_tier,
-                             sensitivity=sensitivity)
-    env = target_env(request, run_dir, phase, label, visible_devices, first=[str(probe.folder)])
+    scratch = scratch or run_dir
+    private = scratch / "launches" / secrets.token_hex(8)
+    probe = receipts.prepare(private / "probe", routes=routes, shape_vars=request.shape_var_names,
+                             receipt=private / "receipt.json", grid_argnames=grid_argnames, grid_rows=grid_rows,
+                             poisoned_row=poisoned_row, cpu_tier=cpu_tier, sensitivity=sensitivity)
+    env = target_env(request, scratch, phase, seen_as, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
     if cpu_tier:
         env["TRITON_INTERPRET"] = "1"
@@ -79,10 +87,17 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
         done = launch(
             label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
             python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
-            probe=probe.name, argv=argv, prefix=request.launch_prefix([str(run_dir)]),
+            probe=probe.name, argv=argv, prefix=request.launch_prefix([str(scratch)]),
+            private=private,
+            before_attempt=probe.seal,
         )
-    receipt, digest, note = receipts.read(probe)
-    done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(probe.receipt), digest, note
+    receipt, digest, note = receipts.read(probe, label)
+    kept = run_dir / "runs" / f"receipt-{label}.json"
+    if probe.receipt.is_file():
+        probe.receipt.replace(kept)
+    shutil.rmtree(private, ignore_errors=True)
+    done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(kept), digest, note
+    done.scratch = str(scratch)
     if routes:
         done.stats.observed_work = sum((receipt or {}).get("route_calls", {}).values()) if receipt else 0
     return done

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Callable, Literal, Mapping
 
 from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
@@ -74,6 +74,8 @@ class TargetRun(BaseModel):
     session: str | None = None
     # the step that launched this run, when another adopted it (harness.adopt): counted as that one's launch
     adopted_from: str | None = None
+    # the scratch folder its process saw (its phase's caches, its launch's folder): a run repeating it sees the same
+    scratch: str | None = None
 
     @property
     def usage_error(self) -> bool:
@@ -122,25 +124,53 @@ def launch(
     probe: str | None,
     argv: list[str] | None = None,
     prefix: tuple[str, ...] = (),
+    private: Path | None = None,
+    before_attempt: Callable[[], None] | None = None,
 ) -> TargetRun:
+    """One target run; its JUnit file and log end up as run_dir/junit-<label>.xml and
+    run_dir/<label>.log. With `private` (a folder of this launch's own) the process writes them
+    there under neutral names, so no path it can read names its label; `before_attempt` runs
+    before each attempt."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    junit = run_dir / f"junit-{label}.xml"
-    log = run_dir / f"{label}.log"
+    kept_junit, kept_log = run_dir / f"junit-{label}.xml", run_dir / f"{label}.log"
+    if private is not None:
+        private.mkdir(parents=True, exist_ok=True)
+    junit, log = (private / "junit.xml", private / "output.log") if private is not None else (kept_junit, kept_log)
     command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
-    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
+    done = _attempt(label, runner, command, cwd, env, junit, log, timeout_s, before_attempt)
     text = Path(log).read_text(errors="replace") if done.usage_error and probe is not None else ""
     configured = configured_addopts(text, cwd) if text else {}
     if configured.get("dropped") and not _NOT_FOUND.search(usage_message(text)):
         # pytest refused its own command line before running anything, and the repository's addopts
         # are on it: most often they name a plugin this interpreter lacks (--cov without pytest-cov).
         # Once more without them.
-        first_log = log.with_name(f"{label}-usage-error.log")
+        first_log = kept_log.with_name(f"{label}-usage-error.log")
         log.replace(first_log)
-        retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s)
+        retry = _attempt(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s, before_attempt)
         retry.addopts_dropped = {**configured, "error": usage_message(text), "first_log": str(first_log)}
         retry.duration_s = round(retry.duration_s + done.duration_s, 3)
-        return retry
+        done = retry
+    if private is not None:
+        _keep(done, junit, kept_junit, log, kept_log)
     return done
+
+
+def _attempt(label, runner, command, cwd, env, junit, log, timeout_s, before_attempt) -> TargetRun:
+    if before_attempt is not None:
+        before_attempt()
+    return _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
+
+
+def _keep(done: TargetRun, junit: Path, kept_junit: Path, log: Path, kept_log: Path) -> None:
+    """Move a run's JUnit file and log from its launch's own folder to the label's names."""
+    kept_junit.unlink(missing_ok=True)
+    if junit.is_file():
+        junit.replace(kept_junit)
+    if log.is_file():
+        log.replace(kept_log)
+    done.log = str(kept_log)
+    if done.stats.junit_xml:
+        done.stats.junit_xml = str(kept_junit)
 
 
 def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> TargetRun:

@@ -1,51 +1,77 @@
 """The route probe: runs inside the target process and writes its execution receipt.
 
-kvtasks copies this file under a random module name into a private folder placed first on the
-target's PYTHONPATH, with the CONFIG line filled in (routes, shape vars, receipt path, nonce). It is
+kvtasks copies this file, under a random module name, into a folder of its own for each launch,
+placed first on the target's PYTHONPATH, with its configuration beside it: `<name>.json` (routes,
+shape vars, receipt path, nonce, grid) and `<name>.seal` (what to corrupt, if anything). It is
 loaded as a pytest plugin (`-p <name>`) or runs a script (`python -m <name> FILE ARGS...`, which
 executes FILE under runpy with run_name="__main__"), so both runners produce a receipt. The
 receipt is written on every exit path: session finish, the script's `finally`, and atexit.
 
-Cheap by design: only the route's own code object is watched. On Python >= 3.12 with
-sys.monitoring local events on that code object; on 3.10/3.11 the route is replaced, when its
-module is imported, by a wrapper that counts the call and profiles only for its duration to read
-the locals at return. Either way no other function pays anything. Standard library only; on the
-Triton CPU tier it also loads the tier's hooks (a sibling module, named in CONFIG) as it is imported.
+Nothing in the process can tell a corrupted run from the ordinary run it repeats: the seal is read
+and removed as the probe loads, before any conftest or script runs, and what it said lives only in
+the closure of the one function every route call passes through; the probe's module attributes,
+hooks, files, argv and environment are the same in both. The items the probe adds to a pytest run
+carry ids pytest generates for their values and no mark; the probe tells them apart by their
+index into the parametrize mark it made, and the validator learns which is which from the receipt.
+Code that inspects the route's wrapper, walks the stack, scans `gc` or finds this module by its
+code can still read what it holds (the README's trust model says so).
 
-A sensitivity run (CONFIG["sensitivity"] set) always uses the wrapper, on every Python, because it
-changes what the route hands back: each floating array or tensor it returns (alone, or in a tuple or
-list) is replaced by a copy whose last element is 2*x + 1, or x plus a relative error E, or all NaN;
-with an output argument named, that argument is corrupted in place after the call. numpy and torch
-are never imported here: a value is recognised through the module it came from, which is loaded.
+Cheap by design: only the route is wrapped, when its module is imported; the wrapper counts the
+call and profiles only for its duration to read the locals at return. No other function pays
+anything. Standard library only; on the Triton CPU tier it also loads the tier's hooks (a sibling
+module, named in the configuration) as it is imported.
+
+In a corrupted run the wrapper changes what the route hands back: each floating array or tensor
+it returns (alone, or in a tuple or list) that it produced is replaced by a copy whose last
+element is 2*x + 1, or x plus a relative error E, or all NaN; a returned value that is one of the
+call's inputs or shares memory with one is never corrupted, and the receipt names each output
+corrupted or left alone; with an output argument named, that argument is corrupted in place after
+the call. numpy and torch are never imported here: a value is recognised through the module it
+came from, which is loaded.
 
 Each route call's floating outputs (what it returns: an array or tensor, alone or in a tuple, list
 or dict) are checked for NaN and Inf, per cell (the pytest test, else the captured shape), and the
-receipt's route_outputs says what was seen; numpy and torch are never imported here, only used when
-the target has loaded them. A run that corrupts outputs on purpose (CONFIG["sensitivity"]) records
-nothing.
+receipt's route_outputs says what was seen (a corrupted run's receipt leaves them out: it corrupts
+outputs on purpose).
 """
 import atexit
 import functools
+import json
 import os
 import sys
 import threading
 
-PRODUCER = "validate-kernel-pr.validation_probe"
-# each grid cell's pytest id starts with this and its index, so JUnit names which cells ran
-CELL_ID = "kvcell"
-# the poisoned cell's pytest id in a merged session (CONFIG["merged"])
-POISON_ID = "kvpoison"
-# kvtasks rewrites the next line (it must stay one line) with this run's routes, shapes, receipt and nonce
-CONFIG = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "label": "", "grid_argnames": [], "grid_rows": [], "poisoned_row": [], "merged": False, "cpu_tier": {}, "sensitivity": {}}
 
-_state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
-          "corrupted_calls": 0, "max_relative_error": 0.0, "nan_elements": 0, "not_corrupted": {},
-          "test": "", "tests_corrupted": set(), "tests_failed": [], "tests_green": [], "corrupted_outside_tests": 0,
-          "outputs": {}}
+_NOTHING_WATCHED = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "grid_argnames": [], "grid_rows": [],
+                    "poisoned_row": [], "merged": False, "cpu_tier": {}}
+
+
+def _configuration():
+    """This launch's configuration, from the file beside this module; the seal beside it says what
+    to corrupt and is removed once read, so nothing that runs after the probe loads can read it.
+    Imported by kvtasks itself (for its coercion of cells), it has none and watches nothing."""
+    stem = os.path.splitext(os.path.abspath(__file__))[0]
+    try:
+        with open(stem + ".json") as handle:
+            config = {**_NOTHING_WATCHED, **json.load(handle)}
+    except FileNotFoundError:
+        return dict(_NOTHING_WATCHED), {}
+    try:
+        with open(stem + ".seal") as handle:
+            sealed = json.load(handle)
+        os.unlink(stem + ".seal")
+    except (OSError, ValueError):
+        sealed = {}
+    return config, sealed
+
+
+_config, _sealed = _configuration()
+
+_state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "cells": {}, "grid_functions": {}, "replaced": [],
+          "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
+          "test": "", "outputs": {}}
 _LARGEST_CHECKED = 2**26  # elements: a larger output (a sparse-grid tensor) is counted, never scanned
 _lock = threading.Lock()
-_MONITORING = sys.version_info >= (3, 12)
-_TOOL_ID = 4  # sys.monitoring ids 0-2 and 5 are taken by debuggers, coverage and profilers
 
 
 def _normalise(value):
@@ -58,23 +84,17 @@ def _normalise(value):
     return text
 
 
-def _added_mark():
-    """The private mark the probe puts on the cells it adds: named by this run's nonce, so no
-    repository test can carry it."""
-    return "kvtasks_added_" + CONFIG["nonce"][:16]
-
-
 def _part():
     """What a merged session's receipt counts this call under (None outside a merged session): the
     part of the item that runs, "repo" for the repository's own items and calls outside any test."""
-    if not CONFIG["merged"]:
+    if not _config["merged"]:
         return None
     part = _state["added"].get(_state["test"], "repo")
     return _state["parts"].setdefault(part, {"calls": {}, "shapes": []})
 
 
 def _capture(frame_locals):
-    names = CONFIG["shape_vars"]
+    names = _config["shape_vars"]
     if not names or not all(name in frame_locals for name in names):
         return False
     shape = ",".join(_normalise(frame_locals[name]) for name in names)
@@ -128,9 +148,7 @@ def _nonfinite(array) -> list[str]:
 def _watch_outputs(route, value, frame_locals=None):
     """Record, per route and cell (the pytest test, else the captured shape), whether the route's
     floating outputs held NaN or Inf; a test's assertions cannot hide what the route returned."""
-    if CONFIG.get("sensitivity"):
-        return  # a run that corrupts outputs on purpose (the sensitivity proof) proves nothing about them
-    names = CONFIG["shape_vars"]
+    names = _config["shape_vars"]
     shape = ",".join(_normalise(frame_locals[n]) for n in names) if frame_locals and names and \
         all(n in frame_locals for n in names) else None
     cell = _state["test"] or shape or "(whole run)"
@@ -166,39 +184,9 @@ def _resolve(module, qualname):
     return owner, qualname.split(".")[-1], getattr(inner, "__code__", None)
 
 
-def _watch_with_monitoring(route, code):
-    monitoring = sys.monitoring
-    codes = _state.setdefault("codes", {})
-    codes[code] = route
-    pending = _state.setdefault("pending", {})
-
-    def on_start(started_code, _offset):
-        name = codes.get(started_code)
-        if name is None:
-            return
-        _count(name)
-        frame = sys._getframe(1)
-        if CONFIG["shape_vars"] and not _capture(frame.f_locals):
-            pending[frame] = True
-
-    def on_return(returned_code, _offset, value):
-        name = codes.get(returned_code)
-        if name is None:
-            return
-        frame = sys._getframe(1)
-        if pending and pending.pop(frame, None):
-            _capture(frame.f_locals)
-        _watch_outputs(name, value, frame.f_locals)
-
-    if not _state.get("monitoring"):
-        monitoring.use_tool_id(_TOOL_ID, "kvtasks-route-probe")
-        monitoring.register_callback(_TOOL_ID, monitoring.events.PY_START, on_start)
-        monitoring.register_callback(_TOOL_ID, monitoring.events.PY_RETURN, on_return)
-        _state["monitoring"] = True
-    monitoring.set_local_events(_TOOL_ID, code, monitoring.events.PY_START | monitoring.events.PY_RETURN)
-
-
 def _watch_with_wrapper(route, owner, attribute, code):
+    """Replace the route by a wrapper that counts the call, reads its shape vars at return, watches
+    its outputs and hands them to `_after_call`: the one path of every run, corrupted or not."""
     raw = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute)
     descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
     target = raw.__func__ if descriptor else raw
@@ -213,7 +201,7 @@ def _watch_with_wrapper(route, owner, attribute, code):
     @functools.wraps(target)
     def route_call(*args, **kwargs):
         _count(route)
-        if not CONFIG["shape_vars"]:
+        if not _config["shape_vars"]:
             value = target(*args, **kwargs)
         else:
             previous = sys.getprofile()
@@ -223,13 +211,13 @@ def _watch_with_wrapper(route, owner, attribute, code):
             finally:
                 sys.setprofile(previous)
         _watch_outputs(route, value, seen.pop("locals", None))
-        return _corrupt_call(target, args, kwargs, value) if CONFIG["sensitivity"] else value
+        return _after_call(target, args, kwargs, value)
 
     setattr(owner, attribute, descriptor(route_call) if descriptor else route_call)
 
 
 def _instrument(module):
-    for route in CONFIG["routes"]:
+    for route in _config["routes"]:
         module_name, _, qualname = route.partition(":")
         if module_name != module.__name__:
             continue
@@ -240,13 +228,11 @@ def _instrument(module):
             continue
         if code is None:
             _state["unresolved"].append(route)
-        elif _MONITORING and not CONFIG["sensitivity"]:
-            _watch_with_monitoring(route, code)
         else:
             _watch_with_wrapper(route, owner, attribute, code)
 
 
-# -- the sensitivity run: corrupt what the route produced ------------------------------------------
+# -- the corrupted run: corrupt what the route produced --------------------------------------------
 
 class _NotCorruptible(Exception):
     """Why one value cannot be corrupted (its kind, in words)."""
@@ -258,7 +244,7 @@ def _loaded(module, kind):
     return getattr(found, kind, None) if found is not None else None
 
 
-def _corrupt_element(element, read, write, scale):
+def _corrupt_element(element, read, write, scale, error):
     """Replace one element; return the relative error injected (its change over |x|, or over the
     output's largest finite magnitude where x is 0 or not finite)."""
     import math
@@ -266,7 +252,6 @@ def _corrupt_element(element, read, write, scale):
     old = read(element)
     finite = math.isfinite(old)
     reference = abs(old) if finite and old != 0 else (scale() or 1.0)
-    error = CONFIG["sensitivity"].get("error")
     if not finite:
         new = 0.0
     elif error is not None:
@@ -281,9 +266,10 @@ def _corrupt_element(element, read, write, scale):
     return 1.0 if not finite else abs(realized - old) / reference
 
 
-def _corrupt_value(value, in_place):
-    """(the corrupted value, relative error, NaN elements written) or raise _NotCorruptible."""
-    mode = CONFIG["sensitivity"].get("mode", "tail")
+def _corrupt_one(value, in_place, settings):
+    """One array, tensor or float corrupted: (the corrupted value, relative error, NaN elements
+    written), or raise _NotCorruptible."""
+    mode, error = settings.get("mode", "tail"), settings.get("error")
     ndarray, floating = _loaded("numpy", "ndarray"), _loaded("numpy", "floating")
     tensor = _loaded("torch", "Tensor")
     if ndarray is not None and isinstance(value, ndarray):
@@ -304,8 +290,8 @@ def _corrupt_value(value, in_place):
             return float(finite.max()) if finite.size else 0.0
 
         index = (-1,) * out.ndim
-        error = _corrupt_element(index, lambda i: float(out[i]), lambda i, v: out.__setitem__(i, v), scale)
-        return out, error, 0
+        return out, _corrupt_element(index, lambda i: float(out[i]), lambda i, v: out.__setitem__(i, v), scale,
+                                     error), 0
     if tensor is not None and isinstance(value, tensor):
         if not value.is_floating_point():
             raise _NotCorruptible(f"{str(value.dtype).replace('torch.', '')} tensor")
@@ -322,22 +308,70 @@ def _corrupt_value(value, in_place):
             return float(finite.max()) if finite.numel() else 0.0
 
         index = (-1,) * out.dim()
-        error = _corrupt_element(index, lambda i: float(out.data[i]), lambda i, v: out.data.__setitem__(i, v), scale)
-        return out, error, 0
+        return out, _corrupt_element(index, lambda i: float(out.data[i]), lambda i, v: out.data.__setitem__(i, v),
+                                     scale, error), 0
     if in_place:
         raise _NotCorruptible(type(value).__name__)
     if floating is not None and isinstance(value, floating) or isinstance(value, float):
         if mode == "nan":
             return type(value)(float("nan")), None, 1
         box = [float(value)]
-        error = _corrupt_element(0, lambda i: box[i], lambda i, v: box.__setitem__(i, float(type(value)(v))),
-                                 lambda: abs(box[0]))
-        return type(value)(box[0]), error, 0
+        realized = _corrupt_element(0, lambda i: box[i], lambda i, v: box.__setitem__(i, float(type(value)(v))),
+                                    lambda: abs(box[0]), error)
+        return type(value)(box[0]), realized, 0
+    raise _NotCorruptible("nothing (None)" if value is None else type(value).__name__)
+
+
+def _arguments(function, args, kwargs):
+    """(name, value) of each argument of a call, and of each item of an argument that is a list,
+    tuple or dict: what a returned value may be, or share memory with, without being produced."""
+    import inspect
+
+    try:
+        named = list(inspect.signature(function).bind_partial(*args, **kwargs).arguments.items())
+    except (TypeError, ValueError):
+        named = [(f"#{index}", arg) for index, arg in enumerate(args)] + list(kwargs.items())
+    found = []
+    for name, arg in named:
+        found.append((name, arg))
+        if isinstance(arg, (list, tuple)):
+            found += [(f"{name}[{index}]", item) for index, item in enumerate(arg)]
+        elif isinstance(arg, dict):
+            found += [(f"{name}[{key!r}]", item) for key, item in arg.items()]
+    return found
+
+
+def _storage(tensor):
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # a tensor without storage (meta, sparse): never the same as an input's
+        return None
+
+
+def _input_shared(value, arguments):
+    """The argument `value` is, is a view of, or shares memory with; None when the route produced it."""
+    ndarray, tensor = _loaded("numpy", "ndarray"), _loaded("torch", "Tensor")
+    for name, arg in arguments:
+        if arg is value:
+            return name
+        if ndarray is not None and isinstance(value, ndarray) and isinstance(arg, ndarray) \
+                and sys.modules["numpy"].may_share_memory(value, arg):
+            return name
+        if tensor is not None and isinstance(value, tensor) and isinstance(arg, tensor):
+            mine = _storage(value)
+            if mine and mine == _storage(arg):
+                return name
+    return None
+
+
+def _corrupt_returned(value, settings, where, arguments, tally):
+    """What the route returned with each floating value it produced corrupted; each output is
+    counted in the tally as corrupted or, with why, left alone."""
     if isinstance(value, (tuple, list)) and value:
         items, errors, nans, kinds = [], [], 0, []
-        for item in value:
+        for index, item in enumerate(value):
             try:
-                item, error, written = _corrupt_value(item, False)
+                item, error, written = _corrupt_returned(item, settings, f"{where}[{index}]", arguments, tally)
                 errors.append(error or 0.0)
                 nans += written
             except _NotCorruptible as why:
@@ -346,8 +380,17 @@ def _corrupt_value(value, in_place):
         if not errors:
             raise _NotCorruptible(f"{type(value).__name__} of {', '.join(dict.fromkeys(kinds))}")
         rebuilt = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-        return rebuilt, (max(errors) if mode != "nan" else None), nans
-    raise _NotCorruptible("nothing (None)" if value is None else type(value).__name__)
+        return rebuilt, (max(errors) if settings.get("mode") != "nan" else None), nans
+    try:
+        shared = _input_shared(value, arguments)
+        if shared is not None:
+            raise _NotCorruptible(f"an input (argument {shared}, or memory shared with it)")
+        corrupted = _corrupt_one(value, False, settings)
+    except _NotCorruptible as why:
+        tally["outputs_left_alone"][where] = str(why)
+        raise
+    tally["outputs_corrupted"][where] = tally["outputs_corrupted"].get(where, 0) + 1
+    return corrupted
 
 
 def _output_argument(function, args, kwargs, name):
@@ -362,49 +405,91 @@ def _output_argument(function, args, kwargs, name):
     return bound.arguments[name]
 
 
-def _corrupt_call(function, args, kwargs, value):
-    """The sensitivity run's corruption of one route call; every outcome lands in the receipt."""
-    output = CONFIG["sensitivity"].get("output")
-    try:
-        if output:
-            _, error, written = _corrupt_value(_output_argument(function, args, kwargs, output), True)
-        else:
-            value, error, written = _corrupt_value(value, False)
-    except _NotCorruptible as why:
-        reason = f"argument {output}: {why}" if output else f"returned {why}"
+def _corruption(settings):
+    """(after_call, outcome, receipt) of this launch: with the sealed settings (mode, error, output)
+    after_call corrupts what each route call produced; without them it hands the value back. The
+    settings and what the corruption did live only in these closures."""
+    tally = {"corrupted_calls": 0, "max_relative_error": 0.0, "nan_elements": 0, "not_corrupted": {},
+             "outputs_corrupted": {}, "outputs_left_alone": {}, "tests": set(), "failed": [], "green": [],
+             "outside_tests": 0, "calls_by_part": {}}
+
+    def refused(reason):
         with _lock:
-            _state["not_corrupted"][reason] = _state["not_corrupted"].get(reason, 0) + 1
-        return value
-    except Exception as exc:  # a value that refuses the write (an inference tensor, a view of a constant)
-        reason = f"the write failed: {type(exc).__name__}: {exc}"[:200]
+            tally["not_corrupted"][reason] = tally["not_corrupted"].get(reason, 0) + 1
+
+    def after_call(function, args, kwargs, value):
+        if not settings:
+            return value
+        output = settings.get("output")
+        try:
+            if output:
+                _, error, written = _corrupt_one(_output_argument(function, args, kwargs, output), True, settings)
+                where = f"argument {output}"
+                tally["outputs_corrupted"][where] = tally["outputs_corrupted"].get(where, 0) + 1
+            else:
+                value, error, written = _corrupt_returned(value, settings, "return",
+                                                          _arguments(function, args, kwargs), tally)
+        except _NotCorruptible as why:
+            refused(f"argument {output}: {why}" if output else f"returned {why}")
+            return value
+        except Exception as exc:  # a value that refuses the write (an inference tensor, a view of a constant)
+            refused(f"the write failed: {type(exc).__name__}: {exc}"[:200])
+            return value
         with _lock:
-            _state["not_corrupted"][reason] = _state["not_corrupted"].get(reason, 0) + 1
+            tally["corrupted_calls"] += 1
+            part = _state["added"].get(_state["test"], "repo")
+            tally["calls_by_part"][part] = tally["calls_by_part"].get(part, 0) + 1
+            tally["nan_elements"] += written
+            if error is not None:
+                tally["max_relative_error"] = max(tally["max_relative_error"], error)
+            if _state["test"]:
+                tally["tests"].add(_state["test"])
+            else:
+                tally["outside_tests"] += 1
         return value
-    with _lock:
-        _state["corrupted_calls"] += 1
-        _state["nan_elements"] += written
-        if error is not None:
-            _state["max_relative_error"] = max(_state["max_relative_error"], error)
-        if _state["test"]:
-            _state["tests_corrupted"].add(_state["test"])
-        else:
-            _state["corrupted_outside_tests"] += 1
-    return value
+
+    def outcome(report):
+        """Which tests saw a corrupted route call, and whether they went red."""
+        nodeid = report.nodeid
+        if nodeid not in tally["tests"]:
+            return
+        if report.failed and nodeid not in tally["failed"]:
+            tally["failed"].append(nodeid)
+        elif report.when == "call" and report.passed:  # a skipped test is neither red nor green
+            tally["green"].append(nodeid)
+
+    def receipt():
+        if not settings:
+            return None
+        listed = 50  # names beyond this are counted, not listed
+
+        def tests(part):
+            """The outcome counts of one part's tests (None: every test but the poisoned cell's)."""
+            mine = {key: [test for test in tally[key] if (_state["added"].get(test, "repo") == part if part
+                                                          else _state["added"].get(test) != "proof")]
+                    for key in ("failed", "green")}
+            return {"tests_failed": mine["failed"][:listed], "tests_failed_count": len(mine["failed"]),
+                    "tests_green": mine["green"][:listed], "tests_green_count": len(mine["green"])}
+
+        return {
+            "mode": settings.get("mode", "tail"), "error": settings.get("error"),
+            "output": settings.get("output") or "",
+            "corrupted_calls": tally["corrupted_calls"],
+            "max_relative_error": tally["max_relative_error"] if settings.get("mode") != "nan" else None,
+            "nan_elements": tally["nan_elements"], "not_corrupted": dict(tally["not_corrupted"]),
+            "outputs_corrupted": dict(tally["outputs_corrupted"]),
+            "outputs_left_alone": dict(tally["outputs_left_alone"]),
+            "tests_corrupted": len(tally["tests"]), **tests(None),
+            "parts": {part: {**tests(part), "corrupted_calls": tally["calls_by_part"].get(part, 0)}
+                      for part in ("repo", "grid")} if _config["merged"] else {},
+            "corrupted_outside_tests": tally["outside_tests"],
+        }
+
+    return after_call, outcome, receipt
 
 
-def _sensitivity_receipt():
-    settings = CONFIG["sensitivity"]
-    listed = 50  # names beyond this are counted, not listed
-    return {
-        "mode": settings.get("mode", "tail"), "error": settings.get("error"), "output": settings.get("output") or "",
-        "corrupted_calls": _state["corrupted_calls"],
-        "max_relative_error": _state["max_relative_error"] if settings.get("mode") != "nan" else None,
-        "nan_elements": _state["nan_elements"], "not_corrupted": dict(_state["not_corrupted"]),
-        "tests_corrupted": len(_state["tests_corrupted"]),
-        "tests_failed": _state["tests_failed"][:listed], "tests_failed_count": len(_state["tests_failed"]),
-        "tests_green": _state["tests_green"][:listed], "tests_green_count": len(_state["tests_green"]),
-        "corrupted_outside_tests": _state["corrupted_outside_tests"],
-    }
+_after_call, _corrupted_outcome, _corruption_receipt = _corruption(_sealed)
+del _sealed
 
 
 class _InstrumentingLoader:
@@ -446,7 +531,7 @@ class _RouteModuleFinder:
 
 def _cpu_tier():
     """The Triton CPU tier's in-target hooks (a sibling module kvtasks copied), loaded once."""
-    settings = CONFIG["cpu_tier"]
+    settings = _config["cpu_tier"]
     if settings and "tier" not in _state:
         import importlib
 
@@ -459,7 +544,7 @@ def install():
     if _state["installed"]:
         return
     _state["installed"] = True
-    modules = {route.partition(":")[0] for route in CONFIG["routes"]}
+    modules = {route.partition(":")[0] for route in _config["routes"]}
     for name in modules:
         if name in sys.modules:
             _instrument(sys.modules[name])
@@ -471,26 +556,28 @@ def install():
 
 def write_receipt(exit_status=None):
     with _lock:
-        if _state["written"] or not CONFIG["receipt"]:
+        if _state["written"] or not _config["receipt"]:
             return
         _state["written"] = True
         observed = sorted(route for route, count in _state["calls"].items() if count)
+        corrupted = _corruption_receipt()
         receipt = {
             "schema_version": 1,
-            "producer": PRODUCER,
-            "nonce": CONFIG["nonce"],
-            "label": CONFIG["label"],
+            "nonce": _config["nonce"],
             "route": ",".join(observed),
             "kernel_symbols": observed,
             "route_calls": dict(_state["calls"]),
             "unresolved_routes": _state["unresolved"],
             "executed_shapes": list(_state["shapes"]),
-            "shape_vars": CONFIG["shape_vars"],
+            "shape_vars": _config["shape_vars"],
             "exit_status": exit_status if exit_status is not None else _state["exit"],
-            "mechanism": "sys.monitoring" if _MONITORING and not CONFIG["sensitivity"] else "import-hook wrapper",
-            "route_outputs": list(_state["outputs"].values()),
+            "mechanism": "import-hook wrapper",
+            # a run that corrupts outputs on purpose proves nothing about them
+            "route_outputs": list(_state["outputs"].values()) if corrupted is None else [],
         }
-        if CONFIG["merged"]:
+        if _config["grid_argnames"]:
+            receipt["cells"] = dict(_state["cells"])  # node id -> the grid row it ran
+        if _config["merged"]:
             # each part of the session as a receipt of its own would say it
             receipt["parts"] = {name: {"route": ",".join(sorted(r for r, n in part["calls"].items() if n)),
                                        "kernel_symbols": sorted(r for r, n in part["calls"].items() if n),
@@ -498,27 +585,25 @@ def write_receipt(exit_status=None):
                                 for name, part in _state["parts"].items()}
             receipt["merged_marks"] = _state.get("merged_marks", 0)
             receipt["added"] = dict(_state["added"])  # node id -> "grid" or "proof"
-            for key in ("maxfail_dropped", "session_stopped", "exit_rewritten", "session_hooks", "xdist"):
+            for key in ("maxfail_dropped", "session_stopped", "exit_rewritten", "session_hooks", "report_hooks",
+                        "xdist"):
                 if key in _state:
                     receipt[key] = _state[key]
             if _state["added_teardown_failed"]:
                 receipt["added_teardown_failed"] = list(_state["added_teardown_failed"])
         if _state.get("tier") is not None:
             receipt["cpu_tier"] = _state["tier"].report()
-        if CONFIG["sensitivity"]:
-            receipt["sensitivity"] = _sensitivity_receipt()
-    import json  # only now: every import before the target starts is paid by every run
-
-    temporary = CONFIG["receipt"] + ".tmp"
+        if corrupted is not None:
+            receipt["sensitivity"] = corrupted
+    temporary = _config["receipt"] + ".tmp"
     with open(temporary, "w") as handle:
         json.dump(receipt, handle)
-    os.replace(temporary, CONFIG["receipt"])
+    os.replace(temporary, _config["receipt"])
 
 
 def pytest_configure(config):
     install()
-    if CONFIG["merged"]:
-        config.addinivalue_line("markers", f"{_added_mark()}(part): a cell kvtasks added to this session")
+    if _config["merged"]:
         if getattr(config.option, "maxfail", 0):
             # the poisoned cell fails on purpose: -x or --maxfail must not end the session at it, nor
             # at a failing repository test before the grid's cells ran
@@ -555,7 +640,7 @@ def _coerce(cell):
 def _grid_marks(metafunc):
     """The parametrize marks the grid replaces, as (node, mark, argnames): those binding exactly the
     grid's argnames; else stacked marks that each bind only grid argnames and together all of them."""
-    wanted = set(CONFIG["grid_argnames"])
+    wanted = set(_config["grid_argnames"])
     exact, inside = [], []
     node = metafunc.definition
     while node is not None:
@@ -575,7 +660,22 @@ def _grid_marks(metafunc):
     return [inside] if len(inside) > 1 and covered == sorted(wanted) else []
 
 
-if CONFIG["cpu_tier"]:
+def _grid_rows(names):
+    """The grid's rows as values, in the order of `names` (a mark's own order of the grid argnames)."""
+    order = [_config["grid_argnames"].index(name) for name in names]
+    return [tuple(_coerce(row[i]) for i in order) for row in _config["grid_rows"]], order
+
+
+def _replaced_before(metafunc, mark, names):
+    """Whether `mark` is one the probe already made (a class or module mark is seen by each of its
+    tests); if so, this test's items index into it as the first test's did."""
+    own = next((own for replacement, own in _state["replaced"] if replacement is mark), None)
+    if own is not None:
+        _state["grid_functions"][metafunc.definition.nodeid] = (names[0], own)
+    return own is not None
+
+
+if _config["cpu_tier"]:
     _cpu_tier()  # as the probe loads (pytest plugin or python -m): before any conftest.py or script touches torch
 
 def _hookwrapper(**options):
@@ -587,7 +687,7 @@ def _hookwrapper(**options):
     return pytest.hookimpl(hookwrapper=True, **options)
 
 
-if "pytest" in sys.modules and CONFIG["grid_argnames"]:
+if "pytest" in sys.modules and _config["grid_argnames"]:
     import pytest
 
     @pytest.hookimpl(tryfirst=True)
@@ -599,37 +699,33 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
         Each grid row is a tuple of cell values, one per name. The names go to pytest as a list,
         never as one "a,b" string: a string naming one argument makes pytest take each row whole
         as that argument's value (a 1-tuple), while a list always unpacks a row into its names.
+        No id is given: pytest makes each one from its values, as it does for the repository's.
         """
-        if CONFIG["merged"]:
+        if _config["merged"]:
             _merge_grid(metafunc)
             return
         for marks in _grid_marks(metafunc):
-            names = [name for _, _, bound in marks for name in bound]
-            order = [CONFIG["grid_argnames"].index(name) for name in names]
-            rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
-            ids = [f"{CELL_ID}{index}={','.join(map(str, row))}" for index, row in enumerate(CONFIG["grid_rows"])]
-            replacement = pytest.mark.parametrize(list(names), rows, ids=ids).mark
             node, mark, _ = marks[0]
+            names = [name for _, _, bound in marks for name in bound]
+            if len(marks) == 1 and _replaced_before(metafunc, mark, names):
+                continue
+            rows, _ = _grid_rows(names)
+            replacement = pytest.mark.parametrize(list(names), rows).mark
             node.own_markers[node.own_markers.index(mark)] = replacement
             for node, mark, _ in marks[1:]:  # stacked marks: the grid's rows carry all their names
                 node.own_markers.remove(mark)
+            _state["replaced"].append((replacement, 0))
+            _state["grid_functions"][metafunc.definition.nodeid] = (names[0], 0)
 
     def _merge_grid(metafunc):
-        """The exact mark's own cells, then the grid's (kvcellN=) and the poisoned one (kvpoison=),
-        added once per mark (a class or module mark is seen by each of its tests)."""
-        merged = _state.setdefault("merged", [])
+        """The exact mark's own cells, then the grid's and the poisoned one, added once per mark."""
         for marks in _grid_marks(metafunc):
-            if len(marks) != 1 or any(mark is done for done in merged for _, mark, _ in marks):
-                continue  # stacked marks' cells are a product: a joint row cannot be added to them
             node, mark, names = marks[0]
-            order = [CONFIG["grid_argnames"].index(name) for name in names]
-            rows = [tuple(_coerce(row[i]) for i in order) for row in CONFIG["grid_rows"]]
-            ours = getattr(pytest.mark, _added_mark())
-            added = [pytest.param(*row, id=f"{CELL_ID}{index}={','.join(map(str, row))}", marks=ours("grid"))
-                     for index, row in enumerate(rows)]
-            poisoned = CONFIG["poisoned_row"]
-            added.append(pytest.param(*(poisoned[i] for i in order), id=f"{POISON_ID}={','.join(poisoned)}",
-                                      marks=ours("proof")))
+            if len(marks) != 1 or _replaced_before(metafunc, mark, names):
+                continue  # stacked marks' cells are a product: a joint row cannot be added to them
+            rows, order = _grid_rows(names)
+            poisoned = _config["poisoned_row"]
+            added = [pytest.param(*row) for row in rows] + [pytest.param(*(poisoned[i] for i in order))]
             own = list(mark.args[1]) if len(mark.args) > 1 else list(mark.kwargs.get("argvalues", []))
             kwargs = {key: value for key, value in mark.kwargs.items() if key not in ("argnames", "argvalues")}
             ids = kwargs.get("ids")
@@ -638,65 +734,63 @@ if "pytest" in sys.modules and CONFIG["grid_argnames"]:
             replacement = pytest.mark.parametrize(mark.args[0] if mark.args else mark.kwargs["argnames"],
                                                   own + added, **kwargs).mark
             node.own_markers[node.own_markers.index(mark)] = replacement
-            merged.append(replacement)
+            _state["replaced"].append((replacement, len(own)))
+            _state["grid_functions"][metafunc.definition.nodeid] = (names[0], len(own))
             _state["merged_marks"] = _state.get("merged_marks", 0) + 1
 
-    if CONFIG["merged"]:
-        @pytest.hookimpl(trylast=True)
-        def pytest_collection_modifyitems(session, config, items):
-            """The repository's own tests first, then the grid's cells, the poisoned cell last: a
-            cell that breaks the process (a CUDA context an out-of-bounds store poisoned) cannot
-            touch the repository's tests, and the order within each part stays pytest's. Which
-            items are kvtasks' is their private mark's to say, never their ids."""
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(session, config, items):
+        """Which items are the grid's (and in a merged session, the poisoned cell's), by their index
+        into the mark the probe made, never by their ids; in a merged session the repository's own
+        tests run first, then the grid's cells, the poisoned cell last: a cell that breaks the
+        process (a CUDA context an out-of-bounds store poisoned) cannot touch the repository's
+        tests, and the order within each part stays pytest's."""
+        rows = len(_config["grid_rows"])
+        for item in items:
+            spec = getattr(item, "callspec", None)
+            made = _state["grid_functions"].get(item.nodeid.partition("[")[0])
+            if spec is None or made is None or made[0] not in spec.indices or spec.indices[made[0]] < made[1]:
+                continue
+            index = spec.indices[made[0]] - made[1]
+            if index < rows:
+                _state["cells"][item.nodeid] = index
+            if _config["merged"]:
+                _state["added"][item.nodeid] = "grid" if index < rows else "proof"
+        if _config["merged"]:
             rank = {"repo": 0, "grid": 1, "proof": 2}
-            for item in items:
-                marker = item.get_closest_marker(_added_mark())
-                if marker is not None and marker.args:
-                    _state["added"][item.nodeid] = marker.args[0]
             items[:] = sorted(items, key=lambda item: rank[_state["added"].get(item.nodeid, "repo")])
 
 
-def pytest_runtest_logreport(report):
-    if CONFIG["merged"] and report.when == "teardown" and report.failed and report.nodeid in _state["added"]:
-        # a teardown failing on an added item is a higher-scoped fixture's, reported on the last item
-        # that used it: alone, the repository's run would have reported it on one of its own
-        _state["added_teardown_failed"].append(report.nodeid)
-    if CONFIG["sensitivity"]:
-        _corrupted_outcome(report)
+def pytest_runtest_logstart(nodeid, location):
+    _state["test"] = nodeid
 
 
-if CONFIG["sensitivity"]:
-    def pytest_runtest_logstart(nodeid, location):
-        _state["test"] = nodeid
-
-    def _corrupted_outcome(report):
-        """Which tests saw a corrupted route call, and whether they went red."""
-        nodeid = report.nodeid
-        if nodeid not in _state["tests_corrupted"]:
-            return
-        if report.failed and nodeid not in _state["tests_failed"]:
-            _state["tests_failed"].append(nodeid)
-        elif report.when == "call" and report.passed:  # a skipped test is neither red nor green
-            _state["tests_green"].append(nodeid)
-
-    def pytest_runtest_logfinish(nodeid, location):
-        _state["test"] = ""
-
-
-def pytest_runtest_setup(item):
-    _state["test"] = item.nodeid
-
-
-def pytest_runtest_teardown(item):
+def pytest_runtest_logfinish(nodeid, location):
     _state["test"] = ""
 
 
-def _session_hooks(config):
-    """The repository's own code (a conftest.py or a plugin module under the rootdir) that sees the
-    whole session's outcome: in a merged session the poisoned cell makes it a failure."""
+def pytest_runtest_logreport(report):
+    if _config["merged"] and report.when == "teardown" and report.failed and report.nodeid in _state["added"]:
+        # a teardown failing on an added item is a higher-scoped fixture's, reported on the last item
+        # that used it: alone, the repository's run would have reported it on one of its own
+        _state["added_teardown_failed"].append(report.nodeid)
+    _corrupted_outcome(report)
+
+
+# the repository's hooks that see the whole session's outcome (in a merged session the poisoned cell
+# makes it a failure), and those that can rewrite an item's report or outcome (and so tell the
+# items kvtasks added from the repository's)
+_SESSION_HOOKS = ("pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure")
+_REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
+                 "pytest_runtest_protocol")
+
+
+def _repository_hooks(config, names):
+    """The implementations of `names` in the repository's own code (a conftest.py or a plugin module
+    under the rootdir; pytest's own and installed packages' plugins are not the repository's)."""
     root = os.path.realpath(str(config.rootpath)) + os.sep
     found = []
-    for name in ("pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure"):
+    for name in names:
         for impl in getattr(config.hook, name).get_hookimpls():
             module = os.path.realpath(getattr(impl.plugin, "__file__", None) or "/")
             if module.startswith(root) and "-packages" + os.sep not in module \
@@ -709,17 +803,18 @@ def _session_hooks(config):
 def pytest_sessionfinish(session, exitstatus):
     """Outermost: the receipt is written after every other plugin finished; in a merged session it
     also says whether anything stopped the session early or rewrote its exit status."""
-    if CONFIG["merged"]:
+    if _config["merged"]:
         # a session told to stop (-x re-set by a conftest, a plugin's shouldstop) did not run every part
         stopped = session.shouldfail or session.shouldstop
         if stopped:
             _state["session_stopped"] = str(stopped)
-        hooks = _session_hooks(session.config)
-        if hooks:
-            _state["session_hooks"] = hooks
+        for key, names in (("session_hooks", _SESSION_HOOKS), ("report_hooks", _REPORT_HOOKS)):
+            hooks = _repository_hooks(session.config, names)
+            if hooks:
+                _state[key] = hooks
     before = session.exitstatus
     yield
-    if CONFIG["merged"] and session.exitstatus != before:
+    if _config["merged"] and session.exitstatus != before:
         _state["exit_rewritten"] = f"{int(before)} -> {int(session.exitstatus)}"
     write_receipt(int(session.exitstatus))
 

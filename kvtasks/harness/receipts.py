@@ -1,15 +1,25 @@
-"""The validator's side of the route probe: write a per-run probe module, read back its receipt."""
+"""The validator's side of the route probe: a per-launch copy of it, its configuration and seal,
+and its receipt read back."""
 from __future__ import annotations
 
 import hashlib
 import json
 import secrets
+import shutil
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvtasks.harness import probe, triton_cpu
 
-_CONFIG_LINE = next(line for line in Path(probe.__file__).read_text().splitlines() if line.startswith("CONFIG = "))
+# what a receipt read back from this launch's own probe (its nonce matched) is stamped with; the
+# probe itself carries no name of the validator's
+PRODUCER = "validate-kernel-pr.validation_probe"
+
+
+def neutral_name() -> str:
+    """A random module name that names nothing: no prefix a PR could look for, none it can pre-place."""
+    return secrets.choice(string.ascii_lowercase) + secrets.token_hex(7)
 
 
 @dataclass(frozen=True)
@@ -18,12 +28,21 @@ class ProbeModule:
     folder: Path
     receipt: Path
     nonce: str
+    sensitivity: dict
+
+    def seal(self) -> None:
+        """(Re)write what this launch corrupts, for an attempt about to start: the probe removes it
+        as it loads, so each attempt (a retry without the repository's addopts) gets its own."""
+        (self.folder / f"{self.name}.seal").write_text(json.dumps(self.sensitivity))
 
 
-def prepare(folder: Path, *, label: str, routes: list[str], shape_vars: list[str], receipt: Path,
+def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: Path,
             grid_argnames: list[str] = (), grid_rows: list[list[str]] = (), poisoned_row: list[str] = (),
             cpu_tier: dict | None = None, sensitivity: dict | None = None) -> ProbeModule:
-    """A fresh, randomly named copy of the probe: a PR cannot pre-place a module with that name.
+    """A fresh, randomly named copy of the probe in `folder` (a launch's own), its configuration
+    beside it and, sealed apart, what it corrupts (nothing for an ordinary run): the files of a
+    corrupted run and of the run it repeats differ only in the seal, which the probe reads and
+    removes before anything else in the process runs.
 
     With grid_argnames it also replaces the cells of the parametrize mark binding those names; with
     a poisoned_row too it adds the grid's cells and that row beside the mark's own instead (a
@@ -31,24 +50,26 @@ def prepare(folder: Path, *, label: str, routes: list[str], shape_vars: list[str
     with cpu_tier (the tier's settings) it ships the Triton CPU hooks beside it, also randomly named;
     with sensitivity (mode, error, output) it corrupts what the routes produce."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"kvtasks_probe_{secrets.token_hex(8)}"
+    name = neutral_name()
     nonce = secrets.token_hex(16)
     tier = {}
     if cpu_tier:
-        tier = {**cpu_tier, "module": f"{name}_triton_cpu"}
-        (folder / f"{tier['module']}.py").write_text(Path(triton_cpu.__file__).read_text())
-    config = {"routes": routes, "shape_vars": shape_vars, "receipt": str(receipt), "nonce": nonce, "label": label,
+        tier = {**cpu_tier, "module": neutral_name()}
+        shutil.copyfile(triton_cpu.__file__, folder / f"{tier['module']}.py")
+    config = {"routes": routes, "shape_vars": shape_vars, "receipt": str(receipt), "nonce": nonce,
               "grid_argnames": list(grid_argnames), "grid_rows": [list(row) for row in grid_rows],
-              "poisoned_row": list(poisoned_row), "merged": bool(poisoned_row),
-              "cpu_tier": tier, "sensitivity": dict(sensitivity or {})}
-    source = Path(probe.__file__).read_text().replace(_CONFIG_LINE, f"CONFIG = {config!r}", 1)
-    (folder / f"{name}.py").write_text(source)
+              "poisoned_row": list(poisoned_row), "merged": bool(poisoned_row), "cpu_tier": tier}
+    shutil.copyfile(probe.__file__, folder / f"{name}.py")
+    (folder / f"{name}.json").write_text(json.dumps(config))
     receipt.unlink(missing_ok=True)
-    return ProbeModule(name, folder, receipt, nonce)
+    module = ProbeModule(name, folder, receipt, nonce, dict(sensitivity or {}))
+    module.seal()
+    return module
 
 
-def read(module: ProbeModule) -> tuple[dict | None, str | None, str]:
-    """(receipt, its SHA-256, a note): the receipt only when it exists, parses and is this run's."""
+def read(module: ProbeModule, label: str) -> tuple[dict | None, str | None, str]:
+    """(receipt, its SHA-256, a note): the receipt only when it exists, parses and is this run's;
+    it is stamped with the producer and the run's label, which the process never knew."""
     if not module.receipt.is_file():
         return None, None, "the run wrote no execution receipt"
     raw = module.receipt.read_bytes()
@@ -59,4 +80,4 @@ def read(module: ProbeModule) -> tuple[dict | None, str | None, str]:
         return None, digest, f"the receipt is not valid JSON: {exc}"
     if not isinstance(receipt, dict) or receipt.get("nonce") != module.nonce:
         return None, digest, "the receipt did not come from this run's probe"
-    return receipt, digest, ""
+    return {**receipt, "producer": PRODUCER, "label": label}, digest, ""

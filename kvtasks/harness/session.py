@@ -1,19 +1,21 @@
 """A merged pytest session, read back as the runs it stands for.
 
 On the argnames channel one pytest launch runs the repository's own tests, the grid's cells and the
-poisoned cell: the probe adds the last two beside the parametrize mark's own cells (ids kvcellN= and
-kvpoison=, and a mark named by the run's nonce that no repository test can carry), runs them after
-the repository's tests, counts the route per part and lists the items it added. JUnit tells the
-items apart, so the session reads back as three runs (`part`): "repo", "grid" and "proof", each
-with the exit pytest would have given it alone (1 with a failure or error, 5 with no item, else 0),
-its own items' counts, its own part of the receipt and a log of its own items' outcomes (a grid or
-proof part without items exits 0: alone, it would have run the repository's other tests). A part
-names its session (`TargetRun.session`) and is never counted as a launch of its own.
+poisoned cell: the probe adds the last two beside the parametrize mark's own cells (with the ids
+pytest makes for their values and no mark, so nothing in the process tells them from the
+repository's), runs them after the repository's tests, counts the route per part and lists, in its
+receipt, the node ids it added and the grid row each ran. JUnit names the items, so the session
+reads back as three runs (`part`): "repo", "grid" and "proof", each with the exit pytest would have
+given it alone (1 with a failure or error, 5 with no item, else 0), its own items' counts, its own
+part of the receipt and a log of its own items' outcomes (a grid or proof part without items exits
+0: alone, it would have run the repository's other tests). A part names its session
+(`TargetRun.session`) and is never counted as a launch of its own.
 
 A session that did not end as pytest ends a run of tests (a timeout, a crash, a signal, an
 interrupted collection, a stop before its last item, a rewritten exit status, the repository's own
-session hooks, a teardown failing on an added item, xdist workers, a missing JUnit file or receipt)
-stands for nothing: `unusable` says why, and the caller runs the parts alone.
+session hooks or hooks that can rewrite an item's report, a teardown failing on an added item,
+xdist workers, a missing JUnit file or receipt) stands for nothing: `unusable` says why, and the
+caller runs the parts alone.
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ def unusable(session: TargetRun) -> str | None:
     if receipt.get("session_hooks"):
         return ("the repository's own session hooks see the whole session's outcome, which the poisoned cell "
                 f"makes a failure ({', '.join(receipt['session_hooks'][:3])})")
+    if receipt.get("report_hooks"):
+        return ("the repository's own hooks can rewrite an item's report or outcome, and so treat the items "
+                f"kvtasks added apart from its own ({', '.join(receipt['report_hooks'][:3])})")
     if receipt.get("exit_rewritten"):
         return f"a hook rewrote its exit status ({receipt['exit_rewritten']})"
     if receipt.get("added_teardown_failed"):
@@ -63,6 +68,12 @@ def junit_key(nodeid: str) -> tuple[str, str]:
     names[0] = names[0].replace("/", ".").removesuffix(".py")
     names[-1] += bracket + parameters
     return ".".join(names[:-1]), names[-1]
+
+
+def cells_by_case(run: TargetRun) -> dict[tuple[str, str], int]:
+    """Which grid row each of a run's JUnit items ran, as the probe's receipt says (its `cells`):
+    the ids pytest gave the items name nothing of the grid."""
+    return {junit_key(nodeid): index for nodeid, index in ((run.receipt or {}).get("cells") or {}).items()}
 
 
 def _parts_of(receipt: dict) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
@@ -112,6 +123,11 @@ def _receipt(receipt: dict, name: str, label: str) -> dict:
 
     mine = {key: value for key, value in receipt.items() if key not in ("parts", "merged_marks", "added")}
     mine.update(counted, label=label)
+    mine["cells"] = {test: index for test, index in (receipt.get("cells") or {}).items() if part_of(test) == name}
+    corrupted = receipt.get("sensitivity")
+    if corrupted:  # a corrupted session: this part's tests, as its run alone would have counted them
+        mine["sensitivity"] = {**{key: value for key, value in corrupted.items() if key != "parts"},
+                               **((corrupted.get("parts") or {}).get(name) or {})}
     mine["route_outputs"] = [entry for entry in receipt.get("route_outputs") or []
                              if part_of(str(entry.get("cell", ""))) == name]
     tier = receipt.get("cpu_tier")

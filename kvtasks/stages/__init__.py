@@ -79,6 +79,9 @@ class StageResult(BaseModel):
     selection: Selection = Selection()
     facts: Facts = Facts()
     runs: list[TargetRun] = []
+    # evidence of the base alone that this stage made (base's corrupted runs): stored under keys of
+    # their own beside the group's, so every later PR against the same base reuses it
+    base_evidence: list["StageResult"] = []
 
     @field_validator("stage", mode="before")
     @classmethod

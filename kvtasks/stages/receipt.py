@@ -12,7 +12,7 @@ from pydantic import ConfigDict
 
 from kvtasks.stages import Context, Stage, StageResult, grid, payload, result
 from kvtasks.harness.launch import TargetRun
-from kvtasks.harness.probe import PRODUCER
+from kvtasks.harness.receipts import PRODUCER
 
 NAME = "execution_receipt"
 

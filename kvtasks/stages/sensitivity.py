@@ -1,35 +1,43 @@
 """sensitivity: could the suite have gone red? One more head run with the route's output corrupted.
 
 A green suite is evidence only if it could fail. After the head grid passed (or the repo tests,
-when no grid ran), the same target and cells run once more while the probe corrupts what the
-route produces: by default the last element of each floating output becomes 2*x + 1,
---sensitivity-error E applies a relative error E there instead, --sensitivity-mode nan makes the
-whole output NaN (both: two runs), and --sensitivity-output NAME corrupts that argument after the
-call for routes that write their output instead of returning it.
+when no grid ran), that run is launched once more while the probe corrupts what the route
+produced: by default the last element of each floating output becomes 2*x + 1, --sensitivity-error
+E applies a relative error E there instead, --sensitivity-mode nan makes the whole output NaN
+(both: two runs), and --sensitivity-output NAME corrupts that argument after the call for routes
+that write their output instead of returning it. A returned value that is an input, or shares its
+memory, is never corrupted. The corrupted run is the ordinary run again as far as the process can
+tell (its label, cells, files and scratch; a merged session is the whole session again, judged by
+its grid or repository items), so the ordinary run is its control.
 
 pass: every corrupted run failed (a test that saw a corrupted call failed, or the script exited
 non-zero) and its receipt shows the corruption applied. fail: a corrupted run stayed green.
 skip, with the reason and the flag that would help: no route, the route never reached, nothing
-floating to corrupt, or no green run to corrupt. These runs never count as evidence of the kernel.
+floating it produced to corrupt, or no green run to corrupt. These runs never count as evidence of
+the kernel.
 
 Blame: only when the PR changes the target or its test helpers does the suite also run corrupted
-on base; sensitive on base and not on head is should-fix (a blocker when the PR changes no kernel
+on base (base evidence: stored under its base sensitivity key and reused by every PR against that
+base); sensitive on base and not on head is should-fix (a blocker when the PR changes no kernel
 code), and a target the PR adds that cannot fail is should-fix. Otherwise a fail is a note about
 the repository, not the PR.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict
 
 from kvtasks import harness
+from kvtasks.harness import session
 from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, repo_tests, result
 from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 
 NAME = "sensitivity"
+BASE_EVIDENCE = "base_sensitivity"  # base's corrupted runs, stored apart under their base sensitivity keys
 
 
 @payload(NAME)
@@ -80,27 +88,47 @@ def _green_run(ctx: Context) -> tuple[str, TargetRun | None, str]:
     return "repo", repo_run, ""
 
 
-def _launch(ctx: Context, kind: str, label: str, mode: str, axis_argv: list[str]) -> TargetRun:
+def _launch(ctx: Context, kind: str, ordinary: TargetRun, label: str, mode: str, axis_argv: list[str]
+            ) -> tuple[TargetRun, list[TargetRun], str]:
+    """`ordinary` once more with the route's output corrupted, launched as it was and seen by the
+    process as it was (its label, channel, cells, files): (the run to judge, the launches, why a
+    corrupted session stands for nothing). A part of a merged session is its whole session again,
+    judged by that part."""
     ctx.say(f"{NAME}: running {label} ({_describe(ctx, mode)})")
+    settings, scratch = _settings(ctx, mode), Path(ordinary.scratch) if ordinary.scratch else None
+    if ordinary.session:
+        launched = grid.rerun_session(ctx, f"{label}-session", settings, seen_as=ordinary.session, scratch=scratch)
+        why = session.unusable(launched)
+        if why:
+            return launched, [launched], f"the corrupted session stands for nothing ({why})"
+        part = session.part(launched, kind, label)
+        return part, [launched, part], ""
     if kind == "grid":
-        return grid.rerun(ctx, label, axis_argv, _settings(ctx, mode))
-    return harness.run(ctx.request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
-                      **cpu_tier.launch_options(ctx), sensitivity=_settings(ctx, mode))
+        run = grid.rerun(ctx, label, axis_argv, settings, seen_as=ordinary.label, scratch=scratch)
+    else:
+        run = harness.run(ctx.request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
+                          **cpu_tier.launch_options(ctx), sensitivity=settings, seen_as=ordinary.label,
+                          scratch=scratch)
+    return run, [run], ""
 
 
-def judge_run(ctx: Context, mode: str, run: TargetRun) -> tuple[str, str, dict]:
+def judge_run(ctx: Context, mode: str, run: TargetRun, unusable: str = "") -> tuple[str, str, dict]:
     """(pass | fail | skip, reason, fields) for one corrupted run."""
     receipt = run.receipt or {}
     seen = receipt.get("sensitivity") or {}
     fields = {"label": run.label, "exit": run.exit, "timed_out": run.timed_out, "log": run.log,
               "stats": run.stats.model_dump(), "receipt_sha256": run.receipt_sha256, "corruption": _describe(ctx, mode),
+              **({"session": run.session} if run.session else {}),
               **{key: seen.get(key) for key in ("corrupted_calls", "max_relative_error", "nan_elements",
-                                                "not_corrupted", "tests_failed", "tests_failed_count", "tests_green",
+                                                "not_corrupted", "outputs_corrupted", "outputs_left_alone",
+                                                "tests_failed", "tests_failed_count", "tests_green",
                                                 "tests_green_count")}}
     tier = cpu_tier.run_evidence(run)
     if tier:
         fields["cpu_tier"] = tier
     output = ctx.request.sensitivity_output
+    if unusable:
+        return "skip", f"{unusable}: no conclusion either way", fields
     if run.timed_out:
         return "skip", f"the corrupted run timed out after {ctx.request.host.timeout}s: no conclusion either way", fields
     if not seen:
@@ -114,9 +142,10 @@ def judge_run(ctx: Context, mode: str, run: TargetRun) -> tuple[str, str, dict]:
         reasons = ", ".join(f"{reason} x{count}" for reason, count in (seen.get("not_corrupted") or {}).items())
         if output:
             return "skip", f"--sensitivity-output {output} could not be corrupted ({reasons})", fields
-        if any(reason.startswith("returned nothing") for reason in seen.get("not_corrupted") or {}):
-            return "skip", (f"the route returns nothing ({reasons}); name the argument it writes its output into "
-                            "with --sensitivity-output NAME"), fields
+        if any(reason.startswith(("returned nothing", "returned an input"))
+               for reason in seen.get("not_corrupted") or {}):
+            return "skip", (f"the route returns nothing it produced ({reasons}); name the argument it writes its "
+                            "output into with --sensitivity-output NAME"), fields
         return "skip", f"the route's output is not floating ({reasons}): there is nothing to corrupt", fields
     if mode == "tail" and not seen.get("max_relative_error"):
         return "skip", ("the injected error rounds away in the output's dtype (max relative error injected 0); "
@@ -160,8 +189,9 @@ def run(ctx: Context) -> StageResult:
     try:
         with ctx.worktree.lend("head"):
             for mode in request.sensitivity_modes:
-                runs.append(_launch(ctx, kind, f"head-sensitivity-{mode}", mode, axis_argv))
-                outcomes[mode] = judge_run(ctx, mode, runs[-1])
+                judged, launched, unusable = _launch(ctx, kind, green, f"head-sensitivity-{mode}", mode, axis_argv)
+                runs += launched
+                outcomes[mode] = judge_run(ctx, mode, judged, unusable)
     except PatchRefused as refused:
         return result(NAME, "skip", str(refused))
     status, reason = _combine(outcomes)
@@ -187,8 +217,10 @@ def run(ctx: Context) -> StageResult:
 
 # -- blame -------------------------------------------------------------------------------------------
 
-def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[TargetRun]]:
-    """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs)."""
+def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[TargetRun], list[StageResult]]:
+    """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs,
+    the new base evidence). A mode another PR against this base already ran corrupted on base is
+    that stored evidence, reused and said so."""
     baseline = ctx.earlier.get(baseline_control.NAME)
     base_grid = (baseline.stage.s1_grid if baseline else None) or {}
     base_repo = (baseline.stage.repo_tests if baseline else None) or {}
@@ -197,17 +229,40 @@ def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[
     elif base_repo.get("state") == "ran" and base_repo.get("exit") == 0:
         kind = "repo"
     else:
-        return "skip", "base's own run of the target did not pass", {}, []
-    runs, outcomes = [], {}
-    with ctx.worktree.lend("base"):
-        for mode in modes:
-            runs.append(_launch(ctx, kind, f"base-sensitivity-{mode}", mode, []))
-            outcomes[mode] = judge_run(ctx, mode, runs[-1])
+        return "skip", "base's own run of the target did not pass", {}, [], []
+    ordinary = next((run for run in baseline.runs if run.label == f"base-{kind}"), None)
+    if ordinary is None:
+        return "skip", f"base's {kind} run is not among the baseline's runs", {}, [], []
+    runs, outcomes, made, reused = [], {}, [], {}
+    for mode in modes:
+        stored = ctx.earlier.get(base_evidence_name(mode))
+        if stored is not None and stored.stage is not None:
+            outcomes[mode] = (stored.stage.status, stored.stage.note, dict(stored.stage.model_extra or {}))
+            if stored.stage.reused_from is not None:
+                reused[mode] = stored.stage.reused_from.model_dump()
+    pending = [mode for mode in modes if mode not in outcomes]
+    if pending:
+        with ctx.worktree.lend("base"):
+            for mode in pending:
+                judged, launched, unusable = _launch(ctx, kind, ordinary, f"base-sensitivity-{mode}", mode, [])
+                runs += launched
+                outcomes[mode] = judge_run(ctx, mode, judged, unusable)
+                state, why, detail = outcomes[mode]
+                if state in ("pass", "fail"):  # a conclusion about base; a skip (a timeout) is no evidence
+                    kept = StageResult(name=base_evidence_name(mode), stage=Stage(status=state, note=why, **detail))
+                    kept.runs = launched
+                    made.append(kept)
     status, reason = _combine(outcomes)
     fields = {"corrupted_run": f"base-{kind}", "status": status, "reason": reason,
-              "modes": {mode: {"status": state, "reason": why, **detail} for mode, (state, why, detail)
-                        in outcomes.items()}}
-    return status, reason, fields, runs
+              "modes": {mode: {"status": state, "reason": why, **detail,
+                               **({"reused_from": reused[mode]} if mode in reused else {})}
+                        for mode, (state, why, detail) in outcomes.items()}}
+    return status, reason, fields, runs, made
+
+
+def base_evidence_name(mode: str) -> str:
+    """What base's corrupted run in `mode` is stored and read back as (under its base sensitivity key)."""
+    return f"{BASE_EVIDENCE}:{mode}"
 
 
 def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> StageResult:
@@ -224,9 +279,10 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
     stage.stage.test_changes = changed
     if not ctx.worktree.exists_on_base(request.target_path):
         return stage.finding("should-fix", f"the PR adds this target and {detail}")
-    status, reason, fields, runs = _base_outcome(ctx, modes)
+    status, reason, fields, runs, made = _base_outcome(ctx, modes)
     stage.stage.base = fields or {"status": status, "reason": reason}
     stage.runs += runs
+    stage.base_evidence = made
     if status == "pass":
         # test_policy's rule (a code file outside the tests), and the route's own module whatever its name
         kernel_changed = any(path in kernel_files or (path.endswith(KERNEL_SUFFIXES) and not is_test_path(path))

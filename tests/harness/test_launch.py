@@ -10,7 +10,7 @@ from tests.processes import alive
 
 
 def launch_script(tmp_path, script, timeout_s, argv=()):
-    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+    probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     return launch(label="head-repo", runner="script", target=str(script), cwd=tmp_path,
                   env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder)}, python_bin=os.sys.executable,
@@ -60,7 +60,7 @@ def test_unreadable_junit_is_an_error_not_a_pass(tmp_path):
 
 
 def launch_pytest(tmp_path, env_extra=None):
-    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+    probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     return launch(label="head-repo", runner="pytest", target="test_ok.py", cwd=tmp_path,
                   env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **(env_extra or {})},
@@ -89,7 +89,7 @@ def test_a_usage_error_that_persists_is_never_a_test_failure(tmp_path):
 def test_a_target_node_that_does_not_exist_is_not_retried(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:warnings\n")
     (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
-    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+    probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     run = launch(label="head-repo", runner="pytest", target="test_ok.py::test_gone", cwd=tmp_path,
                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder)}, python_bin=os.sys.executable,

@@ -1,5 +1,5 @@
-"""The route probe inside real interpreters: the import-hook wrapper (3.10/3.11) and sys.monitoring
-(3.12+), whichever this machine has."""
+"""The route probe inside real interpreters: the import-hook wrapper, on every Python this machine has
+(a corrupted run and the run it repeats take the same path)."""
 import json
 import shutil
 import subprocess
@@ -84,11 +84,11 @@ def run_probe(tmp_path, python, script_text, routes, shape_vars=("M", "N")):
         (tmp_path / name).write_text(text)
     script = tmp_path / "target.py"
     script.write_text(script_text)
-    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=list(routes),
+    probe = receipts.prepare(tmp_path / "probe", routes=list(routes),
                              shape_vars=list(shape_vars), receipt=tmp_path / "receipt.json")
     done = subprocess.run([python, "-m", probe.name, str(script)], cwd=tmp_path, capture_output=True, text=True,
                           env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
-    receipt, digest, note = receipts.read(probe)
+    receipt, digest, note = receipts.read(probe, "head-repo")
     return done, receipt, note
 
 
@@ -146,16 +146,16 @@ def test_unresolvable_route_is_named_in_the_receipt(tmp_path, python):
 
 
 def test_a_receipt_from_another_run_is_refused(tmp_path):
-    probe = receipts.prepare(tmp_path / "probe", label="head-repo", routes=[], shape_vars=[],
+    probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     (tmp_path / "receipt.json").write_text(json.dumps({"schema_version": 1, "nonce": "forged", "route": "a:b"}))
-    receipt, digest, note = receipts.read(probe)
+    receipt, digest, note = receipts.read(probe, "head-repo")
     assert receipt is None and len(digest) == 64 and "did not come from this run" in note
 
 
 def test_probe_module_names_are_random_per_run(tmp_path):
-    first = receipts.prepare(tmp_path / "p", label="a", routes=[], shape_vars=[], receipt=tmp_path / "r1.json")
-    second = receipts.prepare(tmp_path / "p", label="b", routes=[], shape_vars=[], receipt=tmp_path / "r2.json")
+    first = receipts.prepare(tmp_path / "p", routes=[], shape_vars=[], receipt=tmp_path / "r1.json")
+    second = receipts.prepare(tmp_path / "p", routes=[], shape_vars=[], receipt=tmp_path / "r2.json")
     assert first.name != second.name and first.nonce != second.nonce
 
 
@@ -184,6 +184,10 @@ def nothing(x):
 
 def mean(x):
     return float(x.mean())
+
+
+def with_input(x):
+    return x * 2, x, x[1:], x.reshape(2, 2)
 '''
 
 SENSITIVITY_SCRIPT = '''import json
@@ -212,12 +216,12 @@ def sensitivity_probe(tmp_path, sensitivity, routes, script=SENSITIVITY_SCRIPT, 
     (tmp_path / "kern/__init__.py").write_text("")
     (tmp_path / "kern/arrays.py").write_text(ARRAY_KERNELS)
     (tmp_path / "target.py").write_text(script)
-    probe = receipts.prepare(tmp_path / "probe", label="head-sensitivity-tail", routes=[f"kern.arrays:{r}" for r in routes],
+    probe = receipts.prepare(tmp_path / "probe", routes=[f"kern.arrays:{r}" for r in routes],
                              shape_vars=[], receipt=tmp_path / "receipt.json", sensitivity=sensitivity)
     done = subprocess.run([python, "-m", probe.name, str(tmp_path / "target.py")], cwd=tmp_path, capture_output=True,
                           text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), receipts.read(probe)[0]
+    return json.loads(done.stdout), receipts.read(probe, "head-repo")[0]
 
 
 def test_sensitivity_corrupts_the_tail_of_returned_arrays_and_names_what_it_cannot(tmp_path):
@@ -245,14 +249,38 @@ def test_sensitivity_relative_error_nan_and_output_argument(tmp_path):
     assert receipt["sensitivity"]["not_corrupted"] == {"argument out: a call without an argument named 'out'": 1}
 
 
+ECHO_SCRIPT = '''import json
+
+import numpy as np
+
+from kern.arrays import with_input
+
+x = np.arange(1, 5, dtype=np.float32)
+out, echoed, view, reshaped = with_input(x)
+print(json.dumps({"out": out.tolist(), "echoed": echoed.tolist(), "view": view.tolist(), "x": x.tolist(),
+                  "reshaped": reshaped.tolist()}))
+'''
+
+
+def test_only_what_the_route_produced_is_corrupted_and_each_output_is_named(tmp_path):
+    seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail"}, ["with_input"], script=ECHO_SCRIPT)
+    assert seen["out"] == [2, 4, 6, 17]  # produced: corrupted
+    assert seen["echoed"] == seen["x"] == [1, 2, 3, 4] and seen["view"] == [2, 3, 4]  # the input and its views: not
+    assert seen["reshaped"] == [[1, 2], [3, 4]]
+    report = receipt["sensitivity"]
+    assert report["corrupted_calls"] == 1 and report["outputs_corrupted"] == {"return[0]": 1}
+    assert report["outputs_left_alone"] == {f"return[{index}]": "an input (argument x, or memory shared with it)"
+                                            for index in (1, 2, 3)}
+
+
 TORCH_SCRIPT = '''import json
 
 import torch
 
-from kern.torched import add_into, softmax, argmax
+from kern.torched import add_into, softmax, argmax, with_view
 
 x = torch.tensor([[1.0, -1.0], [0.0, 3.0]])
-seen = {"softmax": softmax(x).tolist(), "argmax": argmax(x).tolist()}
+seen = {"softmax": softmax(x).tolist(), "argmax": argmax(x).tolist(), "view": with_view(x)[1].tolist()}
 out = torch.zeros(2, 2, dtype=torch.bfloat16)
 add_into(out, x)
 seen["out"] = out.float().tolist()
@@ -271,6 +299,10 @@ def argmax(x):
 
 def add_into(out, x):
     out.copy_(x - 1)
+
+
+def with_view(x):
+    return x + 1, x.view(-1)[1:]
 '''
 
 
@@ -281,16 +313,27 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
     _, receipt = sensitivity_probe(tmp_path, {"mode": "tail"}, [], script="import sys\nassert 'numpy' not in "
                                    "sys.modules and 'torch' not in sys.modules\nprint('{}')\n")
     assert receipt["sensitivity"]["corrupted_calls"] == 0
-    probe = receipts.prepare(tmp_path / "probe2", label="head-sensitivity-tail", shape_vars=[],
-                             routes=["kern.torched:softmax", "kern.torched:argmax", "kern.torched:add_into"],
+    probe = receipts.prepare(tmp_path / "probe2", shape_vars=[],
+                             routes=["kern.torched:softmax", "kern.torched:argmax", "kern.torched:add_into",
+                                     "kern.torched:with_view"],
                              receipt=tmp_path / "receipt2.json", sensitivity={"mode": "tail", "output": "out"})
     (tmp_path / "torch_target.py").write_text(TORCH_SCRIPT)
     done = subprocess.run([sys.executable, "-m", probe.name, str(tmp_path / "torch_target.py")], cwd=tmp_path,
                           capture_output=True, text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}",
                                                                "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    seen, receipt = json.loads(done.stdout), receipts.read(probe)[0]
+    seen, receipt = json.loads(done.stdout), receipts.read(probe, "head-repo")[0]
     assert seen["out"] == [[0.0, -2.0], [-1.0, 5.0]]  # bf16 out-argument: last element 2*2 + 1
     report = receipt["sensitivity"]
     assert report["corrupted_calls"] == 1 and report["max_relative_error"] == pytest.approx(1.5)
-    assert report["not_corrupted"] == {"argument out: a call without an argument named 'out'": 2}
+    assert report["not_corrupted"] == {"argument out: a call without an argument named 'out'": 3}
+    assert seen["view"] == [-1.0, 0.0, 3.0]  # a view of the input is never corrupted
+    probe = receipts.prepare(tmp_path / "probe3", shape_vars=[], routes=["kern.torched:with_view"],
+                             receipt=tmp_path / "receipt3.json", sensitivity={"mode": "tail"})
+    done = subprocess.run([sys.executable, "-m", probe.name, str(tmp_path / "torch_target.py")], cwd=tmp_path,
+                          capture_output=True, text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}",
+                                                               "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    report = receipts.read(probe, "head-repo")[0]["sensitivity"]
+    assert report["outputs_corrupted"] == {"return[0]": 1}
+    assert report["outputs_left_alone"] == {"return[1]": "an input (argument x, or memory shared with it)"}

@@ -64,9 +64,11 @@ def test_a_forged_receipt_from_the_pr_is_not_believed(repo, validate, tmp_path):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for name, module in list(sys.modules.items()):
-        if name.startswith("kvtasks_probe_"):
-            module.CONFIG["nonce"] = "forged"
+    # the probe has a random name, but its code is the same in every run: found by what it holds
+    for module in list(sys.modules.values()):
+        config = getattr(module, "_config", None)
+        if isinstance(config, dict) and "nonce" in config:
+            config["nonce"] = "forged"
 '''
     patch = make_patch(repo, {"tests/conftest.py": forging_conftest}, tmp_path / "pr.patch")
     result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py", *ROUTE)

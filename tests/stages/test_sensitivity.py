@@ -1,5 +1,7 @@
 """sensitivity: whole validations of a suite that can fail, four that cannot, a PR that makes one
-insensitive, an out-argument kernel and a route returning integers."""
+insensitive, a batch whose PRs share base's corrupted run, an out-argument kernel and a route
+returning integers."""
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +10,8 @@ from kvtasks import cli, keys, report
 from kvtasks.request import build_request
 from kvtasks.stages import sensitivity
 from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.store import Store
+from tests.batches import doit, reports
 from tests.kernel_repos import make_patch
 from tests.sensitivity_repos import HELPERS_SELF_REFERENCE, OPS_REFACTORED, sensitivity_repo
 
@@ -70,8 +74,8 @@ def test_a_pr_that_makes_a_sensitive_suite_insensitive_is_blamed(sens, validate,
 
 
 @pytest.mark.parametrize("name,route,flags,status,reason", [
-    ("into", "scale_into", [], "skip", "the route returns nothing (returned nothing (None) x1); name the argument it "
-                                       "writes its output into with --sensitivity-output NAME"),
+    ("into", "scale_into", [], "skip", "the route returns nothing it produced (returned nothing (None) x1); name "
+                                       "the argument it writes its output into with --sensitivity-output NAME"),
     ("into", "scale_into", ["--sensitivity-output", "out"], "pass", "1 tests that saw a corrupted call failed"),
     ("hist", "histogram", [], "skip", "the route's output is not floating (returned int64 ndarray x1): there is "
                                       "nothing to corrupt"),
@@ -127,3 +131,31 @@ def test_a_corrupted_run_counts_only_when_the_corruption_explains_it(sens, run, 
                                                  "sensitivity_error": "1e-9"}))
     judged, why, _ = sensitivity.judge_run(ctx, "tail", run)
     assert (judged, reason in why) == (status, True), why
+
+
+def test_base_corrupted_run_is_base_evidence_shared_by_a_batch(sens, home, tmp_path, idle_gpu):
+    # three PRs that each make the suite unable to fail: base's corrupted run depends on base alone
+    variants = {"self": HELPERS_SELF_REFERENCE,
+                "copy": HELPERS_SELF_REFERENCE.replace("np.asarray(got)", "np.array(got)"),
+                "same": HELPERS_SELF_REFERENCE.replace("want = np.asarray(got)", "want = got")}
+    manifest = tmp_path / "batch.json"
+    manifest.write_text(json.dumps({
+        "repo": str(sens), "target": "tests/test_good.py", "expected_route": "kernels.ops:scale", "shape_vars": "M,N",
+        "no_perf": True, "prs": [{"label": name, "patch": str(make_patch(sens, {"tests/helpers.py": helpers},
+                                                                          tmp_path / f"{name}.patch"))}
+                                 for name, helpers in variants.items()]}))
+    done = doit(home, "batch", f"manifest={manifest}")
+    assert done.returncode == 1, done.stderr[-2000:]
+    bases = {}
+    for name, report in reports(home, variants).items():
+        sensitivity = report["stages"]["sensitivity"]
+        assert report["verdict"] == "BLOCK" and sensitivity["status"] == "fail"
+        bases[name] = sensitivity["base"]["modes"]["tail"]
+        assert bases[name]["status"] == "pass" and bases[name]["tests_failed_count"] == 1
+    launched = [(row["label"], row["run"]) for row in Store(home / "cache").launches()
+                if row["run"].startswith("base-sensitivity")]
+    first = launched[0][0]
+    assert launched == [(first, "base-sensitivity-tail")] and "reused_from" not in bases[first]
+    for name in set(variants) - {first}:
+        assert bases[name]["reused_from"]["written_by"] == first
+        assert bases[name]["reused_from"]["evidence"].startswith("base-sensitivity:")

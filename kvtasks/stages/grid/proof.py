@@ -6,18 +6,15 @@ Judges probe runs; it must never lend the tree (the caller holds the lend).
 """
 from __future__ import annotations
 
-import re
-
 from kvtasks import harness
-from kvtasks.harness import probe as route_probe
 from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.session import cells_by_case
 from kvtasks.stages import Context, cpu_tier
 from kvtasks.stages.grid.plan import Plan
 
 
 SENTINEL = "__VALIDATOR_INVALID_GRID__"
 AXIS_SENTINEL = "__VALIDATOR_INVALID_AXIS__"
-_CELL = re.compile(rf"\b{route_probe.CELL_ID}(\d+)=")
 
 
 def poisoned(plan: Plan) -> list[list[str]]:
@@ -49,16 +46,12 @@ def proves_channel(plan: Plan, probe: TargetRun) -> tuple[bool, str]:
         return False, "the poisoned run timed out: a timeout proves nothing about the channel"
     if log_names(probe, SENTINEL):
         return True, f"failed, naming {SENTINEL}"
-    if plan.channel == "pytest" and any(case.outcome in ("failed", "error") and cell_index(case.name) == 0
-                                        for case in probe.cases):
+    cells = cells_by_case(probe)
+    if plan.channel == "pytest" and any(case.outcome in ("failed", "error")
+                                        and cells.get((case.classname, case.name)) == 0 for case in probe.cases):
         return True, "the parametrized test failed at the poisoned cell"
     return False, (f"the poisoned run failed (exit {probe.exit}) without naming {SENTINEL}: an unrelated crash "
                    f"proves nothing about the channel ({probe.log_tail(2)})")
-
-
-def cell_index(name: str) -> int | None:
-    found = _CELL.search(name)
-    return int(found.group(1)) if found else None
 
 
 def axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:

@@ -6,6 +6,7 @@ Launches through kvtasks.harness inside a lend its caller holds; it must never j
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from kvtasks import harness, sources
 from kvtasks.harness import probe as route_probe, session
@@ -14,12 +15,13 @@ from kvtasks.request import grid_rows
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier, nonfinite
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
-from kvtasks.stages.grid.proof import cell_index, poisoned, proves_channel
+from kvtasks.stages.grid.proof import poisoned, proves_channel
 from kvtasks.stages.target_runs import state
 
 
 def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = (),
-             sensitivity: dict | None = None, poisoned_row: list[str] = ()) -> TargetRun:
+             sensitivity: dict | None = None, poisoned_row: list[str] = (), seen_as: str | None = None,
+             scratch: Path | None = None) -> TargetRun:
     request = ctx.request
     grid_text = ";".join(row_text(row) for row in rows)
     argv, env_extra, argnames = [], {}, []
@@ -33,7 +35,7 @@ def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_a
     return harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
                       **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
                       env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
-                      poisoned_row=poisoned_row, sensitivity=sensitivity)
+                      poisoned_row=poisoned_row, sensitivity=sensitivity, seen_as=seen_as, scratch=scratch)
 
 
 @dataclass
@@ -68,11 +70,20 @@ def merged_session(ctx: Context, side: str) -> Session | None:
                    grid=session.part(launch, "grid", f"{side}-grid"))
 
 
-def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict) -> TargetRun:
+def rerun(ctx: Context, label: str, axis_argv: list[str], sensitivity: dict, seen_as: str,
+          scratch: Path | None) -> TargetRun:
     """The grid run once more, same channel, cells and axes, with the route's output corrupted
-    (the sensitivity stage's run; the caller lends the tree)."""
+    (the sensitivity stage's run, seen as the run it repeats; the caller lends the tree)."""
     plan = plan_of(ctx)
-    return run_grid(ctx, plan, label, plan.rows, axis_argv, sensitivity=sensitivity)
+    return run_grid(ctx, plan, label, plan.rows, axis_argv, sensitivity=sensitivity, seen_as=seen_as, scratch=scratch)
+
+
+def rerun_session(ctx: Context, label: str, sensitivity: dict, seen_as: str, scratch: Path | None) -> TargetRun:
+    """A side's merged session once more, its repository tests, grid and poisoned cell, with the
+    route's output corrupted (seen as the session it repeats; the caller lends the tree)."""
+    plan = plan_of(ctx)
+    return run_grid(ctx, plan, label, plan.rows, poisoned_row=poisoned(plan)[0], sensitivity=sensitivity,
+                    seen_as=seen_as, scratch=scratch)
 
 
 def base_runs(ctx: Context, repo_run: TargetRun | None, merged: Session | None = None
@@ -116,7 +127,8 @@ def canonical_row(text: str) -> tuple[str, ...]:
 def failing_cells(plan: Plan, run: TargetRun) -> str:
     """Which cells a failed grid run failed: named per cell where JUnit tells them apart (the pytest
     channel), else the cells the one process ran."""
-    failed = {cell_index(case.name) for case in run.cases if case.outcome in ("failed", "error")}
+    cells = session.cells_by_case(run)
+    failed = {cells.get((case.classname, case.name)) for case in run.cases if case.outcome in ("failed", "error")}
     named = [row_text(row) for index, row in enumerate(plan.rows) if index in failed]
     if plan.channel == "pytest" and named:
         return f"failing cells {', '.join(named)}"
@@ -129,8 +141,9 @@ def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, s
     cells = [row_text(row) for row in plan.rows]
     if plan.channel == "pytest":
         seen: dict[int, list[str]] = {}
+        by_case = session.cells_by_case(run)
         for case in run.cases:
-            index = cell_index(case.name)
+            index = by_case.get((case.classname, case.name))
             if index is not None:
                 seen.setdefault(index, []).append(case.outcome)
         outcomes = {}

@@ -48,7 +48,9 @@ def test_the_argnames_channel_runs_one_session_per_side_and_reuses_the_base(tile
     clean = validate(tiled, "--patch", patch(tiled, tmp_path, "clean", "# no change in behaviour\n" + TILED),
                      "--label", "clean", *ARGNAMES, *grid)
     # the same base key: its evidence, proof included, is reused and the report says from where
-    assert launches(home, "clean") == {"prepare": [], "base": [], "head": ["head-session", "head-sensitivity-tail"]}
+    # the corrupted run is the head session again, seen as it was, and judged by its grid items
+    assert launches(home, "clean") == {"prepare": [], "base": [],
+                                       "head": ["head-session", "head-sensitivity-tail-session"]}
     reused = clean.stage("baseline_control")["reused_from"]
     assert reused["evidence"].startswith("base:") and reused["written_by"] == "tail"
     assert clean.stage("correctness_grid")["status"] == "pass" and clean.stage("sensitivity")["status"] == "pass"
@@ -68,9 +70,9 @@ def test_a_merged_session_still_has_to_prove_the_channel(tiled, validate, home, 
     assert stage["status"] == "skip" and "was not consumed" in stage["note"], stage["note"]
     assert "the poisoned cell passed in the merged session head-session" in stage["hook_proof"]
     assert result.stage("baseline_control")["s1_grid"]["state"] == "hook-not-consumed"
-    # the sensitivity run corrupts the repository's own tests instead; it stays a launch of its own
+    # the sensitivity run corrupts the repository's own tests instead: the head session again
     assert launches(home, "ignoring") == {"prepare": [], "base": ["base-session"],
-                                          "head": ["head-session", "head-sensitivity-tail"]}
+                                          "head": ["head-session", "head-sensitivity-tail-session"]}
     assert result.verdict != "PASS"
 
 
@@ -127,9 +129,16 @@ def test_without_a_gpu_the_head_run_gpu_requirement_made_is_adopted(tiled, home,
 
 
 def test_a_head_conftest_that_drops_or_stops_the_grid_cannot_turn_a_block_into_a_skip(tiled, validate, home, tmp_path):
-    # the PR's conftest deselects the cells kvtasks added: they ran on base, so hiding them blocks
-    deselecting = '''def pytest_collection_modifyitems(config, items):
-    items[:] = [item for item in items if "kvcell" not in item.nodeid]
+    # the PR's conftest deselects every cell its own mark does not list but the poisoned one: they ran on
+    # base, so hiding them blocks
+    deselecting = '''OWN = {(4, 64, "f32"), (8, 128, "f16")}
+
+
+def pytest_collection_modifyitems(config, items):
+    def kept(item):
+        values = tuple(getattr(item, "callspec", None).params.values()) if hasattr(item, "callspec") else ()
+        return not values or values in OWN or "__VALIDATOR_INVALID_GRID__" in values
+    items[:] = [item for item in items if kept(item)]
 '''
     hidden = make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG, "tests/conftest.py": deselecting},
                         tmp_path / "hidden.patch")

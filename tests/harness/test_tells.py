@@ -1,0 +1,95 @@
+"""A corrupted run and the ordinary run it repeats look the same from inside the process: what a
+suite, a conftest or a kernel can read (environment, argv, files, the probe's module, its own item's
+id and marks, its stdout) is compared between the two, random names aside."""
+import json
+import re
+
+from kvtasks import harness
+from kvtasks.harness import session
+from kvtasks.request import build_request
+from tests.kernel_repos import make_repo
+
+# everything a test can look at without inspecting the wrapper's closure, the stack or gc
+FINGERPRINT = '''import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import kern.ops
+from kern.ops import scale
+
+
+def _module_view(module):
+    seen = {}
+    for name, value in sorted(vars(module).items()):
+        if name.startswith("__") or callable(value) or type(value).__name__ == "module":
+            continue
+        try:
+            seen[name] = json.loads(json.dumps(value, default=repr))
+        except (TypeError, ValueError):
+            seen[name] = type(value).__name__
+    return seen
+
+
+@pytest.mark.parametrize("M,N", [(2, 3)])
+def test_scale(M, N, request):
+    first = os.environ["PYTHONPATH"].split(":")[0]
+    x = np.ones((int(M), int(N)))
+    got = scale(x)
+    view = {
+        "environ": dict(os.environ), "argv": sys.argv, "cwd": os.getcwd(),
+        "first_on_path": sorted(os.listdir(first)),
+        "probe_modules": {name: _module_view(module) for name, module in sys.modules.items()
+                          if os.path.dirname(getattr(module, "__file__", None) or "/") == first},
+        "module_names": sorted(sys.modules),
+        "item": request.node.nodeid, "marks": sorted(mark.name for mark in request.node.iter_markers()),
+        "current_test": os.environ.get("PYTEST_CURRENT_TEST"), "stdout": os.readlink("/proc/self/fd/1"),
+        "route": sorted(vars(kern.ops.scale)),
+    }
+    if request.node.nodeid.endswith("[2-3]"):  # the repository's own cell writes the view
+        with open(os.environ["PYTHONPATH"].split(":")[-1] + "/../seen-" + str(os.getpid()) + ".json", "w") as out:
+            json.dump(view, out)
+    assert got.shape == x.shape
+'''
+RANDOM = re.compile(r"\b[a-z]?[0-9a-f]{14,32}\b|0x[0-9a-f]+|\d{3,}")
+
+
+def masked(value):
+    """A view with this launch's random tokens (folder, module names, nonce) and pids masked, lists
+    of names sorted once masked."""
+    if isinstance(value, dict):
+        return {RANDOM.sub("#", key): masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        items = [masked(item) for item in value]
+        return sorted(items) if all(isinstance(item, str) for item in items) else items
+    return RANDOM.sub("#", value) if isinstance(value, str) else value
+
+
+def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
+    repo = make_repo(tmp_path / "work" / "repo", {
+        "kern/__init__.py": "", "kern/ops.py": "def scale(x):\n    return x * 2\n",
+        "tests/test_ops.py": FINGERPRINT,
+    })
+    request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale",
+                             "shape_vars": "M,N"})
+    grid = {"grid_argnames": ["M", "N"], "grid_rows": [["64", "7"]], "poisoned_row": ["__VALIDATOR_INVALID_GRID__"] * 2}
+    ordinary = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session", **grid)
+    corrupted = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-sensitivity-tail-session",
+                            **grid, sensitivity={"mode": "tail"}, seen_as="head-session",
+                            scratch=tmp_path / "run")
+    views = sorted((tmp_path / "work").glob("seen-*.json"), key=lambda path: path.stat().st_mtime)
+    assert len(views) == 2
+    first, second = (json.loads(path.read_text()) for path in views)
+    assert masked(first) == masked(second)
+    assert first["environ"]["VALIDATION_PHASE"] == "head-session" and first["marks"] == ["parametrize"]
+    assert not any("kvtasks" in name for name in first["first_on_path"] + list(first["probe_modules"]))
+    probe_state = json.dumps(first["probe_modules"])
+    assert "sensitivity" not in probe_state and "PRODUCER" not in probe_state and "CONFIG" not in probe_state
+    # and the corruption did happen (the repository's cell and the grid's), the grid's judged by its own items
+    grid_part = session.part(corrupted, "grid", "head-sensitivity-tail")
+    seen = grid_part.receipt["sensitivity"]
+    assert seen["corrupted_calls"] == 1 and seen["outputs_corrupted"] == {"return": 2}
+    assert (seen["tests_green_count"], seen["tests_green"]) == (1, ["tests/test_ops.py::test_scale[64-7]"])
+    assert session.part(ordinary, "grid", "head-grid").receipt.get("sensitivity") is None
