@@ -12,7 +12,7 @@ from typing import Mapping
 from kvtasks import processes
 from kvtasks.gpu import lease
 from kvtasks.request import Request
-from kvtasks.harness import environment, layout, receipts, runtime_probe, triton_cpu
+from kvtasks.harness import environment, layout, receipts, runtime_probe, startup, triton_cpu
 from kvtasks.harness.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
@@ -45,11 +45,27 @@ def gpu_turn(request: Request, visible_devices: Mapping[str, str]):
                       say=lambda line: print(f"[kvtasks] {line}", file=sys.stderr, flush=True))
 
 
+# what Python imports from its path at start-up, before anything kvtasks controls runs
+STARTUP_MODULES = ("sitecustomize", "usercustomize")
+
+
+def startup_shield(run_dir: Path) -> Path:
+    """A folder of stand-ins for the start-up modules (kvtasks.harness.startup): first on a launch's
+    path, the checkout's never run, whatever the process."""
+    folder = run_dir / "startup"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in STARTUP_MODULES:
+        shutil.copyfile(startup.__file__, folder / f"{name}.py")
+    return folder
+
+
 def target_env(request: Request, run_dir: Path, phase: str, label: str,
                visible_devices: Mapping[str, str] = NO_DEVICE, first: list[str] = ()) -> dict[str, str]:
+    """Every process kvtasks launches with the checkout on its path: the constructed environment,
+    `first` then the start-up shield before the checkout's import roots."""
     return environment.construct(
         os.environ, phase_dir=run_dir / phase, label=label,
-        python_path=[*first, *python_path(request)], visible_devices=visible_devices,
+        python_path=[*first, str(startup_shield(run_dir)), *python_path(request)], visible_devices=visible_devices,
     )
 
 

@@ -101,13 +101,14 @@ class TargetRun(BaseModel):
 
 
 def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str], probe: str | None) -> list[str]:
-    """pytest loads the probe as a plugin; a script runs under the probe's runpy shim; a timing run
+    """The probe starts first and runs pytest with itself as a plugin (so no plugin the repository's
+    pytest configuration names loads before it), or the script under its runpy shim; a timing run
     (no probe: a traced kernel is not the kernel being timed) runs the file bare."""
     if probe is None:
         return [python_bin, target.split("::", 1)[0], *argv]
     if runner == "pytest":
-        return [python_bin, "-m", "pytest", "-p", probe, target, "-q", "-p", "no:cacheprovider",
-                f"--junitxml={junit}", *argv]
+        return [python_bin, "-m", probe, "--pytest", target, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                *argv]
     return [python_bin, "-m", probe, target.split("::", 1)[0], *argv]
 
 

@@ -2,13 +2,16 @@
 
 kvtasks copies this file, under a random module name, into a folder of its own for each launch,
 placed first on the target's PYTHONPATH, with its configuration beside it: `<name>.json` (routes,
-shape vars, receipt path, nonce, grid) and `<name>.seal` (what to corrupt, if anything). It is
-loaded as a pytest plugin (`-p <name>`) or runs a script (`python -m <name> FILE ARGS...`, which
-executes FILE under runpy with run_name="__main__"), so both runners produce a receipt. The
-receipt is written on every exit path: session finish, the script's `finally`, and atexit.
+shape vars, receipt path, nonce, grid) and `<name>.seal` (what to corrupt, if anything). The
+process starts as `python -m <name>`: it runs pytest with itself as a plugin (`--pytest ARGS...`)
+or a script (`FILE ARGS...`, which executes FILE under runpy with run_name="__main__"), so both
+runners produce a receipt. The receipt is written on every exit path: session finish, the
+script's `finally`, and atexit.
 
 Nothing in the process can tell a corrupted run from the ordinary run it repeats: the seal is read
-and removed as the probe loads, before any conftest or script runs, and what it said lives only in
+and removed as the probe loads, before pytest reads its configuration (whose addopts may name a
+plugin of the repository's, loaded before any `-p` of the command line) and before any conftest or
+script runs, and what it said lives only in
 the closure of the one function every route call passes through; the probe's module attributes,
 hooks, files, argv and environment are the same in both. The items the probe adds to a pytest run
 carry ids pytest generates for their values and no mark; the probe tells them apart by their
@@ -40,6 +43,9 @@ import json
 import os
 import sys
 import threading
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--pytest"]:
+    import pytest  # this module starts pytest itself, so its hooks below are defined for it
 
 
 _NOTHING_WATCHED = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", "grid_argnames": [], "grid_rows": [],
@@ -849,4 +855,6 @@ def run_script(argv):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--pytest"]:
+        sys.exit(pytest.main(sys.argv[2:], plugins=[sys.modules[__name__]]))
     sys.exit(run_script(sys.argv[1:]))

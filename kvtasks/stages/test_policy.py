@@ -10,7 +10,10 @@ finding, never silence. Skips, skip marks (marks added at run time too), discard
 early returns, deleted tests and parametrize rows, and newly commented-out shape rows are
 weakenings (should-fix), and so is a PR that deletes the target test itself. A test-only widening
 is a blocker, and so is a test-only change that both weakens and widens; with a kernel change a
-widening needs numerical justification (should-fix).
+widening needs numerical justification (should-fix). A PR that adds or changes interpreter
+start-up code (a sitecustomize.py, usercustomize.py or .pth file) is a blocker: Python would run it
+in a target before anything kvtasks controls, and targets never load a checkout's
+(kvtasks.harness.startup).
 """
 from __future__ import annotations
 
@@ -49,6 +52,9 @@ class TestPolicy(Stage):
     added_with_unknown_default: list[str] | None = None
     weakened_files: list[str] | None = None
     target_deleted: str | None = None
+    startup_files: list[str] | None = None  # interpreter start-up code the PR adds or changes
+
+
 KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
 
 
@@ -61,6 +67,15 @@ def parse_tol_table(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return table
+
+
+STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py")
+
+
+def is_startup_code(path: str) -> bool:
+    """Code Python runs at interpreter start-up when its folder is on the path or a site folder."""
+    pure = PurePosixPath(path)
+    return pure.name in STARTUP_NAMES or pure.suffix == ".pth"
 
 
 def is_test_path(path: str) -> bool:
@@ -128,6 +143,7 @@ def run(ctx: Context) -> StageResult:
             fields["weakened_files"].append(path)
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
     fields["target_deleted"] = _target_deleted(ctx)
+    fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
     if ceiling is not None:
         fields["exceeds_reference"] = sorted({v for v in fields["tolerances_head"].values() if v > ceiling})
 
@@ -137,7 +153,14 @@ def run(ctx: Context) -> StageResult:
            f"{len(fields['weakened'])} other weakenings"
     if unparsed:
         note += f"; read as text (did not parse): {', '.join(unparsed)}"
-    stage = result(NAME, "fail" if loosened or fields["not_literal"] else "pass", note, **fields)
+    if fields["startup_files"]:
+        note += f"; interpreter start-up code changed: {', '.join(fields['startup_files'])}"
+    failed = loosened or fields["not_literal"] or fields["startup_files"]
+    stage = result(NAME, "fail" if failed else "pass", note, **fields)
+    for path in fields["startup_files"]:
+        stage.finding("blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
+                                 "a target before anything kvtasks controls, which could change what judges the "
+                                 "kernel; targets never load a checkout's start-up modules")
     widened = ", ".join(f"{item['where']} {item['base']:g} -> {item['head']:g}"
                         + (f" ({item['basis']})" if item.get("basis") else "") for item in loosened)
     if loosened and kernel_changed:

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+import early_look
 import kern.ops
 from kern.ops import scale
 
@@ -47,11 +48,18 @@ def test_scale(M, N, request):
         "item": request.node.nodeid, "marks": sorted(mark.name for mark in request.node.iter_markers()),
         "current_test": os.environ.get("PYTEST_CURRENT_TEST"), "stdout": os.readlink("/proc/self/fd/1"),
         "route": sorted(vars(kern.ops.scale)),
+        "before_the_probe": early_look.SEEN,
     }
     if request.node.nodeid.endswith("[2-3]"):  # the repository's own cell writes the view
         with open(os.environ["PYTHONPATH"].split(":")[-1] + "/../seen-" + str(os.getpid()) + ".json", "w") as out:
             json.dump(view, out)
     assert got.shape == x.shape
+'''
+# a plugin the repository's pytest configuration names: pytest loads it before any -p of the command line
+EARLY_PLUGIN = '''import os
+
+FIRST = os.environ["PYTHONPATH"].split(":")[0]
+SEEN = sorted(os.listdir(FIRST))
 '''
 RANDOM = re.compile(r"\b[a-z]?[0-9a-f]{14,32}\b|0x[0-9a-f]+|\d{3,}")
 
@@ -70,7 +78,8 @@ def masked(value):
 def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     repo = make_repo(tmp_path / "work" / "repo", {
         "kern/__init__.py": "", "kern/ops.py": "def scale(x):\n    return x * 2\n",
-        "tests/test_ops.py": FINGERPRINT,
+        "tests/test_ops.py": FINGERPRINT, "early_look.py": EARLY_PLUGIN,
+        "pytest.ini": "[pytest]\naddopts = -p early_look\n",
     })
     request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale",
                              "shape_vars": "M,N"})
@@ -84,6 +93,7 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     first, second = (json.loads(path.read_text()) for path in views)
     assert masked(first) == masked(second)
     assert first["environ"]["VALIDATION_PHASE"] == "head-session" and first["marks"] == ["parametrize"]
+    assert not any(name.endswith(".seal") for name in first["before_the_probe"] + second["before_the_probe"])
     assert not any("kvtasks" in name for name in first["first_on_path"] + list(first["probe_modules"]))
     probe_state = json.dumps(first["probe_modules"])
     assert "sensitivity" not in probe_state and "PRODUCER" not in probe_state and "CONFIG" not in probe_state

@@ -1,0 +1,47 @@
+"""Interpreter start-up code from a checkout never runs in a target, and a PR that brings some is
+a blocker naming it; the interpreter's own start-up module still runs."""
+import sys
+
+from kvtasks.harness import startup
+from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch
+
+# a tolerance widened for every comparison in the process, before any test file is read
+WIDENING = '''import numpy.testing
+
+_strict = numpy.testing.assert_allclose
+
+
+def _loose(actual, desired, rtol=1e-7, atol=0, **kwargs):
+    _strict(actual, desired, rtol=rtol, atol=max(atol, 1e9), **kwargs)
+
+
+numpy.testing.assert_allclose = _loose
+import sys
+open({marker!r}, "a").write(repr(sys.argv) + "\\n")
+'''
+
+
+def test_a_checkouts_sitecustomize_never_runs_and_the_pr_that_adds_it_blocks(repo, validate, tmp_path):
+    marker = tmp_path / "sitecustomize-ran"
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "sitecustomize.py": WIDENING.format(marker=str(marker)),
+                              "usercustomize.py": WIDENING.format(marker=str(marker))}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
+    assert not marker.exists()  # no target run of either side imported it
+    assert result.verdict == "BLOCK"
+    assert result.stage("test_policy")["startup_files"] == ["sitecustomize.py", "usercustomize.py"]
+    blockers = [f["detail"] for f in result.findings("blocker") if f["stage"] == "test_policy"]
+    assert len(blockers) == 2 and "interpreter start-up code (sitecustomize.py)" in blockers[0]
+    assert result.stage("correctness_repo_tests")["status"] == "fail"  # the tail bug, judged at base's tolerance
+
+
+def test_the_interpreters_own_start_up_module_is_found_outside_the_constructed_path(tmp_path, monkeypatch):
+    checkout, interpreter = tmp_path / "checkout", tmp_path / "site-packages"
+    for folder in (checkout / "src", interpreter):
+        folder.mkdir(parents=True)
+        (folder / "sitecustomize.py").write_text("")
+    (checkout / "sitecustomize.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", f"{checkout / 'src'}:{checkout}")
+    monkeypatch.setattr(sys, "path", ["", str(checkout / "src"), str(checkout), str(interpreter)])
+    assert startup._interpreters_own("sitecustomize") == str(interpreter / "sitecustomize.py")
+    monkeypatch.setattr(sys, "path", ["", str(checkout / "src"), str(checkout)])
+    assert startup._interpreters_own("sitecustomize") is None
