@@ -34,7 +34,7 @@ _PHASE_CACHES = {
     "FLYDSL_RUNTIME_CACHE_DIR": "flydsl-runtime",
 }
 # Variables kvtasks itself sets; the caller's values never reach the target.
-_OWNED = set(_PHASE_CACHES) | {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "VALIDATION_PHASE",
+_OWNED = set(_PHASE_CACHES) | {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "VALIDATION_PHASE",
                                "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
 
 
@@ -66,6 +66,9 @@ def construct(
         env[name] = str(path)
     env["PYTHONPATH"] = ":".join(python_path)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # the user site lies in the private HOME, where only a run of this validation can have written:
+    # its .pth files and usercustomize would run at the next run's start-up, before the probe
+    env["PYTHONNOUSERSITE"] = "1"
     env["VALIDATION_PHASE"] = label
     env.update(visible_devices)
     return env

@@ -37,12 +37,35 @@ or dict) are checked for NaN and Inf, per cell (the pytest test, else the captur
 receipt's route_outputs says what was seen (a corrupted run's receipt leaves them out: it corrupts
 outputs on purpose).
 """
-import atexit
-import functools
-import json
 import os
 import sys
-import threading
+
+
+def _unseal():
+    """What this launch corrupts (mode, error, output; nothing for an ordinary run), read from the
+    seal beside this module and removed, before any other import: the checkout is on the path ahead
+    of the standard library, so a module of its own may stand in for one the probe imports."""
+    seal = os.path.splitext(os.path.abspath(__file__))[0] + ".seal"
+    try:
+        with open(seal) as handle:
+            lines = handle.read().splitlines()
+        os.unlink(seal)
+    except OSError:
+        return {}
+    sealed = dict(line.split("=", 1) for line in lines if "=" in line)
+    if "error" in sealed:
+        sealed["error"] = float(sealed["error"])
+    return sealed
+
+
+_sealed = _unseal()
+
+import atexit  # noqa: E402 (the seal is read first)
+import functools  # noqa: E402
+import inspect  # noqa: E402 (loaded in every run: a corrupted run needs it, and must not be told by it)
+import json  # noqa: E402
+import math  # noqa: E402
+import threading  # noqa: E402
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--pytest"]:
     import pytest  # this module starts pytest itself, so its hooks below are defined for it
@@ -53,25 +76,16 @@ _NOTHING_WATCHED = {"routes": [], "shape_vars": [], "receipt": "", "nonce": "", 
 
 
 def _configuration():
-    """This launch's configuration, from the file beside this module; the seal beside it says what
-    to corrupt and is removed once read, so nothing that runs after the probe loads can read it.
-    Imported by kvtasks itself (for its coercion of cells), it has none and watches nothing."""
-    stem = os.path.splitext(os.path.abspath(__file__))[0]
+    """This launch's configuration, from the file beside this module. Imported by kvtasks itself
+    (for its coercion of cells), it has none and watches nothing."""
     try:
-        with open(stem + ".json") as handle:
-            config = {**_NOTHING_WATCHED, **json.load(handle)}
+        with open(os.path.splitext(os.path.abspath(__file__))[0] + ".json") as handle:
+            return {**_NOTHING_WATCHED, **json.load(handle)}
     except FileNotFoundError:
-        return dict(_NOTHING_WATCHED), {}
-    try:
-        with open(stem + ".seal") as handle:
-            sealed = json.load(handle)
-        os.unlink(stem + ".seal")
-    except (OSError, ValueError):
-        sealed = {}
-    return config, sealed
+        return dict(_NOTHING_WATCHED)
 
 
-_config, _sealed = _configuration()
+_config = _configuration()
 
 _state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "cells": {}, "grid_functions": {}, "replaced": [],
           "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
@@ -190,7 +204,7 @@ def _resolve(module, qualname):
     return owner, qualname.split(".")[-1], getattr(inner, "__code__", None)
 
 
-def _watch_with_wrapper(route, owner, attribute, code):
+def _watch_with_wrapper(route, owner, attribute, code, after_call):
     """Replace the route by a wrapper that counts the call, reads its shape vars at return, watches
     its outputs and hands them to `_after_call`: the one path of every run, corrupted or not."""
     raw = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute)
@@ -217,12 +231,12 @@ def _watch_with_wrapper(route, owner, attribute, code):
             finally:
                 sys.setprofile(previous)
         _watch_outputs(route, value, seen.pop("locals", None))
-        return _after_call(target, args, kwargs, value)
+        return after_call(target, args, kwargs, value)
 
     setattr(owner, attribute, descriptor(route_call) if descriptor else route_call)
 
 
-def _instrument(module):
+def _instrument(module, after_call):
     for route in _config["routes"]:
         module_name, _, qualname = route.partition(":")
         if module_name != module.__name__:
@@ -235,7 +249,7 @@ def _instrument(module):
         if code is None:
             _state["unresolved"].append(route)
         else:
-            _watch_with_wrapper(route, owner, attribute, code)
+            _watch_with_wrapper(route, owner, attribute, code, after_call)
 
 
 # -- the corrupted run: corrupt what the route produced --------------------------------------------
@@ -253,8 +267,6 @@ def _loaded(module, kind):
 def _corrupt_element(element, read, write, scale, error):
     """Replace one element; return the relative error injected (its change over |x|, or over the
     output's largest finite magnitude where x is 0 or not finite)."""
-    import math
-
     old = read(element)
     finite = math.isfinite(old)
     reference = abs(old) if finite and old != 0 else (scale() or 1.0)
@@ -274,7 +286,9 @@ def _corrupt_element(element, read, write, scale, error):
 
 def _corrupt_one(value, in_place, settings):
     """One array, tensor or float corrupted: (the corrupted value, relative error, NaN elements
-    written), or raise _NotCorruptible."""
+    written), or raise _NotCorruptible. `in_place` None: in place where it can be written (the
+    object the route produced stays that object, its layout and attributes kept), else a copy of
+    the same layout."""
     mode, error = settings.get("mode", "tail"), settings.get("error")
     ndarray, floating = _loaded("numpy", "ndarray"), _loaded("numpy", "floating")
     tensor = _loaded("torch", "Tensor")
@@ -286,7 +300,7 @@ def _corrupt_one(value, in_place, settings):
             raise _NotCorruptible("empty ndarray")
         if in_place and not value.flags.writeable:
             raise _NotCorruptible("read-only ndarray")
-        out = value if in_place else value.copy()
+        out = value if in_place or (in_place is None and value.flags.writeable) else value.copy(order="K")
         if mode == "nan":
             out[...] = numpy.nan
             return out, None, int(out.size)
@@ -303,7 +317,7 @@ def _corrupt_one(value, in_place, settings):
             raise _NotCorruptible(f"{str(value.dtype).replace('torch.', '')} tensor")
         if value.numel() == 0:
             raise _NotCorruptible("empty tensor")
-        out = value if in_place else value.clone()
+        out = value if in_place is not False else value.clone()
         if mode == "nan":
             out.data.fill_(float("nan"))
             return out, None, int(out.numel())
@@ -331,8 +345,6 @@ def _corrupt_one(value, in_place, settings):
 def _arguments(function, args, kwargs):
     """(name, value) of each argument of a call, and of each item of an argument that is a list,
     tuple or dict: what a returned value may be, or share memory with, without being produced."""
-    import inspect
-
     try:
         named = list(inspect.signature(function).bind_partial(*args, **kwargs).arguments.items())
     except (TypeError, ValueError):
@@ -391,7 +403,7 @@ def _corrupt_returned(value, settings, where, arguments, tally):
         shared = _input_shared(value, arguments)
         if shared is not None:
             raise _NotCorruptible(f"an input (argument {shared}, or memory shared with it)")
-        corrupted = _corrupt_one(value, False, settings)
+        corrupted = _corrupt_one(value, None, settings)
     except _NotCorruptible as why:
         tally["outputs_left_alone"][where] = str(why)
         raise
@@ -400,8 +412,6 @@ def _corrupt_returned(value, settings, where, arguments, tally):
 
 
 def _output_argument(function, args, kwargs, name):
-    import inspect
-
     try:
         bound = inspect.signature(function).bind_partial(*args, **kwargs)
     except (TypeError, ValueError):
@@ -494,45 +504,46 @@ def _corruption(settings):
     return after_call, outcome, receipt
 
 
+# handed only to the code that uses them, as arguments and defaults (no module attribute holds
+# them, so no code in the process can call them to ask what this run corrupts), then dropped
 _after_call, _corrupted_outcome, _corruption_receipt = _corruption(_sealed)
 del _sealed
 
 
-class _InstrumentingLoader:
-    def __init__(self, inner):
-        self.inner = inner
+def _route_module_finder(modules, after_call):
+    """A finder that instruments each route module right after it executes, before anyone takes an alias."""
 
-    def create_module(self, spec):
-        return self.inner.create_module(spec)
+    class InstrumentingLoader:
+        def __init__(self, inner):
+            self.inner = inner
 
-    def exec_module(self, module):
-        self.inner.exec_module(module)
-        _instrument(module)
+        def create_module(self, spec):
+            return self.inner.create_module(spec)
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+        def exec_module(self, module):
+            self.inner.exec_module(module)
+            _instrument(module, after_call)
 
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
 
-class _RouteModuleFinder:
-    """Instruments each route module right after it executes, before anyone takes an alias."""
+    class RouteModuleFinder:
+        def find_spec(self, name, path, target=None):
+            if name not in modules:
+                return None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = InstrumentingLoader(spec.loader)
+            return spec
 
-    def __init__(self, modules):
-        self.modules = set(modules)
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.modules:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _InstrumentingLoader(spec.loader)
-        return spec
+    return RouteModuleFinder()
 
 
 def _cpu_tier():
@@ -546,21 +557,21 @@ def _cpu_tier():
     return _state.get("tier")
 
 
-def install():
+def install(_after_call=_after_call):
     if _state["installed"]:
         return
     _state["installed"] = True
     modules = {route.partition(":")[0] for route in _config["routes"]}
     for name in modules:
         if name in sys.modules:
-            _instrument(sys.modules[name])
+            _instrument(sys.modules[name], _after_call)
     pending = modules - set(sys.modules)
     if pending:
-        sys.meta_path.insert(0, _RouteModuleFinder(pending))
+        sys.meta_path.insert(0, _route_module_finder(pending, _after_call))
     atexit.register(write_receipt)
 
 
-def write_receipt(exit_status=None):
+def write_receipt(exit_status=None, _corruption_receipt=_corruption_receipt):
     with _lock:
         if _state["written"] or not _config["receipt"]:
             return
@@ -672,6 +683,19 @@ def _grid_rows(names):
     return [tuple(_coerce(row[i]) for i in order) for row in _config["grid_rows"]], order
 
 
+def _replace_mark(node, mark, replacement):
+    """`replacement` where `mark` was, on the node and on the object it came from (`pytestmark`), so
+    neither the item's markers nor its function, class or module show the mark as written; None
+    removes it (a stacked mark the grid's rows replace)."""
+    node.own_markers.remove(mark) if replacement is None else \
+        node.own_markers.__setitem__(node.own_markers.index(mark), replacement)
+    held = getattr(getattr(node, "obj", None), "pytestmark", None)
+    if isinstance(held, list):
+        for index, item in reversed(list(enumerate(held))):
+            if item is mark or getattr(item, "mark", None) is mark or item == mark:
+                held.pop(index) if replacement is None else held.__setitem__(index, replacement)
+
+
 def _replaced_before(metafunc, mark, names):
     """Whether `mark` is one the probe already made (a class or module mark is seen by each of its
     tests); if so, this test's items index into it as the first test's did."""
@@ -717,9 +741,9 @@ if "pytest" in sys.modules and _config["grid_argnames"]:
                 continue
             rows, _ = _grid_rows(names)
             replacement = pytest.mark.parametrize(list(names), rows).mark
-            node.own_markers[node.own_markers.index(mark)] = replacement
+            _replace_mark(node, mark, replacement)
             for node, mark, _ in marks[1:]:  # stacked marks: the grid's rows carry all their names
-                node.own_markers.remove(mark)
+                _replace_mark(node, mark, None)
             _state["replaced"].append((replacement, 0))
             _state["grid_functions"][metafunc.definition.nodeid] = (names[0], 0)
 
@@ -739,7 +763,7 @@ if "pytest" in sys.modules and _config["grid_argnames"]:
                 kwargs["ids"] = [*list(ids), *([None] * len(added))]
             replacement = pytest.mark.parametrize(mark.args[0] if mark.args else mark.kwargs["argnames"],
                                                   own + added, **kwargs).mark
-            node.own_markers[node.own_markers.index(mark)] = replacement
+            _replace_mark(node, mark, replacement)
             _state["replaced"].append((replacement, len(own)))
             _state["grid_functions"][metafunc.definition.nodeid] = (names[0], len(own))
             _state["merged_marks"] = _state.get("merged_marks", 0) + 1
@@ -775,7 +799,7 @@ def pytest_runtest_logfinish(nodeid, location):
     _state["test"] = ""
 
 
-def pytest_runtest_logreport(report):
+def pytest_runtest_logreport(report, _corrupted_outcome=_corrupted_outcome):
     if _config["merged"] and report.when == "teardown" and report.failed and report.nodeid in _state["added"]:
         # a teardown failing on an added item is a higher-scoped fixture's, reported on the last item
         # that used it: alone, the repository's run would have reported it on one of its own
@@ -792,16 +816,26 @@ _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytes
 
 
 def _repository_hooks(config, names):
-    """The implementations of `names` in the repository's own code (a conftest.py or a plugin module
-    under the rootdir; pytest's own and installed packages' plugins are not the repository's)."""
-    root = os.path.realpath(str(config.rootpath)) + os.sep
+    """The implementations of `names` in the repository's own code: a conftest.py, a plugin module or
+    an object a plugin registered, from under the rootdir or the checkout; pytest's own and installed
+    packages' plugins (even in a virtual environment inside the checkout) are not the repository's."""
+    import sysconfig
+
+    here = os.path.dirname(os.path.realpath(__file__))
+    roots = {os.path.realpath(str(config.rootpath)) + os.sep, os.path.realpath(os.getcwd()) + os.sep}
+    installed = {os.path.realpath(folder) + os.sep for key, folder in sysconfig.get_paths().items()
+                 if key in ("purelib", "platlib", "stdlib", "platstdlib")}
     found = []
     for name in names:
         for impl in getattr(config.hook, name).get_hookimpls():
-            module = os.path.realpath(getattr(impl.plugin, "__file__", None) or "/")
-            if module.startswith(root) and "-packages" + os.sep not in module \
-                    and os.path.dirname(module) != os.path.dirname(os.path.realpath(__file__)):
-                found.append(f"{os.path.relpath(module, root)}: {name}")
+            plugin = impl.plugin
+            source = getattr(plugin, "__file__", None) or getattr(sys.modules.get(type(plugin).__module__), "__file__",
+                                                                 None)
+            module = os.path.realpath(source or "/")
+            if any(module.startswith(root) for root in roots) and not any(module.startswith(folder)
+                                                                          for folder in installed) \
+                    and os.path.dirname(module) != here:
+                found.append(f"{os.path.relpath(module, os.path.realpath(str(config.rootpath)))}: {name}")
     return found
 
 
@@ -854,7 +888,13 @@ def run_script(argv):
     return status
 
 
+del _after_call, _corrupted_outcome, _corruption_receipt
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--pytest"]:
-        sys.exit(pytest.main(sys.argv[2:], plugins=[sys.modules[__name__]]))
+        # loaded as `-p <name>` under its own name, so pytest-xdist's workers load it too (the seal
+        # is gone by then: they never corrupt)
+        _name = os.path.splitext(os.path.basename(__file__))[0]
+        sys.modules[_name] = sys.modules[__name__]
+        sys.exit(pytest.main(["-p", _name, *sys.argv[2:]]))
     sys.exit(run_script(sys.argv[1:]))

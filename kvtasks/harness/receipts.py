@@ -33,7 +33,8 @@ class ProbeModule:
     def seal(self) -> None:
         """(Re)write what this launch corrupts, for an attempt about to start: the probe removes it
         as it loads, so each attempt (a retry without the repository's addopts) gets its own."""
-        (self.folder / f"{self.name}.seal").write_text(json.dumps(self.sensitivity))
+        lines = [f"{key}={value}" for key, value in self.sensitivity.items() if value not in (None, "")]
+        (self.folder / f"{self.name}.seal").write_text("".join(f"{line}\n" for line in lines))
 
 
 def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: Path,

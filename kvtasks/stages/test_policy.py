@@ -13,15 +13,19 @@ is a blocker, and so is a test-only change that both weakens and widens; with a 
 widening needs numerical justification (should-fix). A PR that adds or changes interpreter
 start-up code (a sitecustomize.py, usercustomize.py or .pth file) is a blocker: Python would run it
 in a target before anything kvtasks controls, and targets never load a checkout's
-(kvtasks.harness.startup).
+(kvtasks.harness.startup). So is one that adds or changes a module at an import root named like a
+standard-library module: the checkout is on the path ahead of the standard library, so it would
+stand in for that module in every process, kvtasks' probe included.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import ConfigDict
 
+from kvtasks import harness
 from kvtasks.sources import compare, read_policy
 from kvtasks.stages import Context, Stage, StageResult, payload, result
 
@@ -53,6 +57,7 @@ class TestPolicy(Stage):
     weakened_files: list[str] | None = None
     target_deleted: str | None = None
     startup_files: list[str] | None = None  # interpreter start-up code the PR adds or changes
+    stdlib_shadows: list[str] | None = None  # modules at an import root named like the standard library's
 
 
 KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
@@ -76,6 +81,19 @@ def is_startup_code(path: str) -> bool:
     """Code Python runs at interpreter start-up when its folder is on the path or a site folder."""
     pure = PurePosixPath(path)
     return pure.name in STARTUP_NAMES or pure.suffix == ".pth"
+
+
+def shadows_stdlib(path: str, roots: list[str]) -> bool:
+    """A module or package at one of the checkout's import roots named like a standard-library module."""
+    pure = PurePosixPath(path)
+    for root in ["", *roots]:
+        inside = pure.parts[len(PurePosixPath(root).parts):] if root else pure.parts
+        if root and pure.parts[:len(PurePosixPath(root).parts)] != PurePosixPath(root).parts:
+            continue
+        name = inside[0].removesuffix(".py") if len(inside) > 1 or inside[0].endswith(".py") else ""
+        if name in sys.stdlib_module_names:
+            return True
+    return False
 
 
 def is_test_path(path: str) -> bool:
@@ -144,6 +162,8 @@ def run(ctx: Context) -> StageResult:
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
     fields["target_deleted"] = _target_deleted(ctx)
     fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
+    roots = harness.import_roots(request)
+    fields["stdlib_shadows"] = sorted(path for path in changes if shadows_stdlib(path, roots))
     if ceiling is not None:
         fields["exceeds_reference"] = sorted({v for v in fields["tolerances_head"].values() if v > ceiling})
 
@@ -155,12 +175,18 @@ def run(ctx: Context) -> StageResult:
         note += f"; read as text (did not parse): {', '.join(unparsed)}"
     if fields["startup_files"]:
         note += f"; interpreter start-up code changed: {', '.join(fields['startup_files'])}"
-    failed = loosened or fields["not_literal"] or fields["startup_files"]
+    if fields["stdlib_shadows"]:
+        note += f"; standard-library names shadowed: {', '.join(fields['stdlib_shadows'])}"
+    failed = loosened or fields["not_literal"] or fields["startup_files"] or fields["stdlib_shadows"]
     stage = result(NAME, "fail" if failed else "pass", note, **fields)
     for path in fields["startup_files"]:
         stage.finding("blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
                                  "a target before anything kvtasks controls, which could change what judges the "
                                  "kernel; targets never load a checkout's start-up modules")
+    for path in fields["stdlib_shadows"]:
+        stage.finding("blocker", f"the PR adds or changes {path}, named like a standard-library module: the checkout "
+                                 "is on the path ahead of the standard library, so it would stand in for that module "
+                                 "in every target process, kvtasks' own probe included")
     widened = ", ".join(f"{item['where']} {item['base']:g} -> {item['head']:g}"
                         + (f" ({item['basis']})" if item.get("basis") else "") for item in loosened)
     if loosened and kernel_changed:

@@ -22,6 +22,7 @@ def test_phase_caches_are_private_and_override_the_callers(tmp_path):
     for name in ("HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "AITER_JIT_DIR", "TORCH_EXTENSIONS_DIR"):
         assert env[name].startswith(str(tmp_path / "base")), name
     assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["VALIDATION_PHASE"] == "base-repo"
+    assert env["PYTHONNOUSERSITE"] == "1"  # what a run writes into its private HOME never runs at start-up
     assert env["HIP_VISIBLE_DEVICES"] == ""
 
 

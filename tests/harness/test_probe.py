@@ -186,8 +186,13 @@ def mean(x):
     return float(x.mean())
 
 
+PRODUCED = []
+
+
 def with_input(x):
-    return x * 2, x, x[1:], x.reshape(2, 2)
+    out = x * 2
+    PRODUCED[:] = [out]
+    return out, x, x[1:], x.reshape(2, 2)
 '''
 
 SENSITIVITY_SCRIPT = '''import json
@@ -253,18 +258,18 @@ ECHO_SCRIPT = '''import json
 
 import numpy as np
 
-from kern.arrays import with_input
+from kern.arrays import PRODUCED, with_input
 
 x = np.arange(1, 5, dtype=np.float32)
 out, echoed, view, reshaped = with_input(x)
 print(json.dumps({"out": out.tolist(), "echoed": echoed.tolist(), "view": view.tolist(), "x": x.tolist(),
-                  "reshaped": reshaped.tolist()}))
+                  "reshaped": reshaped.tolist(), "same_object": out is PRODUCED[0]}))
 '''
 
 
 def test_only_what_the_route_produced_is_corrupted_and_each_output_is_named(tmp_path):
     seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail"}, ["with_input"], script=ECHO_SCRIPT)
-    assert seen["out"] == [2, 4, 6, 17]  # produced: corrupted
+    assert seen["out"] == [2, 4, 6, 17] and seen["same_object"]  # produced: corrupted, in place
     assert seen["echoed"] == seen["x"] == [1, 2, 3, 4] and seen["view"] == [2, 3, 4]  # the input and its views: not
     assert seen["reshaped"] == [[1, 2], [3, 4]]
     report = receipt["sensitivity"]

@@ -125,7 +125,21 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "passed"
 ''', "hooks can rewrite an item's report or outcome, and so treat the items kvtasks added apart from its own "
         "(tests/conftest.py: pytest_runtest_makereport)"),
-], ids=["module-teardown", "session-hook", "report-hook"])
+    # the same, from an object a conftest registers as a plugin (it has no file of its own)
+    ('''import pytest
+
+
+class Lenient:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        yield
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Lenient(), "lenient")
+''', "hooks can rewrite an item's report or outcome, and so treat the items kvtasks added apart from its own "
+        "(tests/conftest.py: pytest_runtest_makereport)"),
+], ids=["module-teardown", "session-hook", "report-hook", "registered-object"])
 def test_what_the_repository_does_around_its_items_makes_a_session_stand_for_nothing(tmp_path, conftest, why):
     repo = make_repo(tmp_path / "repo", {
         "kern/__init__.py": "", "kern/ops.py": "def scale(x):\n    return x * 2\n",

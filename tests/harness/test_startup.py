@@ -1,5 +1,9 @@
-"""Interpreter start-up code from a checkout never runs in a target, and a PR that brings some is
-a blocker naming it; the interpreter's own start-up module still runs."""
+"""Interpreter start-up code from a checkout never runs in a target, and a PR that brings some, or a
+module that stands in for the standard library's, is a blocker naming it; the interpreter's own
+start-up module still runs, and the probe reads its seal before it imports anything a checkout
+could stand in for."""
+import ast
+from pathlib import Path
 import sys
 
 from kvtasks.harness import startup
@@ -24,13 +28,17 @@ open({marker!r}, "a").write(repr(sys.argv) + "\\n")
 def test_a_checkouts_sitecustomize_never_runs_and_the_pr_that_adds_it_blocks(repo, validate, tmp_path):
     marker = tmp_path / "sitecustomize-ran"
     patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "sitecustomize.py": WIDENING.format(marker=str(marker)),
-                              "usercustomize.py": WIDENING.format(marker=str(marker))}, tmp_path / "pr.patch")
+                              "usercustomize.py": WIDENING.format(marker=str(marker)),
+                              "colorsys.py": "# stands in for the standard library's module\n"}, tmp_path / "pr.patch")
     result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
     assert not marker.exists()  # no target run of either side imported it
     assert result.verdict == "BLOCK"
-    assert result.stage("test_policy")["startup_files"] == ["sitecustomize.py", "usercustomize.py"]
+    policy = result.stage("test_policy")
+    assert policy["startup_files"] == ["sitecustomize.py", "usercustomize.py"]
+    assert policy["stdlib_shadows"] == ["colorsys.py"]
     blockers = [f["detail"] for f in result.findings("blocker") if f["stage"] == "test_policy"]
-    assert len(blockers) == 2 and "interpreter start-up code (sitecustomize.py)" in blockers[0]
+    assert len(blockers) == 3 and "interpreter start-up code (sitecustomize.py)" in blockers[0]
+    assert "colorsys.py, named like a standard-library module" in blockers[2]
     assert result.stage("correctness_repo_tests")["status"] == "fail"  # the tail bug, judged at base's tolerance
 
 
@@ -45,3 +53,14 @@ def test_the_interpreters_own_start_up_module_is_found_outside_the_constructed_p
     assert startup._interpreters_own("sitecustomize") == str(interpreter / "sitecustomize.py")
     monkeypatch.setattr(sys, "path", ["", str(checkout / "src"), str(checkout)])
     assert startup._interpreters_own("sitecustomize") is None
+
+
+def test_the_probe_reads_its_seal_before_any_import_but_os_and_sys():
+    from kvtasks.harness import probe
+
+    body = ast.parse(Path(probe.__file__).read_text()).body
+    unsealed = next(index for index, node in enumerate(body) if isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "_unseal")
+    imported = {alias.name for node in body[:unsealed] if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names}
+    assert imported == {"os", "sys"}  # built in before any path is searched: no checkout module stands in

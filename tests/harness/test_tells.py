@@ -23,7 +23,7 @@ from kern.ops import scale
 
 
 def _module_view(module):
-    seen = {}
+    seen = {"callables": sorted(name for name, value in vars(module).items() if callable(value))}
     for name, value in sorted(vars(module).items()):
         if name.startswith("__") or callable(value) or type(value).__name__ == "module":
             continue
@@ -49,6 +49,7 @@ def test_scale(M, N, request):
         "current_test": os.environ.get("PYTEST_CURRENT_TEST"), "stdout": os.readlink("/proc/self/fd/1"),
         "route": sorted(vars(kern.ops.scale)),
         "before_the_probe": early_look.SEEN,
+        "function_marks": [len(mark.args[1]) for mark in request.function.pytestmark],
     }
     if request.node.nodeid.endswith("[2-3]"):  # the repository's own cell writes the view
         with open(os.environ["PYTHONPATH"].split(":")[-1] + "/../seen-" + str(os.getpid()) + ".json", "w") as out:
@@ -94,7 +95,12 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     assert masked(first) == masked(second)
     assert first["environ"]["VALIDATION_PHASE"] == "head-session" and first["marks"] == ["parametrize"]
     assert not any(name.endswith(".seal") for name in first["before_the_probe"] + second["before_the_probe"])
+    # the function's own mark lists the added rows too: its length tells no added cell from the repository's
+    assert first["function_marks"] == [3]
     assert not any("kvtasks" in name for name in first["first_on_path"] + list(first["probe_modules"]))
+    # nothing the probe module holds can be called to ask what this run corrupts
+    callables = next(iter(first["probe_modules"].values()))["callables"]
+    assert "install" in callables and not {"_after_call", "_corruption_receipt", "_corrupted_outcome"} & set(callables)
     probe_state = json.dumps(first["probe_modules"])
     assert "sensitivity" not in probe_state and "PRODUCER" not in probe_state and "CONFIG" not in probe_state
     # and the corruption did happen (the repository's cell and the grid's), the grid's judged by its own items
