@@ -25,6 +25,7 @@ class Interrupted(SystemExit):
     def __init__(self, signum: int):
         super().__init__(128 + signum)
         self.signum = signum
+        self.said = False  # whether the lend it ended has told the user already
 
     @property
     def name(self) -> str:
@@ -35,6 +36,26 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _raise_interrupted(signum, _frame):
+    received.append(signum)
+    if _held is not None:
+        _held.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """For the rest of the validator, lent tree or not: a handled signal raises Interrupted.
+
+    Without it a signal outside a lend (during the picker, the lease, a report) killed the
+    validator outright (SIGTERM, SIGHUP), so no `finally` ran: the process group of a PICKER
+    override, which dies with the validator only as a direct child, was left running; SIGINT
+    ended it with a traceback. Forked workers (doit -n) inherit it."""
+    if _in_main_thread():
+        for sig in HANDLED:
+            signal.signal(sig, _raise_interrupted)
+
+
 @contextmanager
 def raising() -> Iterator[None]:
     """For the block, a handled signal raises Interrupted (Python runs handlers in the main thread only)."""
@@ -42,15 +63,7 @@ def raising() -> Iterator[None]:
     if not _in_main_thread():
         yield
         return
-
-    def raise_interrupted(signum, _frame):
-        received.append(signum)
-        if _held is not None:
-            _held.append(signum)
-            return
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in HANDLED}
     try:
         yield
     finally:
