@@ -122,7 +122,7 @@ FRONT_DOORS = {
     "batch": "validate every PR of manifest=FILE against one base",
     "report": "rebuild reports from stored evidence (label=L for one); runs no target, no git",
     "cache": "list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
-    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d); nothing else",
+    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long",
 }
 
 
