@@ -62,8 +62,10 @@ def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path
 
 def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu):
     """The target leaves a grandchild that would write into the tree after the validator died:
-    the target dies with its validator, the next run kills the grandchild before touching the tree."""
-    from tests.processes import alive
+    the target dies with its validator, the next run kills the grandchild before touching the tree.
+    Its guardian is killed first, as a reboot or an OOM killer taking both would (with the
+    guardian alive, see test_guardian.py)."""
+    from tests.processes import alive, guardians
 
     slow = ("import subprocess, sys, time\n\n\ndef test_slow():\n"
             "    late = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(6); "
@@ -81,6 +83,10 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
+    watching = guardians(repo)
+    assert len(watching) == 1
+    os.kill(watching[0], signal.SIGKILL)
+    assert not alive(watching[0])
     proc.kill()
     proc.wait()
     late = int(pid_file.read_text())
