@@ -1,8 +1,9 @@
 """The guardian of a lent tree: a small process that outlives its validator only to hand the tree back.
 
-Every lend starts one (`watch`), detached in a session of its own, so nothing that kills the
-validator's process group, its doit worker or its Ray worker takes it along, and not armed to die
-with it. The lender holds the write end of a pipe whose read end is the guardian's stdin; the
+Every lend starts one (`watch`), detached in a session of its own and no child of its lender (it
+forks once more and the first process exits), so nothing that kills the validator's process
+group, its doit worker or its Ray worker (Ray kills a dying worker's children) takes it along,
+and not armed to die with it. The lender holds the write end of a pipe whose read end is the guardian's stdin; the
 kernel closes that end however the lender dies (SIGKILL and the OOM killer included), so the
 guardian learns of the death at once, with no polling while the lend goes well. At the end of a
 lend the lender closes it itself, after the journal is settled.
@@ -32,8 +33,8 @@ _POLL_S = 0.05
 class Guard:
     """A started guardian, as its lender holds it: closing it ends the guardian's watch."""
 
-    def __init__(self, process: subprocess.Popen, write_end: int):
-        self.process, self._write_end = process, write_end
+    def __init__(self, write_end: int):
+        self._write_end = write_end
 
     def release(self) -> None:
         """The lend ended and the journal is settled: the guardian exits without touching the tree."""
@@ -55,7 +56,8 @@ def watch(tree: Path, pid: int, pid_start: int | None) -> Guard:
         raise
     finally:
         os.close(read_end)
-    return Guard(process, write_end)
+    process.wait()  # the first process only forks the guardian
+    return Guard(write_end)
 
 
 def _alive(pid: int, started: int | None) -> bool:
@@ -122,5 +124,7 @@ def _recover(tree: Path, pid: int) -> int:
 
 
 if __name__ == "__main__":
+    if os.fork():  # the lender reaps this first process at once: the guardian is no child of the lender
+        os._exit(0)
     sys.path[0] = str(Path(__file__).resolve().parents[2])  # the checkout this file belongs to, not its folder
     sys.exit(guard(Path(sys.argv[1]), int(sys.argv[2]), None if sys.argv[3] == "None" else int(sys.argv[3])))

@@ -55,7 +55,7 @@ def test_a_sigkilled_validators_tree_comes_back_with_no_further_run(repo, home, 
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
     watching = guardians(repo)
-    assert len(watching) == 1 and os.getsid(watching[0]) == watching[0] != os.getpgid(proc.pid)
+    assert len(watching) == 1 and os.getsid(watching[0]) not in (os.getsid(proc.pid), os.getsid(0))
     late = int(pid_file.read_text())
     os.killpg(proc.pid, signal.SIGKILL)  # the validator's whole job, as the OOM killer or a kill -9 of it
     _, err = proc.communicate(timeout=60)  # the guardian says what it did on the validator's stderr
@@ -105,12 +105,17 @@ def test_a_guardian_waits_for_its_lender_to_be_gone_and_only_then_recovers(repo,
         (repo / "left.txt").write_text("written by the lend\n")
         journal.entry.write_text(json.dumps({"worktree": str(repo), "pid": lender.pid, "pid_start": started,
                                              "started": time.time() - 5, "patch": None, "groups": []}))
-        watch = guardian.watch(repo, lender.pid, started)
-        watch.release()
+        guardian.watch(repo, lender.pid, started).release()
+        watching = guardians(repo)
+        assert len(watching) == 1 and os.getppid() != _parent(watching[0])  # no child of its lender
         time.sleep(1)
-        assert alive(watch.process.pid, settle_s=0) and (repo / "left.txt").exists()  # its lender still runs
+        assert alive(watching[0], settle_s=0) and (repo / "left.txt").exists()  # its lender still runs
     finally:
         lender.kill()
         lender.wait()
-    assert watch.process.wait(timeout=HANDED_BACK_S) == 0
+    assert not alive(watching[0], settle_s=HANDED_BACK_S)
     assert not (repo / "left.txt").exists() and journal.pending() is None
+
+
+def _parent(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
