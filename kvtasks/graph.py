@@ -195,7 +195,7 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
             from kvtasks.fleet import arch_report
             yield {"basename": "report", "name": name, "actions": [(arch_report.regenerate, [workspace, name, fleet])],
                    "uptodate": [False], "task_dep": [f"report:{arch_label}" for arch_label in fleet["archs"].values()
-                                                     if arch_label and not label],
+                                                     if arch_label and arch_label != name and not label],
                    "verbosity": 2, "doc": f"rebuild the fleet report for {name} from stored evidence"}
             continue
         missing = workspace.store.missing_evidence(name)
