@@ -21,6 +21,7 @@ It is started by path, not as a module of the package, so its start imports noth
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,12 +52,12 @@ def watch(tree: Path, pid: int, pid_start: int | None) -> Guard:
             [sys.executable, str(Path(__file__).resolve()), str(tree), str(pid), str(pid_start)],
             stdin=read_end, stdout=subprocess.DEVNULL, stderr=None,  # it says a recovery on the lender's stderr
             cwd="/", start_new_session=True, close_fds=True)
+        process.wait()  # the first process only forks the guardian
     except BaseException:
-        os.close(write_end)
+        os.close(write_end)  # a guardian already forked sees the end of input, no journal, and exits
         raise
     finally:
         os.close(read_end)
-    process.wait()  # the first process only forks the guardian
     return Guard(write_end)
 
 
@@ -71,7 +72,6 @@ def _alive(pid: int, started: int | None) -> bool:
 
 
 def _pending(journal: Path) -> dict | None:
-    import json
     try:
         return json.loads(journal.read_text())
     except (OSError, ValueError):
