@@ -278,7 +278,7 @@ class Worktree:
             raised = Interrupted(signals.received[0])  # a handler's raise was swallowed on the way up
         if isinstance(raised, Interrupted):
             said = "the worktree was restored" if failure is None else \
-                f"the worktree was not handed back ({failure}); the next run restores it"
+                f"the worktree was not handed back ({failure}); its guardian restores it once this process has gone"
             print(f"kvtasks: interrupted by {raised.name}; {said} and no report is written", file=sys.__stderr__)
             raised.said = True
             raise raised
