@@ -17,6 +17,9 @@ HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 received: list[int] = []
 # while `deferred` holds: the signals that arrived, raised as it ends (None: not holding)
 _held: list[int] | None = None
+# a handled signal ends the process within this long, however its Interrupted fares (see _raise_interrupted)
+ESCALATE_S = 30.0
+_ALARM_OFF: dict = {}  # while the escalation is armed: the SIGALRM disposition to restore when disarmed
 
 
 class Interrupted(SystemExit):
@@ -37,6 +40,14 @@ def _in_main_thread() -> bool:
 
 
 def _raise_interrupted(signum, _frame):
+    """Raise Interrupted, and arm the kernel to end the process ESCALATE_S from now (SIGALRM at its
+    default action, whichever thread it reaches). An exception a handler raises lands wherever the
+    main thread happens to be; where Python swallows it (an at-fork callback, a finalizer: "Exception
+    ignored in ...") the signal would be lost and the validator ran on, a doit -n parent waiting
+    for workers that wait for it. Ended that way, its guardians hand its trees back."""
+    if not _ALARM_OFF:
+        _ALARM_OFF["disposition"] = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, ESCALATE_S)
     received.append(signum)
     if _held is not None:
         _held.append(signum)
@@ -69,6 +80,14 @@ def raising() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if previous[signal.SIGINT] is not _raise_interrupted:
+            _disarm()  # the outermost block: an in-process caller goes on, with nothing armed against it
+
+
+def _disarm() -> None:
+    if _ALARM_OFF:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, _ALARM_OFF.pop("disposition"))
 
 
 @contextmanager
