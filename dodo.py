@@ -74,7 +74,7 @@ elif COMMAND == "cache":
         return {"actions": [(cache_commands.list_cache, [WORKSPACE, get_var("base")])], "uptodate": [False], "verbosity": 2}
 elif COMMAND == "cache-gc":
     def task_cache_gc():
-        """Remove stored evidence older than older=AGE (e.g. 30d); nothing else."""
+        """Remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long; never one in use."""
         older = get_var("older") or fail_usage("cache-gc needs older=AGE, e.g. older=30d")
         return {"basename": "cache-gc", "actions": [(cache_commands.collect, [WORKSPACE, older])], "uptodate": [False],
                 "verbosity": 2}

@@ -1,8 +1,10 @@
 """The cache front doors: list stored evidence, and collect what is older than an age. They read
-and remove evidence only through store.py, and run no stage.
+and remove evidence only through store.py, private clones and their trees only through clones.py,
+and run no stage.
 """
 from __future__ import annotations
 
+from kvtasks import clones
 from kvtasks.workspace import Workspace, fail_usage
 
 
@@ -36,5 +38,9 @@ def parse_age(text: str) -> float:
 
 
 def collect(workspace: Workspace, older: str) -> None:
-    removed = workspace.store.gc(parse_age(older))
+    age = parse_age(older)
+    removed = workspace.store.gc(age)
     print(f"removed {len(removed)} evidence entries older than {older}")
+    collected = clones.collect(workspace.clones, age)
+    kept = f"; {len(collected.in_use)} trees in use kept" if collected.in_use else ""
+    print(f"removed {len(collected.trees)} trees and {len(collected.clones)} clones unused for longer than {older}{kept}")

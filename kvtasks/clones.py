@@ -3,7 +3,9 @@
 Owns `<workspace>/clones/<repo-id>/` (a bare shared clone of a local repository, or a bare clone of
 a URL, fetched on demand; worktrees of base tips; the patches). It only ever reads the caller's
 repository (git clone --shared, git fetch from it): never its worktree, index, refs, config, hooks
-or object store. It runs no target and writes no evidence.
+or object store. It runs no target and writes no evidence. Each use stamps what it used (the
+clone's lock file, the tree's folder: their modification times), and `collect` removes the trees
+and clones unused for longer than an age, never one a validator or a front door holds.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -69,6 +72,7 @@ def prepare(source: str, base_ref: str, head_ref: str, clones_root: Path) -> Ref
     folder = clones_root / _repo_id(location)
     folder.mkdir(parents=True, exist_ok=True)
     with locks.held(locks.open_lock(folder / "clone.lock")):  # one front door at a time prepares a clone
+        _stamp(folder / "clone.lock")
         clone = _clone(location, folder)
         try:
             base_oid, head_oid = _resolve_both(clone, location, base_ref, head_ref)
@@ -108,6 +112,7 @@ def checkout(source: str, base_oid: str, clones_root: Path) -> Path:
     folder = clones_root / _repo_id(location)
     folder.mkdir(parents=True, exist_ok=True)
     with locks.held(locks.open_lock(folder / "clone.lock")):
+        _stamp(folder / "clone.lock")
         clone = _clone(location, folder)
         return _base_worktree(clone, folder, _resolve(clone, location, base_oid, "base"))
 
@@ -237,9 +242,63 @@ def _base_worktree(clone: Path, folder: Path, base_oid: str) -> Path:
         except GitFailed:
             pass  # checked out again below
         if not _git(worktree, "status", "--porcelain", "--ignored", "--untracked-files=all", check=False):
+            _stamp(worktree)
             return worktree
     shutil.rmtree(worktree, ignore_errors=True)
     _git(clone, "worktree", "prune")
     worktree.parent.mkdir(exist_ok=True)
     _git(clone, "worktree", "add", "--detach", "--force", str(worktree), base_oid)
+    _stamp(worktree)
     return worktree
+
+
+def _stamp(path: Path) -> None:
+    """Mark `path` used now, for `collect`."""
+    os.utime(path)
+
+
+@dataclass
+class Collected:
+    """What `collect` did: the trees and clones it removed, and the trees it kept because they were in use."""
+
+    trees: list[Path]
+    clones: list[Path]
+    in_use: list[Path]
+
+
+def collect(clones_root: Path, older_than_s: float) -> Collected:
+    """Remove every base tree unused for longer than `older_than_s`, then every clone left with no
+    tree and itself unused that long; never a tree a running validator holds, nor a clone a front
+    door is preparing (its lock is held: it is skipped whole, this time). A clone's lock file stays,
+    so a front door waiting on it never shares it with one that opens a new one."""
+    collected = Collected([], [], [])
+    if not clones_root.is_dir():
+        return collected
+    now = time.time()
+    for folder in sorted(path for path in clones_root.iterdir() if path.is_dir()):
+        fd = locks.try_hold(folder / "clone.lock")
+        if fd is None:
+            continue
+        try:
+            trees = folder / "trees"
+            for tree in sorted(trees.iterdir()) if trees.is_dir() else []:
+                if held_by_a_validator(tree):
+                    collected.in_use.append(tree)
+                elif now - tree.lstat().st_mtime > older_than_s:
+                    shutil.rmtree(tree)
+                    collected.trees.append(tree)
+            clone = folder / "repo.git"
+            if clone.is_dir():
+                _git(clone, "worktree", "prune", check=False)
+            unused = now - (folder / "clone.lock").stat().st_mtime > older_than_s
+            contents = [path for path in folder.iterdir() if path.name != "clone.lock"]
+            if unused and contents and not (trees.is_dir() and any(trees.iterdir())):
+                for path in contents:
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+                collected.clones.append(folder)
+        finally:
+            os.close(fd)
+    return collected

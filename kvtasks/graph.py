@@ -28,6 +28,7 @@ from kvtasks.gpu import lease, picker
 from kvtasks.pipeline import PIPELINE
 from kvtasks.request import Request
 from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.worktree import signals
 
 
 def _doc(group: str) -> str:
@@ -121,7 +122,7 @@ FRONT_DOORS = {
     "batch": "validate every PR of manifest=FILE against one base",
     "report": "rebuild reports from stored evidence (label=L for one); runs no target, no git",
     "cache": "list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
-    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d); nothing else",
+    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long",
 }
 
 
@@ -159,20 +160,27 @@ def hold_worktrees(requests: list[Request]) -> None:
         except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
             fail_usage(str(exc))
     _WORKERS = _WORKERS or _Workers()
+    signals.install()
     lease.start(picker.lock_dir())
 
 
 def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
     """Execute the validation graph through doit's Python API; return the verdict's exit code."""
-    hold_worktrees([request])
-    loader = ModuleTaskLoader(loader_namespace([request], workspace, quiet))
-    args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), "validate"]
-    try:
-        code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
-    finally:
-        picker.release_all()  # the claim is held until the report is written, and no longer
-        lease.stop()
-        worktree.release_exclusive(request.repo)
+    with signals.raising():  # for this run only: an in-process caller keeps its own handlers afterwards
+        hold_worktrees([request])
+        loader = ModuleTaskLoader(loader_namespace([request], workspace, quiet))
+        args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), "validate"]
+        try:
+            code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
+        except signals.Interrupted as stopped:
+            if not stopped.said:
+                print(f"kvtasks: interrupted by {stopped.name} while no tree was lent; the worktree is as supplied "
+                      "and the run stopped", file=sys.__stderr__)
+            raise
+        finally:
+            picker.release_all()  # the claim is held until the report is written, and no longer
+            lease.stop()
+            worktree.release_exclusive(request.repo)
     # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
     return code if code in (0, 1, 2) else 2
 
@@ -187,7 +195,7 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
             from kvtasks.fleet import arch_report
             yield {"basename": "report", "name": name, "actions": [(arch_report.regenerate, [workspace, name, fleet])],
                    "uptodate": [False], "task_dep": [f"report:{arch_label}" for arch_label in fleet["archs"].values()
-                                                     if arch_label and not label],
+                                                     if arch_label and arch_label != name and not label],
                    "verbosity": 2, "doc": f"rebuild the fleet report for {name} from stored evidence"}
             continue
         missing = workspace.store.missing_evidence(name)

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from jinja2 import Environment, PackageLoader
 
+from kvtasks import faults
 from kvtasks.report import tier_line
 from kvtasks.store import write_atomic
 
@@ -50,6 +51,7 @@ def _render(template: str, path: Path, **context: Any) -> Path:
 
 def write_report_page(folder: Path) -> Path:
     """folder/index.html from folder/validation_report.json."""
+    faults.point("page")
     report = json.loads((folder / REPORT).read_text())
     stages = report.get("stages") or {}
     return _render("report.html.j2", folder / PAGE, report=report,

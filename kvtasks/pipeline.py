@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
 
+from kvtasks import faults
 from kvtasks.stages import (Context, StageResult, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
                             gpu_requirement, grid, merge_sim, perf, receipt, repo_tests, run_facts, runtime_compat,
                             selection, sensitivity, test_policy)
@@ -91,6 +92,7 @@ def run_row(ctx: Context, row: Row) -> StageResult | None:
     """Run one row with a progress line as it starts and ends (a long run never looks hung), and
     record its result in `ctx.earlier` under the stage it reports: its own, or the one it amends."""
     ctx.say(f"{row.name}: started")
+    faults.point(row.name)
     started = time.monotonic()
     produced = row.run(ctx)
     if produced is None:

@@ -13,13 +13,14 @@ import ctypes
 import os
 import signal
 import subprocess
-import threading
+import select
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Mapping, Sequence
 
 KILL_GRACE_S = 5.0
+SIGNAL_SLICE_S = 0.5  # the longest a wait of ours stays out of Python, where signal handlers run
 _PR_SET_PDEATHSIG = 1
 
 # called with (pgid, start time) for every tracked launch; the worktree's journal listens while lent
@@ -98,27 +99,41 @@ def popen(argv: Sequence[str], *, track: bool = False, **options) -> subprocess.
     return process
 
 
-def wait_or_expire(process: subprocess.Popen, timeout_s: float, grace_s: float = KILL_GRACE_S) -> bool:
-    """Wait for the process; past timeout_s, terminate its group (killed after grace_s) and return
-    True. Popen.wait(timeout) polls, sleeping up to 50 ms at a time, which every target launch would
-    pay at its end; a blocking wait with a timer returns the moment the process exits."""
-    expired, exited = threading.Event(), threading.Event()
+def _exits_within(process: subprocess.Popen, seconds: float) -> bool:
+    """Wait up to `seconds` for the process to exit (reaping it); say whether it did.
 
-    def expire() -> None:
-        expired.set()
-        signal_group(process.pid, signal.SIGTERM)
-        if not exited.wait(grace_s):
-            signal_group(process.pid, signal.SIGKILL)
-
-    timer = threading.Timer(timeout_s, expire)
-    timer.daemon = True
-    timer.start()
+    It returns the moment the process exits (a pidfd polled, where Popen.wait(timeout) sleeps up to
+    50 ms at a time, which every target launch would pay at its end), and to Python at least every
+    SIGNAL_SLICE_S: the kernel may give a signal sent to the validator to another thread (a
+    library's helper thread, such as multiprocessing's queue feeder in a doit worker), which never
+    wakes the main thread's wait; its handler runs only when the main thread next runs Python."""
+    deadline = time.monotonic() + seconds
     try:
+        pidfd = os.pidfd_open(process.pid)
+    except ProcessLookupError:  # gone and reaped already
         process.wait()
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        while not poller.poll(max(0.0, min(SIGNAL_SLICE_S, deadline - time.monotonic())) * 1000):
+            if time.monotonic() >= deadline:
+                return False
     finally:
-        exited.set()
-        timer.cancel()
-    return expired.is_set()
+        os.close(pidfd)
+    process.wait()
+    return True
+
+
+def wait_or_expire(process: subprocess.Popen, timeout_s: float, grace_s: float = KILL_GRACE_S) -> bool:
+    """Wait for the process; past timeout_s, terminate its group (killed after grace_s) and return True."""
+    if _exits_within(process, timeout_s):
+        return False
+    signal_group(process.pid, signal.SIGTERM)
+    if not _exits_within(process, grace_s):
+        signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+    return True
 
 
 def kill_group(process: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
@@ -180,6 +195,17 @@ def kill_orphaned_group(pgid: int, started: int | None) -> list[int]:
     return members
 
 
+def _communicate(process: subprocess.Popen, deadline: float) -> tuple:
+    """Popen.communicate up to `deadline` (monotonic), back in Python every SIGNAL_SLICE_S so a
+    signal another thread received is handled (see `_exits_within`); retrying loses no output."""
+    while True:
+        try:
+            return process.communicate(timeout=max(0.0, min(SIGNAL_SLICE_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+
+
 def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None = None,
         env: Mapping[str, str] | None = None, stdout: int | IO = subprocess.PIPE,
         stderr: int | IO = subprocess.PIPE, track: bool = False, text: bool = True,
@@ -190,7 +216,7 @@ def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None 
                     stdout=stdout, stderr=stderr, text=text, errors=errors if text else None)
     timed_out = False
     try:
-        out, err = process.communicate(timeout=timeout_s)
+        out, err = _communicate(process, started + timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_group(process)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model
 
+from kvtasks import faults
 from kvtasks.pipeline import REPORTED
 from kvtasks.stages import PAYLOADS, Finding, Stage, StageResult
 from kvtasks.stages.records import CpuTier, Facts, RuntimeIdentity, Selection, merged
@@ -351,6 +352,7 @@ def publish(report: Report, destinations: list[Path]) -> None:
     body = json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
     summary = summary_markdown(report)
     for path in destinations:
+        faults.point("report")
         write_atomic(path, body.encode())
         write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
                       else path.with_name(f"{path.stem}.summary.md"), summary.encode())

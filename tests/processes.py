@@ -49,3 +49,42 @@ def doit(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedPr
     env = {**os.environ, "KVTASKS_HOME": str(home)}
     return subprocess.run([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), *args], cwd=PROJECT,
                           env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else None
+        except OSError:
+            continue
+        if fields and fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def guardians(tree: Path) -> list[int]:
+    """The live guardians (kvtasks.worktree.guardian) watching `tree`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[1].endswith(b"guardian.py") and argv[2] == str(tree).encode() and alive(
+                int(entry.name), settle_s=0):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_marker(marker: Path, process: subprocess.Popen, bound_s: float = 60) -> int:
+    """The pid that stopped at a fault point (kvtasks.faults), once its marker says so."""
+    from kvtasks import faults
+
+    deadline = time.monotonic() + bound_s
+    while (reached := faults.reached(marker)) is None:
+        assert process.poll() is None, f"the validator exited ({process.returncode}) before its fault point"
+        assert time.monotonic() < deadline, "the validator never reached its fault point"
+        time.sleep(0.02)
+    return reached[0]

@@ -243,3 +243,59 @@ def test_a_tree_another_validator_holds_is_not_handed_out_again(caller, tmp_path
     assert second.worktree != first.worktree and second.base_oid == first.base_oid
     assert git(second.worktree, "rev-parse", "HEAD").strip() == first.base_oid
     assert clones.prepare(str(caller), "main", "pr-tail", root).worktree == first.worktree  # free again: reused
+
+
+def _age(path, days: float) -> None:
+    """Make `path` look last used `days` ago."""
+    then = os.path.getmtime(path) - days * 86400
+    os.utime(path, (then, then))
+
+
+def test_gc_removes_trees_and_clones_unused_for_longer_than_its_age_and_never_one_in_use(caller, tmp_path, home):
+    root = home / "clones"
+    before = caller_state(caller)
+    busy = clones.prepare(str(caller), "main", "pr-tail", root)
+    held = locks.try_hold(state_dir(busy.worktree) / "validator.lock")  # a validator runs in it
+    try:
+        idle = clones.prepare(str(caller), "main", "pr-tail", root)  # the second slot, free
+        other = kernel_repo(tmp_path / "other")
+        branch(other, "pr", {"kernels/scale.py": KERNEL_TAIL_BUG}, "tail bug")
+        unused = clones.prepare(str(other), "main", "pr", root)
+        for tree in (busy.worktree, idle.worktree, unused.worktree):
+            _age(tree, 40)
+        for change in (busy, unused):
+            _age(change.clone.parent / "clone.lock", 40)
+        recent = doit(home, "cache-gc", "older=60d")
+        assert "removed 0 trees and 0 clones unused for longer than 60d" in recent.stdout, recent.stderr
+        assert all(change.worktree.is_dir() for change in (busy, idle, unused))
+        gone = doit(home, "cache-gc", "older=30d")
+        assert "removed 2 trees and 1 clones unused for longer than 30d; 1 trees in use kept" in gone.stdout, gone.stderr
+        assert busy.worktree.is_dir() and not idle.worktree.exists() and not unused.worktree.exists()
+        assert git(busy.worktree, "status", "--porcelain", "--ignored") == ""  # the held tree is whole
+        assert busy.clone.is_dir()  # its clone is in use through it
+        assert not unused.clone.exists() and not unused.patch.exists()
+        assert sorted(path.name for path in unused.clone.parent.iterdir()) == ["clone.lock"]
+        assert "worktrees" not in os.listdir(busy.clone) or os.listdir(busy.clone / "worktrees") == \
+            [busy.worktree.name]  # git forgot the removed tree
+    finally:
+        os.close(held)
+    assert caller_state(caller) == before and git(other, "status", "--porcelain") == ""
+    # once free, an unused tree goes too, and a later PR gets a fresh checkout of its clone
+    assert "removed 1 trees and 1 clones" in doit(home, "cache-gc", "older=30d").stdout
+    again = clones.prepare(str(caller), "main", "pr-tail", root)
+    assert git(again.worktree, "rev-parse", "HEAD").strip() == busy.base_oid
+
+
+def test_gc_skips_a_clone_a_front_door_is_preparing(caller, tmp_path):
+    root = tmp_path / "clones"
+    change = clones.prepare(str(caller), "main", "pr-tail", root)
+    _age(change.worktree, 40)
+    _age(change.clone.parent / "clone.lock", 40)
+    preparing = locks.try_hold(change.clone.parent / "clone.lock")
+    try:
+        assert clones.collect(root, 86400) == clones.Collected([], [], [])
+    finally:
+        os.close(preparing)
+    assert change.worktree.is_dir()
+    collected = clones.collect(root, 86400)
+    assert collected.trees == [change.worktree] and collected.clones == [change.clone.parent]

@@ -1,8 +1,12 @@
 """Every subprocess: a timeout, its own process group killed whole, recorded; none outlives its parent."""
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+
+import pytest
 
 from kvtasks import processes
 from kvtasks.gpu import picker
@@ -64,3 +68,39 @@ def test_a_launch_whose_recording_is_interrupted_is_killed_not_left_running(monk
     except KeyboardInterrupt:
         pass
     assert started and not alive(started[0])
+
+
+class _Stopped(Exception):
+    pass
+
+
+@pytest.mark.parametrize("wait", ["launch", "run"])
+def test_a_signal_another_thread_received_still_ends_the_wait_at_once(wait):
+    """The kernel may hand a signal sent to the validator to any of its threads (a library's helper
+    thread); Python runs the handler in the main thread only once that thread is back in Python,
+    so a wait that stayed in one blocking call ran on until the child exited."""
+    def stop(_signum, _frame):
+        raise _Stopped()
+
+    def signal_from_a_helper_thread():
+        time.sleep(0.3)
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # this thread, never the main one
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    helper = threading.Thread(target=signal_from_a_helper_thread)
+    started = time.monotonic()
+    try:
+        with pytest.raises(_Stopped):
+            helper.start()
+            if wait == "launch":
+                child = processes.popen([sys.executable, "-c", "import time; time.sleep(30)"])
+                try:
+                    processes.wait_or_expire(child, timeout_s=60)
+                finally:
+                    processes.kill_group(child)
+            else:
+                processes.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=60)
+    finally:
+        helper.join()
+        signal.signal(signal.SIGUSR1, previous)
+    assert time.monotonic() - started < 5

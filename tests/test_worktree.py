@@ -1,6 +1,7 @@
 """The lent tree: `Worktree.lend(side)` gives a stage base or head and takes it back as supplied."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -113,3 +114,24 @@ def test_nothing_launched_in_a_lend_outlives_it(repo):
     with Worktree(repo, None).lend("base"):
         escaped = processes.popen([sys.executable, "-c", "import time; time.sleep(60)"], track=True)
     assert escaped.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_signal_whose_interrupt_python_swallowed_still_ends_the_validator():
+    """A handler's exception lands wherever the main thread is; inside a finalizer (or an at-fork
+    callback) Python prints 'Exception ignored' and goes on, so the kernel ends the process."""
+    script = ("import os, signal, time\n"
+              "from kvtasks.worktree import signals\n"
+              "signals.ESCALATE_S = 1.0\n"
+              "signals.install()\n"
+              "class Swallows:\n"
+              "    def __del__(self):\n"
+              "        os.kill(os.getpid(), signal.SIGTERM)\n"
+              "        time.sleep(0.2)\n"
+              "Swallows()\n"
+              "print('swallowed', flush=True)\n"
+              "time.sleep(20)\n"
+              "print('ran on', flush=True)\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["swallowed"] and "Exception ignored" in done.stderr
+    assert done.returncode == -signal.SIGALRM and time.monotonic() - started < 15

@@ -54,7 +54,7 @@ def connect():
 def _shipment(request: Request, arch: str | None) -> node.Shipment:
     source = request.source or request.repo
     base_oid = Worktree(request.repo, None).head_oid()
-    label = f"{request.label}.{arch}" if arch else request.label
+    label = _arch_label(request.label, arch)
     return node.Shipment(request=request.model_copy(update={"label": label}), source=source, base_oid=base_oid,
                          patch=Path(request.patch).read_bytes() if request.patch else None)
 
@@ -173,8 +173,14 @@ def _on_node(ray, hostname: str):
     return "DEFAULT"
 
 
+def _arch_label(label: str, arch: str | None) -> str:
+    """The label one arch's run is stored and published under: the PR's own when the manifest
+    names no archs (its one run is "any")."""
+    return f"{label}.{arch}" if arch and arch != "any" else label
+
+
 def _compose(workspace: Workspace, request: Request, arch, prepared: node.GroupRun, finish, node_name=None) -> None:
-    label = f"{request.label}.{arch}" if arch else request.label
+    label = _arch_label(request.label, arch)
     arch_request = request.model_copy(update={"label": label, "out": None})
     done = phases.publish(arch_request, workspace, quiet=True, draw_index=False)
     path = str(workspace.report_paths(arch_request)[0])
@@ -200,7 +206,7 @@ def _publish_batch(requests, workspace: Workspace, name: str, wanted, runs, comp
         report.publish(merged, paths)
         pages.write_report_page(paths[0].parent)
         workspace.store.set_label(label, {"fleet": {
-            "archs": {arch: f"{label}.{arch}" if arch in composed[label] else None for arch in archs},
+            "archs": {arch: _arch_label(label, arch) if arch in composed[label] else None for arch in archs},
             "runs": {arch: run.model_dump(mode="json") for arch, run in runs[label].items()}}})
         codes.append(merged.process_exit_code)
         rows.append(f"| {label} | {merged.verdict} | " + " | ".join(runs[label][a].verdict for a in archs)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from kvtasks import locks, processes
+from kvtasks import faults, locks, processes
 from kvtasks.gpu import lease
 from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
 from kvtasks.host import IdleSettings  # KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3
@@ -99,6 +99,7 @@ def _sample(backend: Backend, devices: list[Device], settings: IdleSettings) -> 
     windows = [Window(device) for device in devices]
     for sample in range(settings.samples):
         if sample:
+            faults.point("picker")
             time.sleep(settings.interval_s)
         for window in windows:
             window.readings.append(backend.activity(window.device))
@@ -212,6 +213,7 @@ def lock_dir() -> Path:
 def try_lock(index: int) -> Lease | None:
     if lease.running():
         answer = lease.ask({"op": "lock", "index": index})
+        faults.point("lease")
         return Lease(index, Path(answer["path"]), None, answer["basis"]) if answer.get("locked") else None
     path = lock_dir() / f"gpu-{index}.lock"
     fd = locks.try_hold(path)
@@ -219,6 +221,7 @@ def try_lock(index: int) -> Lease | None:
         return None
     claim = Lease(index, path, fd)
     _HELD.append(claim)
+    faults.point("lease")
     return claim
 
 

@@ -17,6 +17,7 @@ from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
 from kvtasks import processes
+from kvtasks import faults
 
 PYTEST_USAGE_ERROR = 4
 PYTEST_NOTHING_COLLECTED = 5
@@ -182,6 +183,7 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
         process = processes.popen(command, track=True, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
                                   stdout=log_file, stderr=subprocess.STDOUT)
         try:
+            faults.point("launch", label)
             timed_out = processes.wait_or_expire(process, timeout_s)
         finally:
             processes.kill_group(process)

@@ -4,8 +4,8 @@ The tree is supplied clean (no tracked, untracked or ignored entries) and is han
 on every exit path, SIGINT, SIGTERM and SIGHUP included. Reading the head side never touches it:
 the patch is applied to a private index and object directory. The tree changes only inside
 `lend(side)`; this package is the only code that runs git (`git_commands`), keeps the journal of
-a lend (`journal`), holds the validator lock (`exclusive`) or handles signals during a lend
-(`signals`).
+a lend (`journal`), holds the validator lock (`exclusive`), handles signals during a lend
+(`signals`) or starts the process that hands a tree back when its lender dies (`guardian`).
 """
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from typing import Iterator, Literal, Sequence
 
 import git
 
-from kvtasks import locks, processes
+from kvtasks import faults, locks, processes
 from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_exclusively, open_lock,
                                         release_exclusive)
 from kvtasks.worktree.git_commands import (GitFailed, PatchRefused, forget_callers_repository, git_environment, run_git,
                                            source_identity, state_dir, toplevel_is)
 from kvtasks.worktree.journal import Journal, recover_dead, remove_untracked
 from kvtasks.worktree.signals import Interrupted
-from kvtasks.worktree import signals
+from kvtasks.worktree import guardian, signals
 
 __all__ = ["GitFailed", "HeadView", "Interrupted", "PatchRefused", "Side", "StatusEntry", "Worktree", "WorktreeBusy",
            "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively",
@@ -179,6 +179,7 @@ class Worktree:
         self.journal.patch_applied(patch, excludes)
         self._applied_patch, self._kept_base = patch, excludes
         self._run("apply", "--whitespace=nowarn", *excludes, patch)
+        faults.point("apply")
 
     def recover(self) -> dict | None:
         """Under the tree lock, undo what a dead validator left (see `journal.recover_dead`)."""
@@ -246,14 +247,19 @@ class Worktree:
                 print(f"kvtasks: a dead validator (pid {recovered['pid']}) had this worktree lent; its processes "
                       "were killed and the tree was restored", file=sys.__stderr__)
             directories = self._lent_directories = self._directories()  # git does not see empty folders
-            self.journal.open(self.path)
-            processes.spawned.append(self.journal.group_started)
+            # before the journal opens: a lender killed from here on leaves a journal the guardian settles
+            guard = guardian.watch(self.path, os.getpid(), processes.start_time(os.getpid()))
             try:
-                yield self
-            except BaseException as raised:
-                self._give_back(directories, raised)
-                raise
-            self._give_back(directories, None)
+                self.journal.open(self.path)
+                processes.spawned.append(self.journal.group_started)
+                try:
+                    yield self
+                except BaseException as raised:
+                    self._give_back(directories, raised)
+                    raise
+                self._give_back(directories, None)
+            finally:
+                guard.release()
 
     def _give_back(self, directories: set[str], raised: BaseException | None) -> None:
         """Restore the tree with signals held back. An interrupt wins over everything else: a
@@ -272,8 +278,9 @@ class Worktree:
             raised = Interrupted(signals.received[0])  # a handler's raise was swallowed on the way up
         if isinstance(raised, Interrupted):
             said = "the worktree was restored" if failure is None else \
-                f"the worktree was not handed back ({failure}); the next run restores it"
+                f"the worktree was not handed back ({failure}); its guardian restores it once this process has gone"
             print(f"kvtasks: interrupted by {raised.name}; {said} and no report is written", file=sys.__stderr__)
+            raised.said = True
             raise raised
         if failure is not None:
             raise failure

@@ -17,6 +17,9 @@ HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 received: list[int] = []
 # while `deferred` holds: the signals that arrived, raised as it ends (None: not holding)
 _held: list[int] | None = None
+# a handled signal ends the process within this long, however its Interrupted fares (see _raise_interrupted)
+ESCALATE_S = 30.0
+_ALARM_OFF: dict = {}  # while the escalation is armed: the SIGALRM disposition to restore when disarmed
 
 
 class Interrupted(SystemExit):
@@ -25,6 +28,7 @@ class Interrupted(SystemExit):
     def __init__(self, signum: int):
         super().__init__(128 + signum)
         self.signum = signum
+        self.said = False  # whether the lend it ended has told the user already
 
     @property
     def name(self) -> str:
@@ -35,6 +39,34 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _raise_interrupted(signum, _frame):
+    """Raise Interrupted, and arm the kernel to end the process ESCALATE_S from now (SIGALRM at its
+    default action, whichever thread it reaches). An exception a handler raises lands wherever the
+    main thread happens to be; where Python swallows it (an at-fork callback, a finalizer: "Exception
+    ignored in ...") the signal would be lost and the validator ran on, a doit -n parent waiting
+    for workers that wait for it. Ended that way, its guardians hand its trees back."""
+    if not _ALARM_OFF:
+        _ALARM_OFF["disposition"] = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, ESCALATE_S)
+    received.append(signum)
+    if _held is not None:
+        _held.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """For the rest of the validator, lent tree or not: a handled signal raises Interrupted.
+
+    Without it a signal outside a lend (during the picker, the lease, a report) killed the
+    validator outright (SIGTERM, SIGHUP), so no `finally` ran: the process group of a PICKER
+    override, which dies with the validator only as a direct child, was left running; SIGINT
+    ended it with a traceback. Forked workers (doit -n) inherit it."""
+    if _in_main_thread():
+        for sig in HANDLED:
+            signal.signal(sig, _raise_interrupted)
+
+
 @contextmanager
 def raising() -> Iterator[None]:
     """For the block, a handled signal raises Interrupted (Python runs handlers in the main thread only)."""
@@ -42,20 +74,20 @@ def raising() -> Iterator[None]:
     if not _in_main_thread():
         yield
         return
-
-    def raise_interrupted(signum, _frame):
-        received.append(signum)
-        if _held is not None:
-            _held.append(signum)
-            return
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in HANDLED}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if previous[signal.SIGINT] is not _raise_interrupted:
+            _disarm()  # the outermost block: an in-process caller goes on, with nothing armed against it
+
+
+def _disarm() -> None:
+    if _ALARM_OFF:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, _ALARM_OFF.pop("disposition"))
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from kvtasks.worktree import Worktree
+from tests.conftest import IDLE_AMD
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
@@ -22,10 +23,10 @@ pytestmark = pytest.mark.usefixtures("bystanders")
 SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
 
 
-def validator(repo, patch, out, home):
+def validator(repo, patch, out, home, **environ):
     return subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                              "--target", "tests/test_scale.py", "--out", str(out), "--quiet", "--no-perf"],
-                            env={**os.environ, "KVTASKS_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                            env={**os.environ, "KVTASKS_HOME": str(home), **environ}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -61,8 +62,10 @@ def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path
 
 def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu):
     """The target leaves a grandchild that would write into the tree after the validator died:
-    the target dies with its validator, the next run kills the grandchild before touching the tree."""
-    from tests.processes import alive
+    the target dies with its validator, the next run kills the grandchild before touching the tree.
+    Its guardian is killed first, as a reboot or an OOM killer taking both would (with the
+    guardian alive, see test_guardian.py)."""
+    from tests.processes import alive, guardians
 
     slow = ("import subprocess, sys, time\n\n\ndef test_slow():\n"
             "    late = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(6); "
@@ -80,6 +83,10 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
+    watching = guardians(repo)
+    assert len(watching) == 1
+    os.kill(watching[0], signal.SIGKILL)
+    assert not alive(watching[0])
     proc.kill()
     proc.wait()
     late = int(pid_file.read_text())
@@ -157,3 +164,51 @@ def test_a_parallel_batch_killed_anywhere_hands_everything_back_and_resumes(tmp_
     assert Worktree(tiled, None).journal.pending() is None
     verdicts = {label: report["verdict"] for label, report in reports(home, prs).items()}
     assert verdicts["tail"] == "BLOCK" and verdicts["loose"] == "BLOCK" and verdicts["docs-1"] != "BLOCK"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_picker_ends_the_validator_at_once_and_leaves_nothing(sig, repo, home, tmp_path, idle_gpu,
+                                                                                  private_gpu_locks):
+    from kvtasks import locks
+    from kvtasks.worktree import held_by_a_validator
+    from tests.processes import alive, children, wait_for_marker
+
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
+    supplied = snapshot(repo)
+    out, marker = tmp_path / "report.json", tmp_path / "at-the-picker"
+    proc = validator(repo, patch, out, home, KVTASKS_FAULT_POINT="picker", KVTASKS_FAULT_MARKER=str(marker))
+    assert wait_for_marker(marker, proc) == proc.pid
+    helpers = children(proc.pid)  # the GPU lease owner
+    assert helpers
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 15, f"{sig.name} took {time.monotonic() - sent:.1f}s to end the validator"
+    assert proc.returncode == 128 + sig, err
+    assert f"interrupted by {sig.name} while no tree was lent" in err and "Traceback" not in err
+    assert not any(alive(pid) for pid in helpers)
+    assert snapshot(repo) == supplied and not out.exists() and not held_by_a_validator(repo)
+    claim = locks.try_hold(private_gpu_locks / f"gpu-{IDLE_AMD['hip_id']}.lock")
+    assert claim is not None  # the GPU claim went with the validator
+    os.close(claim)
+
+
+def test_sigterm_during_a_picker_override_kills_what_the_picker_started(repo, home, tmp_path):
+    """A PICKER override dies with the validator as its direct child; its own children only when
+    the validator lives to kill its group."""
+    from tests.processes import alive
+
+    pid_file = tmp_path / "picker-child.pid"
+    picker = tmp_path / "slow-picker"
+    picker.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pid_file}.tmp\nmv {pid_file}.tmp {pid_file}\nwait\n")
+    picker.chmod(0o755)
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
+    proc = validator(repo, patch, tmp_path / "report.json", home, PICKER=str(picker))
+    deadline = time.monotonic() + 60
+    while not pid_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not alive(int(pid_file.read_text()))
