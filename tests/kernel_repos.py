@@ -222,3 +222,15 @@ class Bystander:
         files = {name: (self.path / name).read_bytes() if (self.path / name).exists() else None for name in self.OWN}
         index = hashlib.sha256((dot_git / "index").read_bytes()).hexdigest()
         return files, index, (dot_git / "HEAD").read_text(), git(self.path, "for-each-ref")
+
+
+def late_writer_pr(repo: Path, tmp_path: Path, delay_s: float) -> tuple[Path, Path, Path]:
+    """A PR whose head test starts a grandchild that writes into the tree `delay_s` after it started,
+    then hangs: (the patch, the file the test creates once running, the file holding the grandchild's pid)."""
+    marker, pid_file = tmp_path / "head-started", tmp_path / "late.pid"
+    slow = ("import subprocess, sys, time\n\n\ndef test_slow():\n"
+            f"    late = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({delay_s}); "
+            "open(\"tests/late.txt\", \"w\").write(\"late\")'])\n"
+            f"    open('{pid_file}', 'w').write(str(late.pid))\n"
+            f"    open('{marker}', 'w').close()\n    time.sleep(60)\n")
+    return make_patch(repo, {"tests/test_slow.py": slow}, tmp_path / "pr.patch"), marker, pid_file

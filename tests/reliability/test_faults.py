@@ -15,7 +15,7 @@ import pytest
 
 from kvtasks.worktree import Worktree
 from tests.conftest import IDLE_AMD
-from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
+from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
 pytestmark = pytest.mark.usefixtures("bystanders")
@@ -67,14 +67,7 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     guardian alive, see test_guardian.py)."""
     from tests.processes import alive, guardians
 
-    slow = ("import subprocess, sys, time\n\n\ndef test_slow():\n"
-            "    late = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(6); "
-            "open(\"tests/late.txt\", \"w\").write(\"late\")'])\n"
-            "    open('{pid_file}', 'w').write(str(late.pid))\n"
-            "    open('{marker}', 'w').close()\n    time.sleep(60)\n")
-    marker, pid_file = tmp_path / "head-started", tmp_path / "late.pid"
-    patch = make_patch(repo, {"tests/test_slow.py": slow.format(marker=marker, pid_file=pid_file)},
-                       tmp_path / "pr.patch")
+    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=6)
     supplied = snapshot(repo)
     proc = subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                              "--target", "tests/test_slow.py", "--quiet", "--out", str(tmp_path / "r.json")],

@@ -11,7 +11,7 @@ import pytest
 
 from kvtasks import processes
 from kvtasks.worktree import Worktree, guardian
-from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
+from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot
 from tests.processes import alive, guardians, wait_for_marker
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
@@ -40,14 +40,7 @@ def handed_back(repo, supplied) -> bool:
 def test_a_sigkilled_validators_tree_comes_back_with_no_further_run(repo, home, tmp_path, idle_gpu):
     """The head target leaves a grandchild that would write into the tree after the validator
     died; nothing else runs afterwards, yet the grandchild is killed and the patch reversed."""
-    slow = ("import subprocess, sys, time\n\n\ndef test_slow():\n"
-            "    late = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(4); "
-            "open(\"tests/late.txt\", \"w\").write(\"late\")'])\n"
-            "    open('{pid_file}', 'w').write(str(late.pid))\n"
-            "    open('{marker}', 'w').close()\n    time.sleep(60)\n")
-    marker, pid_file = tmp_path / "head-started", tmp_path / "late.pid"
-    patch = make_patch(repo, {"tests/test_slow.py": slow.format(marker=marker, pid_file=pid_file)},
-                       tmp_path / "pr.patch")
+    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=4)
     supplied = snapshot(repo)
     proc = validator(repo, patch, "tests/test_slow.py", home)
     deadline = time.monotonic() + 60

@@ -147,9 +147,9 @@ def test_base_corrupted_run_is_base_evidence_shared_by_a_batch(sens, home, tmp_p
     done = doit(home, "batch", f"manifest={manifest}")
     assert done.returncode == 1, done.stderr[-2000:]
     bases = {}
-    for name, report in reports(home, variants).items():
-        sensitivity = report["stages"]["sensitivity"]
-        assert report["verdict"] == "BLOCK" and sensitivity["status"] == "fail"
+    for name, published in reports(home, variants).items():
+        sensitivity = published["stages"]["sensitivity"]
+        assert published["verdict"] == "BLOCK" and sensitivity["status"] == "fail"
         bases[name] = sensitivity["base"]["modes"]["tail"]
         assert bases[name]["status"] == "pass" and bases[name]["tests_failed_count"] == 1
     # each base key runs base corrupted once, in whichever PR's head ran first; every other PR with that key
