@@ -135,3 +135,18 @@ def test_a_signal_whose_interrupt_python_swallowed_still_ends_the_validator():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["swallowed"] and "Exception ignored" in done.stderr
     assert done.returncode == -signal.SIGALRM and time.monotonic() - started < 15
+
+
+def test_a_recovery_restores_the_committed_files_a_dead_run_changed(repo, tmp_path):
+    patch = make_patch(repo, {"kernel.py": "SCALE = 2\n"}, tmp_path / "pr.patch")
+    supplied = snapshot(repo)
+    tree = Worktree(repo, str(patch))
+    tree.journal.open(repo)
+    tree.apply(str(patch))
+    (repo / "tests/test_kernel.py").write_text("def test(): assert True  # rewritten by the run\n")
+    (repo / "written.log").write_text("a run wrote this")
+    tree.journal._update(pid=2 ** 22 + 1, pid_start=1)  # its validator died without handing the tree back
+    recovered = Worktree(repo, None).recover()
+    assert recovered["patch_reversed"] is True and recovered["still_dirty"] == 0
+    assert set(recovered["removed"]) == {"tests/test_kernel.py", "written.log"}
+    assert snapshot(repo) == supplied and tree.journal.pending() is None

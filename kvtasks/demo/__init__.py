@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from kvtasks import locks
-from kvtasks.worktree import GitFailed, held_by_a_validator, run_git
+from kvtasks.worktree import GitFailed, Worktree, WorktreeBusy, held_by_a_validator, run_git
 
 SOURCES = Path(__file__).parent / "repo"
 PATCHES = Path(__file__).parent / "prs"
@@ -86,6 +86,10 @@ def materialize(root: Path) -> tuple[Path, dict[str, str]]:
 def _materialize(repo: Path) -> tuple[Path, dict[str, str]]:
     marker = f"kvtasks demo base {_fingerprint()}"
     if (repo / ".git").is_dir():
+        try:  # what a killed validator left, under the tree lock its guardian may hold right now
+            Worktree(repo, None).recover()
+        except (GitFailed, WorktreeBusy):
+            pass  # judged below, and built again
         try:
             clean = _git(repo, "status", "--porcelain", "--ignored") == ""
             current = _git(repo, "log", "-1", "--format=%s", "main") == marker

@@ -62,11 +62,14 @@ def startup_shield(run_dir: Path) -> Path:
 def target_env(request: Request, run_dir: Path, phase: str, label: str,
                visible_devices: Mapping[str, str] = NO_DEVICE, first: list[str] = ()) -> dict[str, str]:
     """Every process kvtasks launches with the checkout on its path: the constructed environment,
-    `first` then the start-up shield before the checkout's import roots."""
-    return environment.construct(
+    `first` then the start-up shield before the checkout's import roots; a git it runs finds no
+    repository above the checkout (one whose `.git` vanished is no repository, never its parent's)."""
+    env = environment.construct(
         os.environ, phase_dir=run_dir / phase, label=label,
         python_path=[*first, str(startup_shield(run_dir)), *python_path(request)], visible_devices=visible_devices,
     )
+    env["GIT_CEILING_DIRECTORIES"] = str(Path(request.repo).resolve().parent)
+    return env
 
 
 def run(request: Request, *, runner: str, run_dir: Path, label: str,

@@ -167,6 +167,11 @@ class Worktree:
                 blobs[path] = content.encode("utf-8", "surrogateescape") if status == 0 else None
         return HeadView(changes=changes, _blobs=blobs)
 
+    def check_out_base(self, paths: Sequence[str]) -> None:
+        """Committed files back to their base version (a recovery's; a lend's restore does its own)."""
+        toplevel_is(self.path)
+        self._run("checkout", "HEAD", "--", *paths)
+
     def check_apply(self, patch: str) -> None:
         self._run("apply", "--check", "--whitespace=nowarn", patch)
 

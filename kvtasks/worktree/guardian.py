@@ -49,10 +49,12 @@ def watch(tree: Path, pid: int, pid_start: int | None) -> Guard:
     read_end, write_end = os.pipe()  # both non-inheritable: no target or helper the lender starts holds it
     try:
         process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), str(tree), str(pid), str(pid_start)],
+            [sys.executable, str(Path(__file__).resolve()), str(Path(tree).resolve()), str(pid), str(pid_start)],
             stdin=read_end, stdout=subprocess.DEVNULL, stderr=None,  # it says a recovery on the lender's stderr
             cwd="/", start_new_session=True, close_fds=True)
-        process.wait()  # the first process only forks the guardian
+        if process.wait() != 0:  # the first process only forks the guardian
+            print(f"kvtasks: the guardian of {tree} did not start (exit {process.returncode}); a validator killed "
+                  "outright leaves this tree to the next run's recovery", file=sys.stderr)
     except BaseException:
         os.close(write_end)  # a guardian already forked sees the end of input, no journal, and exits
         raise
@@ -117,9 +119,11 @@ def _recover(tree: Path, pid: int) -> int:
         return 1
     if recovered is not None:
         patch = {True: "its patch reversed", False: "its patch did not reverse", None: "no patch applied"}
+        left = f"; the tree is NOT handed back: {recovered['still_dirty']} entries still differ from base" \
+            if recovered["still_dirty"] else ""
         print(f"kvtasks guardian: pid {pid} died with the worktree {tree} lent: "
               f"{len(recovered['killed_processes'])} leftover processes killed, {patch[recovered['patch_reversed']]}, "
-              f"{len(recovered['removed'])} files it wrote removed", file=sys.stderr)
+              f"{len(recovered['removed'])} files it wrote removed or restored{left}", file=sys.stderr)
     return 0 if recovered is None or not recovered["still_dirty"] else 1
 
 

@@ -92,12 +92,18 @@ def recover_dead(tree: "Worktree") -> dict | None:
     reversed_ok = None
     if entry.get("patch"):
         reversed_ok = tree.reverse(entry["patch"], entry.get("exclude") or [])
-    removed = []
+    removed, written = [], []
     for status in tree.status():
         path = tree.path / status.path
-        if status.untracked and path.exists() and path.lstat().st_mtime >= entry["started"] - 1:
+        since = path.lstat().st_mtime >= entry["started"] - 1 if path.exists() or path.is_symlink() else True
+        if status.untracked and path.exists() and since:
             remove_untracked(path, root=tree.path)
             removed.append(status.path)
+        elif not status.untracked and since:  # a committed file the dead run changed (or deleted)
+            written.append(status.path)
+    if written:
+        tree.check_out_base(written)
+        removed += written
     journal.end()
     return {**{key: entry.get(key) for key in ("pid", "patch_sha256", "started")}, "patch_reversed": reversed_ok,
             "killed_processes": killed, "removed": removed, "still_dirty": len(tree.status())}

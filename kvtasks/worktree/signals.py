@@ -102,9 +102,14 @@ def deferred() -> Iterator[None]:
         yield
         return
     _held = []
+    # an armed escalation waits for the restore: ended halfway, a slow one (a large tree's status,
+    # many files to remove) would leave the tree to a recovery instead
+    paused = signal.setitimer(signal.ITIMER_REAL, 0)[0] if _ALARM_OFF else 0.0
     try:
         yield
     finally:
+        if paused:
+            signal.setitimer(signal.ITIMER_REAL, paused)
         arrived, _held = _held, None
         if arrived:
             raise Interrupted(arrived[0])

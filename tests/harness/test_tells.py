@@ -94,6 +94,7 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     first, second = (json.loads(path.read_text()) for path in views)
     assert masked(first) == masked(second)
     assert first["environ"]["VALIDATION_PHASE"] == "head-session" and first["marks"] == ["parametrize"]
+    assert first["environ"]["GIT_CEILING_DIRECTORIES"] == str(repo.resolve().parent)  # no git above the tree
     assert not any(name.endswith(".seal") for name in first["before_the_probe"] + second["before_the_probe"])
     # the function's own mark lists the added rows too: its length tells no added cell from the repository's
     assert first["function_marks"] == [3]
