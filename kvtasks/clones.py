@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from kvtasks import locks, processes
-from kvtasks.worktree import GitFailed, Worktree, git_environment, held_by_a_validator, run_git
+from kvtasks.worktree import GitFailed, Worktree, git_environment, held_by_a_validator, in_use, run_git
 
 _OID = re.compile(r"[0-9a-fA-F]{7,40}")
 # the caller's git configuration must not change what is fetched, diffed or checked out
@@ -282,7 +282,7 @@ def collect(clones_root: Path, older_than_s: float) -> Collected:
         try:
             trees = folder / "trees"
             for tree in sorted(trees.iterdir()) if trees.is_dir() else []:
-                if held_by_a_validator(tree):
+                if in_use(tree):
                     collected.in_use.append(tree)
                 elif now - tree.lstat().st_mtime > older_than_s:
                     shutil.rmtree(tree)

@@ -113,6 +113,14 @@ def _exits_within(process: subprocess.Popen, seconds: float) -> bool:
     except ProcessLookupError:  # gone and reaped already
         process.wait()
         return True
+    except OSError:  # no pidfd here (an old kernel, a sandbox's seccomp filter): Popen's own wait, in slices
+        while True:
+            try:
+                process.wait(timeout=max(0.0, min(SIGNAL_SLICE_S, deadline - time.monotonic())))
+                return True
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    return False
     try:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)

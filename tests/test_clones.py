@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from kvtasks import cli, clones, locks
-from kvtasks.worktree import state_dir
+from kvtasks.worktree import Worktree, state_dir
 from tests.batches import base_runs_per_key, doit
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot, write_files
 
@@ -299,3 +299,15 @@ def test_gc_skips_a_clone_a_front_door_is_preparing(caller, tmp_path):
     assert change.worktree.is_dir()
     collected = clones.collect(root, 86400)
     assert collected.trees == [change.worktree] and collected.clones == [change.clone.parent]
+
+
+def test_gc_keeps_a_tree_whose_lend_is_open_without_a_validator_lock(caller, tmp_path, home):
+    # a fleet node lends a tree without the validator lock; a guardian recovers one under the tree lock
+    lent = clones.prepare(str(caller), "main", "pr-tail", home / "clones")
+    Worktree(lent.worktree, None).journal.open(lent.worktree)
+    _age(lent.worktree, 40)
+    kept = doit(home, "cache-gc", "older=30d")
+    assert "0 trees and 0 clones" in kept.stdout and "1 trees in use kept" in kept.stdout, kept.stdout
+    assert lent.worktree.is_dir()
+    Worktree(lent.worktree, None).journal.end()
+    assert "removed 1 trees" in doit(home, "cache-gc", "older=30d").stdout

@@ -104,3 +104,14 @@ def test_a_signal_another_thread_received_still_ends_the_wait_at_once(wait):
         helper.join()
         signal.signal(signal.SIGUSR1, previous)
     assert time.monotonic() - started < 5
+
+
+def test_a_launch_waits_where_the_kernel_gives_no_pidfd(monkeypatch):
+    def refused(pid):
+        raise OSError(38, "Function not implemented")  # an old kernel, a sandbox's seccomp filter
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    done = processes.run([sys.executable, "-c", "import time; time.sleep(0.3)"], timeout_s=30)
+    assert done.ok and not done.timed_out
+    expired = processes.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
+    assert expired.timed_out and expired.duration_s < 20

@@ -31,7 +31,7 @@ from kvtasks.worktree.signals import Interrupted
 from kvtasks.worktree import guardian, signals
 
 __all__ = ["GitFailed", "HeadView", "Interrupted", "PatchRefused", "Side", "StatusEntry", "Worktree", "WorktreeBusy",
-           "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively",
+           "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively", "in_use",
            "release_exclusive", "run_git", "source_identity", "state_dir"]
 
 
@@ -336,6 +336,30 @@ class Worktree:
         if remaining:
             raise GitFailed(f"worktree could not be restored: {[e.path for e in remaining][:5]}")
         return [entry.path for entry in leftovers]
+
+
+def in_use(path: str | os.PathLike) -> bool:
+    """Whether a tree is in use: a running validator holds it, or a lend of it is open or being
+    recovered (a fleet node lends without the validator lock; a guardian recovers under the tree
+    lock)."""
+    tree = Path(path)
+    if held_by_a_validator(tree):
+        return True
+    if not (tree / ".git").exists():
+        return False
+    try:
+        folder = state_dir(tree)
+    except GitFailed:
+        return False
+    if (folder / "journal.json").is_file():
+        return True
+    if not folder.is_dir():
+        return False
+    fd = locks.try_hold(folder / "tree.lock")
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
 
 
 def _literal_pattern(path: str) -> str:

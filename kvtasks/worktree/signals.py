@@ -64,7 +64,8 @@ def install() -> None:
     ended it with a traceback. Forked workers (doit -n) inherit it."""
     if _in_main_thread():
         for sig in HANDLED:
-            signal.signal(sig, _raise_interrupted)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # a validator started under nohup keeps ignoring SIGHUP
+                signal.signal(sig, _raise_interrupted)
 
 
 @contextmanager
