@@ -23,10 +23,6 @@ from kvtasks.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 
-# where base evidence a head group made is stored (kvtasks.stages.sensitivity's base corrupted runs)
-BASE_EVIDENCE = "base-sensitivity"
-
-
 def _keys(request: Request, results: list[StageResult]) -> dict:
     latest = {result.name: result for result in results}
     facts = merged(Facts, (result.facts for result in results))
@@ -129,7 +125,8 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     earlier = _earlier(store, sources)
     base_evidence = base_evidence_keys(request, record["base_key"]) if kind == "head" else {}
     for evidence_key in base_evidence.values():
-        for result in _marked_if_reused(store, BASE_EVIDENCE, evidence_key, request.label, record.get("prepared_at")):
+        for result in _marked_if_reused(store, sensitivity.BASE_EVIDENCE, evidence_key, request.label,
+                                        record.get("prepared_at")):
             earlier[result.name] = result
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
                   earlier=earlier, quiet=quiet,
@@ -156,7 +153,7 @@ def keep_base_evidence(store: Store, results: list[StageResult], evidence_keys: 
     """Store the base evidence a head group made under its own keys, for the next PR against its base."""
     for result in results:
         for made in result.base_evidence:
-            store.write(BASE_EVIDENCE, evidence_keys[made.name], [made], label=label, base_oid=base_oid,
+            store.write(sensitivity.BASE_EVIDENCE, evidence_keys[made.name], [made], label=label, base_oid=base_oid,
                         scratch=scratch)
 
 

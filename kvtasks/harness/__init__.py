@@ -108,7 +108,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
             python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
             probe=probe.name, argv=argv, prefix=request.launch_prefix([str(scratch)]),
             private=private,
-            before_attempt=probe.seal,
+            before_retry=probe.seal,
         )
     receipt, digest, note = receipts.read(probe, label)
     kept = run_dir / "runs" / f"receipt-{label}.json"

@@ -16,8 +16,7 @@ from typing import Callable, Literal, Mapping
 from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
-from kvtasks import processes
-from kvtasks import faults
+from kvtasks import faults, processes
 
 PYTEST_USAGE_ERROR = 4
 PYTEST_NOTHING_COLLECTED = 5
@@ -127,19 +126,19 @@ def launch(
     argv: list[str] | None = None,
     prefix: tuple[str, ...] = (),
     private: Path | None = None,
-    before_attempt: Callable[[], None] | None = None,
+    before_retry: Callable[[], None] | None = None,
 ) -> TargetRun:
     """One target run; its JUnit file and log end up as run_dir/junit-<label>.xml and
     run_dir/<label>.log. With `private` (a folder of this launch's own) the process writes them
-    there under neutral names, so no path it can read names its label; `before_attempt` runs
-    before each attempt."""
+    there under neutral names, so no path it can read names its label; `before_retry` runs before
+    a second attempt."""
     run_dir.mkdir(parents=True, exist_ok=True)
     kept_junit, kept_log = run_dir / f"junit-{label}.xml", run_dir / f"{label}.log"
     if private is not None:
         private.mkdir(parents=True, exist_ok=True)
     junit, log = (private / "junit.xml", private / "output.log") if private is not None else (kept_junit, kept_log)
     command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
-    done = _attempt(label, runner, command, cwd, env, junit, log, timeout_s, before_attempt)
+    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
     text = Path(log).read_text(errors="replace") if done.usage_error and probe is not None else ""
     configured = configured_addopts(text, cwd) if text else {}
     if configured.get("dropped") and not _NOT_FOUND.search(usage_message(text)):
@@ -148,19 +147,15 @@ def launch(
         # Once more without them.
         first_log = kept_log.with_name(f"{label}-usage-error.log")
         log.replace(first_log)
-        retry = _attempt(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s, before_attempt)
+        if before_retry is not None:
+            before_retry()
+        retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s)
         retry.addopts_dropped = {**configured, "error": usage_message(text), "first_log": str(first_log)}
         retry.duration_s = round(retry.duration_s + done.duration_s, 3)
         done = retry
     if private is not None:
         _keep(done, junit, kept_junit, log, kept_log)
     return done
-
-
-def _attempt(label, runner, command, cwd, env, junit, log, timeout_s, before_attempt) -> TargetRun:
-    if before_attempt is not None:
-        before_attempt()
-    return _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
 
 
 def _keep(done: TargetRun, junit: Path, kept_junit: Path, log: Path, kept_log: Path) -> None:

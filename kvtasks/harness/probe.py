@@ -687,13 +687,21 @@ def _replace_mark(node, mark, replacement):
     """`replacement` where `mark` was, on the node and on the object it came from (`pytestmark`), so
     neither the item's markers nor its function, class or module show the mark as written; None
     removes it (a stacked mark the grid's rows replace)."""
-    node.own_markers.remove(mark) if replacement is None else \
-        node.own_markers.__setitem__(node.own_markers.index(mark), replacement)
     held = getattr(getattr(node, "obj", None), "pytestmark", None)
-    if isinstance(held, list):
-        for index, item in reversed(list(enumerate(held))):
-            if item is mark or getattr(item, "mark", None) is mark or item == mark:
-                held.pop(index) if replacement is None else held.__setitem__(index, replacement)
+    for marks in (node.own_markers, held if isinstance(held, list) else []):
+        for index in reversed([i for i, item in enumerate(marks)
+                               if item is mark or getattr(item, "mark", None) is mark or item == mark]):
+            if replacement is None:
+                del marks[index]
+            else:
+                marks[index] = replacement
+
+
+def _made(metafunc, replacement, first_name, own):
+    """Record the mark the probe made (its `own` leading cells are the repository's) and that this
+    test's items index into it by `first_name`."""
+    _state["replaced"].append((replacement, own))
+    _state["grid_functions"][metafunc.definition.nodeid] = (first_name, own)
 
 
 def _replaced_before(metafunc, mark, names):
@@ -744,8 +752,7 @@ if "pytest" in sys.modules and _config["grid_argnames"]:
             _replace_mark(node, mark, replacement)
             for node, mark, _ in marks[1:]:  # stacked marks: the grid's rows carry all their names
                 _replace_mark(node, mark, None)
-            _state["replaced"].append((replacement, 0))
-            _state["grid_functions"][metafunc.definition.nodeid] = (names[0], 0)
+            _made(metafunc, replacement, names[0], 0)
 
     def _merge_grid(metafunc):
         """The exact mark's own cells, then the grid's and the poisoned one, added once per mark."""
@@ -764,8 +771,7 @@ if "pytest" in sys.modules and _config["grid_argnames"]:
             replacement = pytest.mark.parametrize(mark.args[0] if mark.args else mark.kwargs["argnames"],
                                                   own + added, **kwargs).mark
             _replace_mark(node, mark, replacement)
-            _state["replaced"].append((replacement, len(own)))
-            _state["grid_functions"][metafunc.definition.nodeid] = (names[0], len(own))
+            _made(metafunc, replacement, names[0], len(own))
             _state["merged_marks"] = _state.get("merged_marks", 0) + 1
 
     @pytest.hookimpl(trylast=True)

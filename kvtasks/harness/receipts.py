@@ -31,8 +31,8 @@ class ProbeModule:
     sensitivity: dict
 
     def seal(self) -> None:
-        """(Re)write what this launch corrupts, for an attempt about to start: the probe removes it
-        as it loads, so each attempt (a retry without the repository's addopts) gets its own."""
+        """Write what this launch corrupts: `prepare` does for the first attempt; the probe removes it
+        as it loads, so a retry (without the repository's addopts) needs it written again."""
         lines = [f"{key}={value}" for key, value in self.sensitivity.items() if value not in (None, "")]
         (self.folder / f"{self.name}.seal").write_text("".join(f"{line}\n" for line in lines))
 

@@ -37,7 +37,8 @@ from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 
 NAME = "sensitivity"
-BASE_EVIDENCE = "base_sensitivity"  # base's corrupted runs, stored apart under their base sensitivity keys
+# base's corrupted runs: the store's kind for them (under their base sensitivity keys) and their names
+BASE_EVIDENCE = "base-sensitivity"
 
 
 @payload(NAME)

@@ -85,13 +85,14 @@ def is_startup_code(path: str) -> bool:
 
 def shadows_stdlib(path: str, roots: list[str]) -> bool:
     """A module or package at one of the checkout's import roots named like a standard-library module."""
-    pure = PurePosixPath(path)
+    parts = PurePosixPath(path).parts
     for root in ["", *roots]:
-        inside = pure.parts[len(PurePosixPath(root).parts):] if root else pure.parts
-        if root and pure.parts[:len(PurePosixPath(root).parts)] != PurePosixPath(root).parts:
+        prefix = PurePosixPath(root).parts  # () for the checkout itself
+        inside = parts[len(prefix):]
+        if parts[:len(prefix)] != prefix or not inside:
             continue
-        name = inside[0].removesuffix(".py") if len(inside) > 1 or inside[0].endswith(".py") else ""
-        if name in sys.stdlib_module_names:
+        top = inside[0]  # a package folder, or a module file
+        if (top.removesuffix(".py") if len(inside) > 1 or top.endswith(".py") else "") in sys.stdlib_module_names:
             return True
     return False
 
