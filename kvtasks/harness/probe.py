@@ -814,11 +814,11 @@ def pytest_runtest_logreport(report, _corrupted_outcome=_corrupted_outcome):
 
 
 # the repository's hooks that see the whole session's outcome (in a merged session the poisoned cell
-# makes it a failure), and those that can rewrite an item's report or outcome (and so tell the
-# items kvtasks added from the repository's)
+# makes it a failure), and those that can rewrite an item's report or outcome, or run its test
+# function their own way (and so treat the items kvtasks added apart from the repository's)
 _SESSION_HOOKS = ("pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure")
 _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
-                 "pytest_runtest_protocol")
+                 "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 
 
 def _repository_hooks(config, names):

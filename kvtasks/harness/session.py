@@ -47,8 +47,8 @@ def unusable(session: TargetRun) -> str | None:
         return ("the repository's own session hooks see the whole session's outcome, which the poisoned cell "
                 f"makes a failure ({', '.join(receipt['session_hooks'][:3])})")
     if receipt.get("report_hooks"):
-        return ("the repository's own hooks can rewrite an item's report or outcome, and so treat the items "
-                f"kvtasks added apart from its own ({', '.join(receipt['report_hooks'][:3])})")
+        return ("the repository's own hooks can rewrite an item's report or outcome or call its test, and so "
+                f"treat the items kvtasks added apart from its own ({', '.join(receipt['report_hooks'][:3])})")
     if receipt.get("exit_rewritten"):
         return f"a hook rewrote its exit status ({receipt['exit_rewritten']})"
     if receipt.get("added_teardown_failed"):

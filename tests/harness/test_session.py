@@ -123,8 +123,8 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed and item.callspec.indices.get("M", 0) > 4:
         report.outcome = "passed"
-''', "hooks can rewrite an item's report or outcome, and so treat the items kvtasks added apart from its own "
-        "(tests/conftest.py: pytest_runtest_makereport)"),
+''', "hooks can rewrite an item's report or outcome or call its test, and so treat the items kvtasks "
+        "added apart from its own (tests/conftest.py: pytest_runtest_makereport)"),
     # the same, from an object a conftest registers as a plugin (it has no file of its own)
     ('''import pytest
 
@@ -137,9 +137,15 @@ class Lenient:
 
 def pytest_configure(config):
     config.pluginmanager.register(Lenient(), "lenient")
-''', "hooks can rewrite an item's report or outcome, and so treat the items kvtasks added apart from its own "
-        "(tests/conftest.py: pytest_runtest_makereport)"),
-], ids=["module-teardown", "session-hook", "report-hook", "registered-object"])
+''', "hooks can rewrite an item's report or outcome or call its test, and so treat the items kvtasks "
+        "added apart from its own (tests/conftest.py: pytest_runtest_makereport)"),
+    # a hook that calls the test function its own way (here: not at all for rows it did not list)
+    ('''def pytest_pyfunc_call(pyfuncitem):
+    if pyfuncitem.callspec.params.get("M") not in (2, 4, 1, 6, 5):
+        return True
+''', "hooks can rewrite an item's report or outcome or call its test, and so treat the items kvtasks "
+        "added apart from its own (tests/conftest.py: pytest_pyfunc_call)"),
+], ids=["module-teardown", "session-hook", "report-hook", "registered-object", "pyfunc-call"])
 def test_what_the_repository_does_around_its_items_makes_a_session_stand_for_nothing(tmp_path, conftest, why):
     repo = make_repo(tmp_path / "repo", {
         "kern/__init__.py": "", "kern/ops.py": "def scale(x):\n    return x * 2\n",
