@@ -87,6 +87,64 @@ def _configuration():
 
 _config = _configuration()
 
+# what the run loads: each module's first import in order (a cached import never reaches a finder),
+# with what was running then: "route-import" while a route's module executes, "route-call" during a
+# route call, "" otherwise
+_loads = {"imports": [], "during": []}
+
+
+class _FirstImports:
+    """Records every first import and finds nothing: the import goes on through the finders after it."""
+
+    def find_spec(self, name, path=None, target=None):
+        _loads["imports"].append((name, _loads["during"][-1] if _loads["during"] else ""))
+        return None
+
+
+if _config["receipt"]:
+    sys.meta_path.insert(0, _FirstImports())
+_checkout = os.path.realpath(os.getcwd()) + os.sep  # a target starts in its checkout
+
+
+@functools.lru_cache(maxsize=None)
+def _installed():
+    import sysconfig
+
+    return tuple(os.path.realpath(folder) + os.sep for key, folder in sysconfig.get_paths().items()
+                 if key in ("purelib", "platlib", "stdlib", "platstdlib"))
+
+
+def _in_checkout(source):
+    """A file's path relative to the checkout, or None for anything else: installed packages (even in
+    a virtual environment inside the checkout) and kvtasks' own files are not the checkout's."""
+    path = os.path.realpath(source or "/")
+    if not path.startswith(_checkout) or path.startswith(_installed()) \
+            or os.path.dirname(path) == os.path.dirname(os.path.realpath(__file__)):
+        return None
+    return path[len(_checkout):]
+
+
+def _during(phase, call, *args, **kwargs):
+    _loads["during"].append(phase)
+    try:
+        return call(*args, **kwargs)
+    finally:
+        _loads["during"].pop()
+
+
+def _loaded_modules():
+    """The checkout's modules this process imported, in the order they entered sys.modules, each with
+    the phase the finder saw its first import in (pytest's own finder, ahead of it, loads test files
+    and conftest.py files: they are never a route's)."""
+    phases = dict(reversed(_loads["imports"]))  # a name's first import wins
+    found = {}
+    for name, module in list(sys.modules.items()):
+        path = _in_checkout(getattr(module, "__file__", None))
+        if path is not None:
+            found.setdefault(path, phases.get(name, ""))
+    return [{"path": path, "during": during} for path, during in found.items()]
+
+
 _state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "cells": {}, "grid_functions": {}, "replaced": [],
           "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
           "test": "", "outputs": {}}
@@ -222,12 +280,12 @@ def _watch_with_wrapper(route, owner, attribute, code, after_call):
     def route_call(*args, **kwargs):
         _count(route)
         if not _config["shape_vars"]:
-            value = target(*args, **kwargs)
+            value = _during("route-call", target, *args, **kwargs)
         else:
             previous = sys.getprofile()
             sys.setprofile(read_return)
             try:
-                value = target(*args, **kwargs)
+                value = _during("route-call", target, *args, **kwargs)
             finally:
                 sys.setprofile(previous)
         _watch_outputs(route, value, seen.pop("locals", None))
@@ -521,7 +579,7 @@ def _route_module_finder(modules, after_call):
             return self.inner.create_module(spec)
 
         def exec_module(self, module):
-            self.inner.exec_module(module)
+            _during("route-import", self.inner.exec_module, module)
             _instrument(module, after_call)
 
         def __getattr__(self, name):
@@ -591,6 +649,7 @@ def write_receipt(exit_status=None, _corruption_receipt=_corruption_receipt):
             "mechanism": "import-hook wrapper",
             # a run that corrupts outputs on purpose proves nothing about them
             "route_outputs": list(_state["outputs"].values()) if corrupted is None else [],
+            "loaded": {"modules": _loaded_modules(), **_state.get("pytest_loaded", {})},
         }
         if _config["grid_argnames"]:
             receipt["cells"] = dict(_state["cells"])  # node id -> the grid row it ran
@@ -616,6 +675,18 @@ def write_receipt(exit_status=None, _corruption_receipt=_corruption_receipt):
     with open(temporary, "w") as handle:
         json.dump(receipt, handle)
     os.replace(temporary, _config["receipt"])
+
+
+def _pytest_loaded(config):
+    """pytest's configuration file, rootdir and plugins: the checkout's plugin modules (conftest.py
+    files, `-p` modules) and the installed distributions' plugins (entry points)."""
+    rootdir = _in_checkout(str(config.rootpath) + os.sep + "x")
+    plugins = sorted({path for _, plugin in config.pluginmanager.list_name_plugin()
+                      if (path := _in_checkout(getattr(plugin, "__file__", None))) is not None})
+    distributions = sorted({dist.project_name for _, dist in config.pluginmanager.list_plugin_distinfo()})
+    return {"config_file": _in_checkout(str(config.inipath)) if config.inipath else None,
+            "rootdir": None if rootdir is None else os.path.dirname(rootdir) or ".",
+            "plugins": plugins, "plugin_distributions": distributions}
 
 
 def pytest_configure(config):
@@ -825,12 +896,8 @@ def _repository_hooks(config, names):
     """The implementations of `names` in the repository's own code: a conftest.py, a plugin module or
     an object a plugin registered, from under the rootdir or the checkout; pytest's own and installed
     packages' plugins (even in a virtual environment inside the checkout) are not the repository's."""
-    import sysconfig
-
     here = os.path.dirname(os.path.realpath(__file__))
     roots = {os.path.realpath(str(config.rootpath)) + os.sep, os.path.realpath(os.getcwd()) + os.sep}
-    installed = {os.path.realpath(folder) + os.sep for key, folder in sysconfig.get_paths().items()
-                 if key in ("purelib", "platlib", "stdlib", "platstdlib")}
     found = []
     for name in names:
         for impl in getattr(config.hook, name).get_hookimpls():
@@ -838,8 +905,7 @@ def _repository_hooks(config, names):
             source = getattr(plugin, "__file__", None) or getattr(sys.modules.get(type(plugin).__module__), "__file__",
                                                                  None)
             module = os.path.realpath(source or "/")
-            if any(module.startswith(root) for root in roots) and not any(module.startswith(folder)
-                                                                          for folder in installed) \
+            if any(module.startswith(root) for root in roots) and not module.startswith(_installed()) \
                     and os.path.dirname(module) != here:
                 found.append(f"{os.path.relpath(module, os.path.realpath(str(config.rootpath)))}: {name}")
     return found
@@ -858,6 +924,7 @@ def pytest_sessionfinish(session, exitstatus):
             hooks = _repository_hooks(session.config, names)
             if hooks:
                 _state[key] = hooks
+    _state["pytest_loaded"] = _pytest_loaded(session.config)
     before = session.exitstatus
     yield
     if _config["merged"] and session.exitstatus != before:
@@ -902,5 +969,6 @@ if __name__ == "__main__":
         # is gone by then: they never corrupt)
         _name = os.path.splitext(os.path.basename(__file__))[0]
         sys.modules[_name] = sys.modules[__name__]
+        install()  # a route module a conftest.py imports is watched from its first import
         sys.exit(pytest.main(["-p", _name, *sys.argv[2:]]))
     sys.exit(run_script(sys.argv[1:]))

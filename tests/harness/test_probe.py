@@ -342,3 +342,41 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
     report = receipts.read(probe, "head-repo")[0]["sensitivity"]
     assert report["outputs_corrupted"] == {"return[0]": 1}
     assert report["outputs_left_alone"] == {"return[1]": "an input (argument x, or memory shared with it)"}
+
+
+LOADS = {
+    "pkg/__init__.py": "",
+    "pkg/ops.py": "from pkg import _impl\n\n\ndef route(M, N):\n    from pkg import _lazy\n"
+                  "    return _impl.twice(M) + _lazy.once(N)\n",
+    "pkg/_impl.py": "def twice(value):\n    return 2 * value\n",
+    "pkg/_lazy.py": "def once(value):\n    return value\n",
+    "pkg/checks.py": "ATOL = 1e-5\n",
+    "tests/conftest.py": "import pkg.ops  # a conftest that imports the route before pytest configures\n",
+    "tests/test_x.py": "from pkg.checks import ATOL\nfrom pkg.ops import route\n\n\n"
+                       "def test_route():\n    assert abs(route(1, 2) - 4) <= ATOL\n",
+    "pytest.ini": "[pytest]\naddopts = -q\n",
+}
+
+
+def test_a_pytest_receipt_names_what_the_run_loaded_and_what_the_route_imported(tmp_path):
+    """Loaded modules in first-import order, each with what was running: the route's import (its own
+    imports), a route call (a lazy import), or the test side (a helper the test imports)."""
+    for name, text in LOADS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    probe = receipts.prepare(tmp_path / "probe", routes=["pkg.ops:route"], shape_vars=["M", "N"],
+                             receipt=tmp_path / "receipt.json")
+    done = subprocess.run([sys.executable, "-m", probe.name, "--pytest", "tests/test_x.py", "-p", "no:cacheprovider"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+    receipt, _, note = receipts.read(probe, "base-repo")
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaded = receipt["loaded"]
+    modules = {entry["path"]: entry["during"] for entry in loaded["modules"]}
+    assert sorted(modules) == ["pkg/__init__.py", "pkg/_impl.py", "pkg/_lazy.py", "pkg/checks.py", "pkg/ops.py",
+                               "tests/conftest.py", "tests/test_x.py"]
+    assert list(modules).index("pkg/checks.py") < list(modules).index("pkg/_lazy.py")  # the order they loaded in
+    assert modules["pkg/_impl.py"] == "route-import" and modules["pkg/_lazy.py"] == "route-call"
+    assert modules["pkg/checks.py"] == "" and modules["pkg/ops.py"] == ""
+    assert loaded["config_file"] == "pytest.ini" and loaded["rootdir"] == "."
+    assert "tests/conftest.py" in loaded["plugins"] and receipt["route_calls"] == {"pkg.ops:route": 1}
