@@ -32,7 +32,7 @@ from pydantic import ConfigDict
 from kvtasks import harness
 from kvtasks.harness import session
 from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, repo_tests, result
-from kvtasks.stages.test_policy import KERNEL_SUFFIXES, is_test_path
+from kvtasks.stages.sides import KERNEL_SUFFIXES, is_test_path
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 

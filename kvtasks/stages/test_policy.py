@@ -28,6 +28,7 @@ from pydantic import ConfigDict
 from kvtasks import harness
 from kvtasks.sources import compare, read_policy
 from kvtasks.stages import Context, Stage, StageResult, payload, result
+from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
 
 NAME = "test_policy"
 
@@ -60,9 +61,6 @@ class TestPolicy(Stage):
     stdlib_shadows: list[str] | None = None  # modules at an import root named like the standard library's
 
 
-KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
-
-
 def parse_tol_table(text: str) -> dict[str, float]:
     table = {}
     for entry in filter(None, (part.strip() for part in text.split(","))):
@@ -72,15 +70,6 @@ def parse_tol_table(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return table
-
-
-STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py")
-
-
-def is_startup_code(path: str) -> bool:
-    """Code Python runs at interpreter start-up when its folder is on the path or a site folder."""
-    pure = PurePosixPath(path)
-    return pure.name in STARTUP_NAMES or pure.suffix == ".pth"
 
 
 def shadows_stdlib(path: str, roots: list[str]) -> bool:
@@ -95,14 +84,6 @@ def shadows_stdlib(path: str, roots: list[str]) -> bool:
         if (top.removesuffix(".py") if len(inside) > 1 or top.endswith(".py") else "") in sys.stdlib_module_names:
             return True
     return False
-
-
-def is_test_path(path: str) -> bool:
-    """Test code, wherever it sits: a conftest.py anywhere is pytest's, never the kernel's."""
-    pure = PurePosixPath(path)
-    return (pure.suffix == ".py" and (pure.name.startswith("test_") or pure.stem.endswith("_test")
-                                      or pure.name == "conftest.py")) or \
-        any(part in ("tests", "test", "op_tests") for part in pure.parts[:-1])
 
 
 def _target_deleted(ctx: Context) -> str:

@@ -1,0 +1,78 @@
+"""pytest_config: what a pytest configuration file tells every run, read from its text.
+
+pytest reads its configuration from the first of `pytest.ini`, `.pytest.ini`, `pyproject.toml`
+([tool.pytest.ini_options]), `tox.ini` ([pytest]) and `setup.cfg` ([tool:pytest]) that has its
+section. Two things in it change what a run can report: addopts that load a plugin or drop tests
+(`-p`, `--deselect`, `--ignore`, `-k`, `-m`, ...), and the keys that decide what is collected.
+"""
+from __future__ import annotations
+
+import configparser
+import shlex
+from pathlib import PurePosixPath
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
+# addopts that load code into every run, or keep tests from running or from counting
+OPTIONS_THAT_JUDGE = ("-p", "--deselect", "--ignore", "--ignore-glob", "-k", "-m", "--lf", "--last-failed", "--sw",
+                      "--stepwise", "--continue-on-collection-errors", "--runxfail", "--co", "--collect-only")
+COLLECTION_KEYS = ("python_files", "python_classes", "python_functions", "testpaths", "norecursedirs",
+                   "required_plugins", "xfail_strict", "empty_parameter_set_mark", "usefixtures")
+
+
+def settings(path: str, text: str | None) -> dict[str, str] | None:
+    """The pytest section of a configuration file as key -> text; None when it has none."""
+    if text is None:
+        return None
+    name = PurePosixPath(path).name
+    if name == "pyproject.toml":
+        try:
+            section = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
+        except tomllib.TOMLDecodeError:
+            return None
+        if section is None:
+            return None
+        return {key: " ".join(map(str, value)) if isinstance(value, list) else str(value)
+                for key, value in section.items()}
+    if name not in SECTIONS:
+        return None
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return None
+    if not parser.has_section(SECTIONS[name]):
+        return None
+    return dict(parser.items(SECTIONS[name]))
+
+
+def _judging_options(addopts: str) -> list[str]:
+    try:
+        words = shlex.split(addopts)
+    except ValueError:
+        words = addopts.split()
+    found = []
+    for index, word in enumerate(words):
+        option, _, value = word.partition("=")
+        if option in OPTIONS_THAT_JUDGE or (word.startswith("-p") and len(word) > 2):
+            taken = value or (words[index + 1] if option in ("-p", "--deselect", "--ignore", "--ignore-glob", "-k",
+                                                               "-m") and not value and index + 1 < len(words) else "")
+            found.append(f"{option} {taken}".strip() if not word.startswith("-p") or word == "-p" else word)
+    return found
+
+
+def changed(path: str, base_text: str | None, head_text: str | None) -> list[str]:
+    """What head's configuration adds that changes what runs or how it counts, in words."""
+    head = settings(path, head_text)
+    if head is None:
+        return []
+    base = settings(path, base_text) or {}
+    said = [f"{path}: addopts adds {option}" for option in _judging_options(head.get("addopts", ""))
+            if option not in _judging_options(base.get("addopts", ""))]
+    said += [f"{path}: {key} = {head[key]!r} (base: {base.get(key)!r})" for key in COLLECTION_KEYS
+             if head.get(key) != base.get(key) and key in head]
+    return said

@@ -1,0 +1,129 @@
+"""tampering: code that reaches into what judges a run rather than computing a result.
+
+Read in every file a PR changes, kernel side included: writes to the judges' modules (numpy, torch,
+pytest, unittest, builtins: an attribute set, `setattr`, a monkeypatch or mock patch of one of
+their names, `sys.modules` replaced), looks at the caller's frames or the collector's objects
+(`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, tracing and profiling hooks),
+reads of pytest's or the validator's state (`PYTEST_CURRENT_TEST`, the grid's shape variable, any
+KVTASKS name), and a context manager whose `__exit__` can return true (it swallows the failure of
+whatever check it wraps). Each is returned with its line, as the finding names it.
+
+It records; the stage decides what each is worth on which side.
+"""
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from dataclasses import dataclass
+
+from kvtasks.sources.imports import aliases
+from kvtasks.sources.skips import OUTCOME_HOOKS
+from kvtasks.sources.syntax import dotted, literal, parse, qualified
+
+# the modules whose functions judge a run: replacing one of their names changes every check made with it
+JUDGES = ("numpy", "torch", "pytest", "_pytest", "unittest", "builtins")
+INTROSPECTION = {"sys._getframe", "sys._current_frames", "inspect.currentframe", "inspect.stack",
+                 "inspect.getouterframes", "inspect.trace", "inspect.getinnerframes", "gc.get_objects",
+                 "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "threading.settrace",
+                 "threading.setprofile", "sys.addaudithook"}
+# settings a kernel or a test legitimately writes (precision and compiler switches): not tampering
+SETTINGS = ("torch.backends.", "torch._dynamo.config.", "torch._inductor.config.")
+# the words of a comparison's name: a test file that patches one changes how every test compares
+COMPARISON_WORDS = ("testing", "allclose", "isclose", "approx", "assert", "equal", "close")
+FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame"}
+PATCHERS = {"setattr", "builtins.setattr", "delattr", "builtins.delattr"}
+# pytest's monkeypatch and unittest.mock: a target given as an object and a name, or as a dotted string
+PATCH_METHODS = {"setattr", "delattr", "setitem", "object", "patch", "dict"}
+KINDS = {
+    "patches-judge": "changes a name of the modules that judge tests",
+    "introspects": "inspects frames, tracing or the garbage collector's objects",
+    "reads-run-state": "reads pytest's or the validator's run state",
+    "exit-swallows": "a context manager whose __exit__ can return true, swallowing the failure of what it wraps",
+    "pytest-hook": "a pytest hook that can rewrite, drop or deselect test outcomes",
+}
+
+
+@dataclass(frozen=True)
+class Tampering:
+    kind: str
+    line: int
+    what: str
+
+    def describe(self, path: str) -> str:
+        return f"{path}:{self.line}: {KINDS[self.kind]} ({self.what})"
+
+    @property
+    def patches_a_comparison(self) -> bool:
+        return self.kind == "patches-judge" and any(word in self.what.lower() for word in COMPARISON_WORDS)
+
+
+def _judge_name(name: str) -> bool:
+    if name.startswith(SETTINGS):
+        return False
+    return name.split(".", 1)[0] in JUDGES or name.startswith("sys.modules")
+
+
+def _truthy_return(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            value = literal(node.value) if isinstance(node.value, ast.Constant) else ...
+            if value is ... or value:
+                return True
+    return False
+
+
+def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]:
+    """Every tampering construct in a module's source, in line order (nothing when it does not parse)."""
+    tree = parse(text)
+    if tree is None:
+        return []
+    bound = aliases(tree)
+    names = {"PYTEST_CURRENT_TEST", *filter(None, state_names)}
+    found: list[Tampering] = []
+
+    def add(kind: str, node: ast.AST, what: str) -> None:
+        found.append(Tampering(kind, getattr(node, "lineno", 0), what[:100]))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                root = target.value if isinstance(target, ast.Subscript) else target
+                if isinstance(target, (ast.Attribute, ast.Subscript)) and dotted(root) \
+                        and _judge_name(qualified(root, bound)):
+                    add("patches-judge", node, ast.unparse(target))
+        elif isinstance(node, ast.Call):
+            name = qualified(node.func, bound)
+            short = name.rsplit(".", 1)[-1]
+            if name in INTROSPECTION or name.startswith("sys.monitoring."):
+                add("introspects", node, name)
+            elif (name in PATCHERS or short in PATCH_METHODS) and node.args:
+                first = node.args[0]
+                spelled = literal(first) if isinstance(first, ast.Constant) else qualified(first, bound) \
+                    if dotted(first) else ""
+                if isinstance(spelled, str) and spelled and _judge_name(spelled):
+                    add("patches-judge", node, ast.unparse(node)[:100])
+        elif isinstance(node, ast.Attribute) and node.attr in FRAME_ATTRIBUTES:
+            add("introspects", node, f".{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and (node.value in names or node.value.upper().startswith("KVTASKS")):
+            add("reads-run-state", node, node.value)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__exit__" \
+                and _truthy_return(node):
+            add("exit-swallows", node, node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in OUTCOME_HOOKS:
+            add("pytest-hook", node, node.name)
+    found.sort(key=lambda item: item.line)
+    return found
+
+
+def added(base_text: str | None, head_text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]:
+    """What head's version adds to base's: constructs base already had (by kind and what) are not new."""
+    before = Counter((item.kind, item.what) for item in read(base_text, state_names))
+    new = []
+    for item in read(head_text, state_names):
+        if before[(item.kind, item.what)]:
+            before[(item.kind, item.what)] -= 1
+        else:
+            new.append(item)
+    return new

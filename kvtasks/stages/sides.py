@@ -1,0 +1,113 @@
+"""Which files the PR changes are the code under test (the route side) and which judge it (the test
+side), decided from what base's own run loaded, never from anything head's code does.
+
+The route side is the route's module, the packages it sits in, and the checkout modules base's run
+first imported while importing it or during a route call (the receipt's `loaded`); compiled kernel
+sources (.cu, .hip, ...) outside test paths, and files beside the route's module that are not
+Python, are route side too: no import names them. A Python file the PR adds beside the route's
+module is new code under test (base could not have run it); anywhere else it is test side. Every
+other changed file is test side: test files and their helpers wherever they live (a package module
+the test imports), conftest.py files, pytest's configuration, data, golden outputs, tolerance tables,
+interpreter start-up code. A PR that moves a helper onto the route (head's kernel importing it)
+does not move it to the route side: base's run decides.
+
+Without a base run that says what it loaded (the base was not run, or ran under a receipt from before
+`loaded`), the route side is the route's modules and their packages alone, and the basis says so.
+"""
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from pydantic import BaseModel
+
+from kvtasks.stages import Context, baseline_control
+
+# the phases of a first import that put a module on the route side (the probe's receipt names them)
+ROUTE_PHASES = ("route-import", "route-call")
+KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
+# pytest's configuration files: what they say (addopts, plugins, collection) shapes every test's outcome
+PYTEST_CONFIGS = (".pytest.ini", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+
+
+STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py")
+
+
+def is_startup_code(path: str) -> bool:
+    """Code Python runs at interpreter start-up when its folder is on the path or a site folder."""
+    pure = PurePosixPath(path)
+    return pure.name in STARTUP_NAMES or pure.suffix == ".pth"
+
+
+def judges(path: str) -> bool:
+    """A file that only ever judges, wherever it sits: tests, pytest's configuration, start-up code."""
+    return is_test_path(path) or is_startup_code(path) or PurePosixPath(path).name in PYTEST_CONFIGS
+
+
+def is_test_path(path: str) -> bool:
+    """Test code, wherever it sits: a conftest.py anywhere is pytest's, never the kernel's."""
+    pure = PurePosixPath(path)
+    return (pure.suffix == ".py" and (pure.name.startswith("test_") or pure.stem.endswith("_test")
+                                      or pure.name == "conftest.py")) or \
+        any(part in ("tests", "test", "op_tests") for part in pure.parts[:-1])
+
+
+class Sides(BaseModel):
+    """The PR's changed files split by what judges and what is judged, and what the split rests on."""
+
+    route: list[str] = []
+    test: list[str] = []
+    loaded: list[dict[str, str]] = []  # base's run: {path, during}, in the order they loaded
+    basis: str = ""
+
+    def test_side_changed(self, target: str, target_added: bool) -> list[str]:
+        """The test-side files whose change the base oracle must undo: all of them, except a target
+        the PR adds (there is no base version of it to run)."""
+        return [path for path in self.test if not (target_added and path == target)]
+
+
+def base_loaded(ctx: Context) -> tuple[list[dict[str, str]] | None, str]:
+    """What base's run of the target loaded (None when no base run says), and which run said it."""
+    baseline = ctx.earlier.get(baseline_control.NAME)
+    for run in baseline.runs if baseline is not None else []:
+        loaded = (run.receipt or {}).get("loaded")
+        if loaded is not None and run.label.startswith("base"):
+            return loaded.get("modules") or [], run.label
+    reason = "the base control did not run" if baseline is None else \
+        f"no base run's receipt says what it loaded ({baseline.stage.note if baseline.stage else 'no stage'})"
+    return None, reason
+
+
+def _packages(path: str) -> set[str]:
+    """The __init__.py files of the packages a module sits in: importing it runs them."""
+    parents = PurePosixPath(path).parents
+    return {str(parent / "__init__.py") for parent in list(parents)[:-1]}
+
+
+def decide(ctx: Context) -> Sides:
+    changes = ctx.head_view.changes if ctx.head_view is not None else {}
+    candidates = ctx.route_files()
+    loaded, said_by = base_loaded(ctx)
+    if loaded is not None:
+        route = {entry["path"] for entry in loaded if entry["path"] in candidates or entry["during"] in ROUTE_PHASES}
+        modules = {entry["path"] for entry in loaded if entry["path"] in candidates}
+        basis = (f"observed: {said_by} loaded {len(loaded)} checkout modules; the route side is the route's module "
+                 f"({', '.join(sorted(modules)) or 'not loaded'}), its packages and what its import or calls first "
+                 "imported")
+    else:
+        modules = {path for path in candidates if ctx.worktree.exists_on_base(path)}
+        route = set(modules)
+        basis = f"static: {said_by}, so the route side is the route's module and its packages alone"
+    for module in list(modules):
+        route |= _packages(module)
+    folders = {str(PurePosixPath(module).parent) for module in modules}
+
+    def beside_the_route(path: str) -> bool:
+        return str(PurePosixPath(path).parent) in folders
+
+    sides = Sides(loaded=loaded or [], basis=basis)
+    for path, change in changes.items():
+        on_route = not judges(path) and (path in route or (
+            (path.endswith(".py") and change == "A" and beside_the_route(path))
+            or (not path.endswith(".py") and (path.endswith(KERNEL_SUFFIXES) or beside_the_route(path)))))
+        (sides.route if on_route else sides.test).append(path)
+    return sides
