@@ -58,6 +58,8 @@ PIPELINE: dict[str, tuple[Row, ...]] = {
         Row(baseline_control, "required", tiered=True),
     ),
     "head": (
+        # the policy read again once base's run said what it loads: the route and test sides observed
+        Row(test_policy, amends=test_policy.NAME, name="test_sides"),
         Row(repo_tests, "required", tiered=True),
         Row(grid, "required", tiered=True, entry="head"),
         Row(base_oracle, "optional", tiered=True),

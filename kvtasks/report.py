@@ -245,6 +245,11 @@ def pass_gate(report: Report) -> list[str]:
     if sensitivity.status != "pass" or not modes or not all(
             mode.get("status") == "pass" and mode.get("corrupted_calls") for mode in modes.values()):
         missing.append("sensitivity: the suite was not shown to fail with the route's output corrupted")
+    changed = stages.test_policy.oracle_required
+    oracle = stages.correctness_base_oracle
+    if changed and (oracle is None or oracle.status != "pass"):
+        missing.append(f"the PR changes the test side ({', '.join(changed[:5])}) and head's code was not shown to pass "
+                       f"base's ({oracle.note if oracle is not None else 'the base oracle did not run'})")
     receipt = stages.execution_receipt
     if receipt.producer != PRODUCER or not receipt.route or not receipt.kernel_symbols \
             or not receipt.executed_shapes or not receipt.receipt_sha256:

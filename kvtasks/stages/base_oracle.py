@@ -1,25 +1,29 @@
-"""correctness_base_oracle: head's code judged by the tests that existed before the PR.
+"""correctness_base_oracle: head's code judged by the test side as it was before the PR.
 
-A PR that changes its own suite can loosen the oracle that judges it: the target, a conftest.py (a
-hook that rewrites outcomes), pytest's configuration, or a test helper the target imports. So when
-the PR changes any of them, head's code runs once more with base's version of each changed one in
-place of head's: the patch is applied with those paths kept at base
-(`Worktree.lend("head", keep_base=...)`), inside the same lend that hands the tree back clean. The grid
-cells run the same way when the grid ran on both sides. Optional: its skip never changes a verdict.
-Head failing where base passes is should-fix, a blocker when test_policy found the PR widened,
-skipped or removed a check in one of those files; a failure to import or collect (a renamed API)
-is a note that says so. Code outside the test paths is the code under test and always runs as head.
+What judges the kernel must be base's: the test files and their helpers wherever they live, their
+data, pytest's configuration, conftest.py files and plugins (the test side, kvtasks.stages.sides,
+decided from what base's own run loaded). So when the PR changes any test-side file, head's code
+runs once more with every changed test-side file kept at base (`Worktree.lend("head", keep_base=...)`,
+inside the same lend that hands the tree back clean); the grid cells run the same way when the grid
+ran on both sides. A target the PR renamed is judged by base's file at base's path (run on base too,
+so each of its tests has a base outcome); a target the PR adds runs under base's version of the rest.
+
+Judged per test and per grid cell: one that passed on base and fails on head by an assertion or a
+wrong value is a blocker naming it (the PR's own test side passed it: what it changed there hid the
+failure). One that no longer imports, collects or calls head's code (an API the PR changed in kernel
+and test together) is should-fix, with the reason: base's tests cannot judge head, and PASS needs them
+to (report.pass_gate holds a PR that changed its test side to a passing base oracle).
 """
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, result, test_policy
+from kvtasks.stages import (Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, repo_tests, result,
+                            sides, test_policy)
 from kvtasks.stages.target_runs import gate
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
@@ -34,126 +38,140 @@ class BaseOracle(Stage):
     model_config = ConfigDict(extra="forbid")
 
     kept_at_base: list[str] | None = None
+    judged_by: str | None = None  # the target file that ran: base's path for a target the PR renamed
     runs: dict[str, Any] | None = None  # label -> exit, log, stats, outcome
+    regressed: list[str] | None = None  # tests and cells that passed on base and fail on head's code
+    api_changed: list[str] | None = None  # tests that no longer import, collect or call head's code
     evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 # what a test that no longer fits head's API fails with
 _API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|NameError)\b|"
                          r"TypeError: .*(argument|positional)")
 
 
-# pytest's own configuration: a PR's edits to it shape the oracle as much as the target's
-_PYTEST_CONFIGS = {"pytest.ini", "tox.ini", "setup.cfg"}
-
-
-def _shapes_the_suite(ctx: Context, path: str) -> bool:
-    name = PurePosixPath(path).name
-    if name == "conftest.py" or name in _PYTEST_CONFIGS:
-        return True
-    if name == "pyproject.toml":
-        return any("tool.pytest" in (text or "") for text in (ctx.head_text(path), ctx.worktree.read_base(path)))
-    return False
-
-
-def _kept_at_base(ctx: Context) -> list[str]:
-    """The target and every file around it the PR changes that shapes its verdict: conftest.py files,
-    pytest's configuration, and the test helpers the target imports (never the route's modules)."""
-    changes, target_path = ctx.head_view.changes, ctx.request.target_path
-    route_files = ctx.route_files()
-    helpers = [path for path in ctx.suite_sources()
-               if path in changes and test_policy.is_test_path(path) and path not in route_files]
-    around = [path for path in changes if _shapes_the_suite(ctx, path)]
-    kept = [path for path in dict.fromkeys([*helpers, *around]) if path != target_path]
-    return [target_path, *kept] if target_path in changes else kept
+def held_at_base(ctx: Context) -> tuple[list[str], str | None, bool]:
+    """(the changed test-side files kept at base, the rename source of the target, whether the PR adds it)."""
+    target = ctx.request.target_path
+    renamed = test_policy.renamed_from(ctx, target)
+    added = ctx.head_view.changes.get(target) == "A" and renamed is None
+    return sides.decide(ctx).test_side_changed(target, added), renamed, added
 
 
 def run(ctx: Context) -> StageResult:
     request = ctx.request
     if ctx.head_view is None:
         return result(NAME, "skip", "no patch: there is no base version of the target to judge head with")
-    change = ctx.head_view.changes.get(request.target_path)
-    kept = _kept_at_base(ctx)
+    kept, renamed, added = held_at_base(ctx)
     if not kept:
-        return result(NAME, "skip", "the PR changes neither the target nor what shapes it (conftest.py, pytest's "
-                                    "configuration, test helpers): head already ran the tests base had")
-    if change not in (None, "M"):
-        what = "adds" if change == "A" else "deletes"
-        return result(NAME, "skip", f"the PR {what} the target: there is no base oracle to hold head to")
+        return result(NAME, "skip", "the PR changes nothing on the test side (tests, their helpers, data, conftest.py, "
+                                    "pytest's configuration): head already ran the tests base had")
     blocked = gate(ctx)
     if blocked:
         return result(NAME, "skip", blocked)
     baseline = ctx.earlier.get(baseline_control.NAME)
     base_repo = baseline.stage.repo_tests if baseline and baseline.stage.status == "pass" else None
-    if not base_repo or base_repo.get("state") != "ran" or base_repo.get("exit") != 0:
-        return result(NAME, "skip", "the target does not pass on base, so base's tests cannot judge head")
+    if not renamed and not added and (not base_repo or base_repo.get("state") != "ran"):
+        return result(NAME, "skip", "the target did not run on base, so base's tests have no outcome to hold head to")
 
+    judged_by = renamed or request.target_path
+    oracle_request = request if not renamed else \
+        request.model_copy(update={"target": renamed + request.target[len(request.target_path):]})
     runs: list[TargetRun] = []
+    reference: list[TargetRun] = list(baseline.runs) if baseline else []
+    options = cpu_tier.launch_options(ctx)
     try:
+        if renamed:  # base's own outcome of the file the PR renamed: the baseline ran head's path
+            with ctx.worktree.lend("base"):
+                ctx.say(f"{NAME}: running base's {renamed} on base")
+                reference = [harness.run(oracle_request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
+                                         label="base-baseoracle", **options)]
         with ctx.worktree.lend("head", keep_base=kept):
             ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
-            runs.append(harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
-                                   label="head-baseoracle", **cpu_tier.launch_options(ctx)))
-            grid_run = grid.oracle_run(ctx)
+            runs.append(harness.run(oracle_request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
+                                    label="head-baseoracle", **options))
+            grid_run = None if renamed or added else grid.oracle_run(ctx)
             if grid_run is not None:
                 runs.append(grid_run)
     except PatchRefused as refused:
         return result(NAME, "skip", f"{refused} (with base's {', '.join(kept)} kept)")
-    stage = _judge(ctx, runs, kept)
-    stage.runs = runs
+    stage = _judge(ctx, runs, reference, kept, judged_by, added)
+    stage.runs = [*runs, *(reference if renamed else [])]
     return stage
 
 
-def _outcome(run: TargetRun) -> str:
-    if run.passed and run.stats.executed > 0:
-        return "pass"
-    if run.passed:
-        return "executed-nothing"
-    failing = [case.message for case in run.cases if case.outcome in ("failed", "error")]
-    collected_nothing = run.runner == "pytest" and run.stats.executed == 0
-    if collected_nothing or (failing and all(_API_CHANGE.search(message) for message in failing)) or \
-            (run.runner == "script" and _API_CHANGE.search(run.log_tail(6, 1200))):
-        return "api-change"
-    return "fail"
+def _base_outcomes(runs: list[TargetRun]) -> dict[str, str]:
+    """Each test's outcome on base: passed only when no base run failed it."""
+    outcomes: dict[str, str] = {}
+    for run in runs:
+        for case in run.cases:
+            if outcomes.get(case.test_id) not in ("failed", "error"):
+                outcomes[case.test_id] = case.outcome
+    return outcomes
 
 
-def _judge(ctx: Context, runs: list[TargetRun], kept: list[str]) -> StageResult:
-    outcomes = {run.label: _outcome(run) for run in runs}
-    fields = {"kept_at_base": kept,
-              "runs": {run.label: {"exit": run.exit, "log": run.log, "stats": run.stats.model_dump(),
-                                   "outcome": outcomes[run.label]} for run in runs}}
+def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept: list[str], judged_by: str,
+           added: bool) -> StageResult:
+    fields: dict[str, Any] = {"kept_at_base": kept, "judged_by": judged_by,
+                              "runs": {run.label: {"exit": run.exit, "log": run.log, "stats": run.stats.model_dump()}
+                                       for run in runs}}
     for run in runs:
         sparse = cpu_tier.sparse_skip(NAME, run, fields)
         if sparse is not None:
             return sparse
-    failed = [run for run in runs if outcomes[run.label] == "fail"]
-    if failed:
-        return _blame(ctx, failed, fields)
-    if "api-change" in outcomes.values():
-        run = next(run for run in runs if outcomes[run.label] == "api-change")
-        stage = result(NAME, "skip", "base's version of the target does not import or collect against head's code",
-                       **fields)
-        return stage.finding("note", "base's tests no longer fit head's API (a renamed or changed interface), so "
-                                     f"they cannot judge head: {run.log_tail()}")
-    if "executed-nothing" in outcomes.values():
-        return result(NAME, "skip", "head's code under base's target executed no test", **fields)
+    on_base = _base_outcomes(reference)
+    head_own = _base_outcomes(ctx.earlier[repo_tests.NAME].runs) if added and repo_tests.NAME in ctx.earlier else {}
+    regressed, api_changed, unproven = [], [], []
+    for run in runs:
+        if not run.cases and not run.passed:  # a script, or a pytest run that collected nothing
+            base_passed = bool(reference) and all(base.passed for base in reference)
+            failure = f"{run.label} (exit {run.exit}): {run.log_tail()}"
+            if run.runner == "pytest" or _API_CHANGE.search(run.log_tail(6, 1200)):
+                api_changed.append(failure)
+            elif base_passed or added:
+                regressed.append(failure)
+            continue
+        for case in run.cases:
+            if case.outcome not in ("failed", "error"):
+                continue
+            named = f"{case.test_id}: {case.message[:200]}"
+            if on_base.get(case.test_id) == "passed" or (added and head_own.get(case.test_id) == "passed"):
+                (api_changed if _API_CHANGE.search(case.message) else regressed if not added else unproven).append(named)
+            elif case.test_id not in on_base and not added:  # base never had it: a module that no longer collects
+                api_changed.append(named)
+    fields.update(regressed=regressed, api_changed=api_changed)
+    executed = sum(run.stats.executed for run in runs)
+    if regressed or unproven:
+        return _blame(ctx, regressed, unproven, fields)
+    if api_changed:
+        stage = result(NAME, "fail", "base's tests do not import, collect or call head's code", **fields)
+        return stage.finding("should-fix", f"base's tests no longer fit head's code (an API the PR changed in its "
+                                           f"kernel and tests together), so they cannot judge it, and a PR that "
+                                           f"changes its test side needs them to: {'; '.join(api_changed[:3])}")
+    if not executed:
+        return result(NAME, "skip", "head's code under base's test side executed no test", **fields)
     what = " and its grid cells" if len(runs) > 1 else ""
-    return result(NAME, "pass", f"head's code passes base's version of the target{what}", **fields)
+    return result(NAME, "pass", f"head's code passes base's test side for {judged_by}{what} wherever base passed",
+                  **fields)
 
 
-def _blame(ctx: Context, failed: list[TargetRun], fields: dict) -> StageResult:
-    names = ", ".join(run.label for run in failed)
-    stage = result(NAME, "fail", f"head's code fails base's version of the target ({names})", **fields)
+def _blame(ctx: Context, regressed: list[str], unproven: list[str], fields: dict) -> StageResult:
+    kept = fields["kept_at_base"]
+    failing = regressed or unproven
+    stage = result(NAME, "fail", f"head's code fails {len(failing)} tests or cells under base's test side", **fields)
     policy = ctx.earlier.get(test_policy.NAME)
     found = policy.stage if policy and policy.stage else None
-    tail, path = failed[0].log_tail(), ctx.request.target_path
-    kept = fields["kept_at_base"]
     weakened = [file for file in kept if found is not None and file in (found.weakened_files or [])]
-    if weakened:
-        named = "; ".join(item for file in weakened for item in _weakenings(found, file))
+    named = "; ".join(failing[:3])
+    if regressed and weakened:
+        said = "; ".join(item for file in weakened for item in _weakenings(found, file))
         return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
-                                        f"{', '.join(weakened)}: {named} — base's version fails: {tail}")
-    return stage.finding("should-fix", f"head fails the tests base had for {path} (with base's {', '.join(kept)}), "
-                                       f"which pass on base; the PR changed them, so its own version passing is not "
-                                       f"enough: {tail}")
+                                        f"{', '.join(weakened)}: {said} — base's version fails: {named}")
+    if regressed:
+        return stage.finding("blocker", f"head's code fails tests and cells that pass on base once the PR's test-side "
+                                        f"changes ({', '.join(kept)}) are held at base: what the PR changed there hid "
+                                        f"the failure: {named}")
+    return stage.finding("should-fix", f"the new target's tests pass with the PR's test side and fail with base's "
+                                       f"({', '.join(kept)}): the PR's other test-side changes decide its outcome: "
+                                       f"{named}")
 
 
 def _weakenings(policy: Stage, path: str) -> list[str]:

@@ -196,6 +196,11 @@ class Selection(Record):
     # cpu_tier -> report
     cpu_tier: Literal["triton", "off"] | None = None
     cpu_tier_reason: str | None = None
+    # test_policy -> base_oracle, report: what base's run loaded and how the PR's files split by it
+    loaded_files: list[dict[str, str]] | None = None
+    route_side: list[str] | None = None
+    test_side: list[str] | None = None
+    sides_basis: str | None = None
     # gpu_requirement -> the correctness gate, report
     gpu_requirement: Literal["required", "not-required"] | None = None
     gpu_requirement_basis: str | None = None

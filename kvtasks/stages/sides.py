@@ -12,7 +12,8 @@ interpreter start-up code. A PR that moves a helper onto the route (head's kerne
 does not move it to the route side: base's run decides.
 
 Without a base run that says what it loaded (the base was not run, or ran under a receipt from before
-`loaded`), the route side is the route's modules and their packages alone, and the basis says so.
+`loaded`), the route side is the route's modules and their packages alone, and the basis says so;
+without a route, every changed file outside tests, pytest's configuration and start-up code.
 """
 from __future__ import annotations
 
@@ -87,6 +88,11 @@ def decide(ctx: Context) -> Sides:
     changes = ctx.head_view.changes if ctx.head_view is not None else {}
     candidates = ctx.route_files()
     loaded, said_by = base_loaded(ctx)
+    if not candidates:  # nothing names the code under test: every file outside tests and their settings is
+        route = [path for path in changes if not judges(path)]
+        return Sides(route=route, test=[path for path in changes if path not in route], loaded=loaded or [],
+                     basis="no --expected-route: every changed file outside test paths, pytest's configuration "
+                           "and start-up code is taken for the code under test (PASS needs a route)")
     if loaded is not None:
         route = {entry["path"] for entry in loaded if entry["path"] in candidates or entry["during"] in ROUTE_PHASES}
         modules = {entry["path"] for entry in loaded if entry["path"] in candidates}

@@ -19,6 +19,7 @@ stand in for that module in every process, kvtasks' probe included.
 """
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import PurePosixPath
 from typing import Any
@@ -26,8 +27,9 @@ from typing import Any
 from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.sources import compare, read_policy
-from kvtasks.stages import Context, Stage, StageResult, payload, result
+from kvtasks.sources import compare, pytest_config, read_policy, tampering
+from kvtasks.sources.skips import WEAKENINGS
+from kvtasks.stages import Context, Stage, StageResult, payload, result, sides
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
 
 NAME = "test_policy"
@@ -59,6 +61,14 @@ class TestPolicy(Stage):
     target_deleted: str | None = None
     startup_files: list[str] | None = None  # interpreter start-up code the PR adds or changes
     stdlib_shadows: list[str] | None = None  # modules at an import root named like the standard library's
+    route_side: list[str] | None = None  # the changed files that are the code under test (kvtasks.stages.sides)
+    test_side: list[str] | None = None  # the changed files that judge it
+    sides_basis: str | None = None
+    target_renamed_from: str | None = None  # the deleted test file a PR-added target replaces
+    route_side_tampering: list[str] | None = None  # route-side code reaching into what judges it
+    config_changes: list[str] | None = None  # pytest configuration that loads plugins or drops tests
+    # the changed test-side files the base oracle holds at base: when any, PASS needs it to pass
+    oracle_required: list[str] | None = None
 
 
 def parse_tol_table(text: str) -> dict[str, float]:
@@ -104,12 +114,40 @@ def _target_deleted(ctx: Context) -> str:
     return ""
 
 
+# weakenings that need something to weaken: a file the PR adds (and that replaces none) has nothing
+# of them; what a new file does to every other test (an outcome hook, collection turned off) counts
+_NEEDS_A_BASE = {"skip-call", "skip-mark", "discarded-comparison", "early-return", "swallowed-assertion",
+                 "vacuous-check", "unreachable-check", "process-exit"}
+
+
+def renamed_from(ctx: Context, path: str) -> str | None:
+    """The test file a PR-added file replaces: a deleted test file most like it (git's rename sense)."""
+    changes = ctx.head_view.changes
+    if changes.get(path) != "A":
+        return None
+    text = ctx.head_text(path) or ""
+    best, best_ratio = None, 0.5
+    for old, change in changes.items():
+        if change != "D" or not is_test_path(old) or not old.endswith(".py"):
+            continue
+        ratio = difflib.SequenceMatcher(a=ctx.worktree.read_base(old) or "", b=text, autojunk=False).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = old, ratio
+    return best
+
+
 def run(ctx: Context) -> StageResult:
+    """The policy read against base, with the sides the evidence at hand decides (sides.decide): in
+    prepare, before any run, the route's own modules; in the head group, what base's run loaded."""
     request = ctx.request
     if ctx.head_view is None:
         return result(NAME, "skip", "no patch: head and base tests cannot be compared")
     changes = ctx.head_view.changes
-    files = list(dict.fromkeys([request.target_path, *(p for p in changes if is_test_path(p) and p.endswith(".py"))]))
+    split = sides.decide(ctx)
+    python = [path for path in changes if path.endswith(".py")]
+    renamed = renamed_from(ctx, request.target_path)
+    files = list(dict.fromkeys([request.target_path, *(p for p in split.test if p in python and p != renamed)]))
+    route_python = [path for path in split.route if path in python and path != request.target_path]
     kernel_changed = any(p.endswith(KERNEL_SUFFIXES) and not is_test_path(p) for p in changes)
     reference = parse_tol_table(request.tol_table)
     ceiling = max(reference.values()) if reference else None
@@ -119,28 +157,53 @@ def run(ctx: Context) -> StageResult:
               "tolerances_head_by_name": [], "loosened": [], "exceeds_reference": [], "not_literal": [],
               "commented_out_shape_rows_base": 0, "commented_out_shape_rows": 0,
               "commented_out_shape_rows_added": 0, "newly_commented_rows": [], "weakened": [],
-              "added_with_unknown_default": [], "weakened_files": []}
+              "added_with_unknown_default": [], "weakened_files": [], "route_side": split.route,
+              "test_side": split.test, "sides_basis": split.basis, "target_renamed_from": renamed,
+              "route_side_tampering": [], "config_changes": [],
+              "oracle_required": split.test_side_changed(request.target_path,
+                                                         changes.get(request.target_path) == "A" and not renamed)}
     unparsed = []
-    for path in files:
-        base = read_policy(ctx.worktree.read_base(path) or "")
+    for path in [*files, *route_python]:
+        base_path = renamed if path == request.target_path and renamed else path
+        base_text = ctx.worktree.read_base(base_path)
+        base = read_policy(base_text or "")
         head = read_policy(ctx.head_text(path) or "")
         if not (base.parsed and head.parsed):
             unparsed.append(path)
+        found = compare(base, head, path, reference)
         fields["tolerances_base"].update({f"{path}::{k}": v for k, v in base.tolerances.items()})
         fields["tolerances_head"].update({f"{path}::{k}": v for k, v in head.tolerances.items()})
-        fields["tolerances_base_by_name"] += [f"{path}::{k}" for k in base.by_name]
-        fields["tolerances_head_by_name"] += [f"{path}::{k}" for k in head.by_name]
-        found = compare(base, head, path, reference)
         fields["loosened"] += found.loosened
         fields["not_literal"] += found.uncomparable
-        fields["weakened"] += found.weakened
+        if path in route_python:  # the code under test: its tolerances count, its control flow is its own
+            if found.loosened or found.uncomparable:
+                fields["weakened_files"].append(path)
+            continue
+        fields["tolerances_base_by_name"] += [f"{path}::{k}" for k in base.by_name]
+        fields["tolerances_head_by_name"] += [f"{path}::{k}" for k in head.by_name]
+        weakened = found.weakened if base_text is not None else \
+            [text for text in found.weakened if not any(f"{WEAKENINGS[kind]}" in text for kind in _NEEDS_A_BASE)]
+        weakened += [item.describe(path) for item in tampering.added(base_text, ctx.head_text(path))
+                     if item.patches_a_comparison or item.kind == "exit-swallows"]
+        fields["weakened"] += weakened
         fields["added_with_unknown_default"] += found.unknown_defaults
         newly = head.commented_rows - base.commented_rows
         fields["newly_commented_rows"] += [f"{path}: ({row})" for row in newly.elements()]
         fields["commented_out_shape_rows_base"] += sum(base.commented_rows.values())
         fields["commented_out_shape_rows"] += sum(head.commented_rows.values())
-        if found.loosened or found.uncomparable or found.weakened or newly:
+        if found.loosened or found.uncomparable or weakened or newly:
             fields["weakened_files"].append(path)
+    for path in split.test:
+        said = pytest_config.changed(path, ctx.worktree.read_base(path), ctx.head_text(path))
+        fields["config_changes"] += said
+        fields["weakened"] += said
+        if said:
+            fields["weakened_files"].append(path)
+    state_names = (request.shape_env,)
+    for path in route_python:
+        fields["route_side_tampering"] += [item.describe(path) for item in
+                                           tampering.added(ctx.worktree.read_base(path), ctx.head_text(path),
+                                                           state_names)]
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
     fields["target_deleted"] = _target_deleted(ctx)
     fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
@@ -159,8 +222,14 @@ def run(ctx: Context) -> StageResult:
         note += f"; interpreter start-up code changed: {', '.join(fields['startup_files'])}"
     if fields["stdlib_shadows"]:
         note += f"; standard-library names shadowed: {', '.join(fields['stdlib_shadows'])}"
-    failed = loosened or fields["not_literal"] or fields["startup_files"] or fields["stdlib_shadows"]
+    failed = loosened or fields["not_literal"] or fields["startup_files"] or fields["stdlib_shadows"] \
+        or fields["route_side_tampering"]
     stage = result(NAME, "fail" if failed else "pass", note, **fields)
+    stage.selection.set(loaded_files=split.loaded, route_side=split.route, test_side=split.test,
+                        sides_basis=split.basis)
+    for tampered in fields["route_side_tampering"]:
+        stage.finding("blocker", f"code on the route side reaches into what judges it: {tampered}; the kernel's "
+                                 "result must be judged by the tests, not shape them")
     for path in fields["startup_files"]:
         stage.finding("blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
                                  "a target before anything kvtasks controls, which could change what judges the "

@@ -50,12 +50,14 @@ def test_legitimate_changes_to_the_target_are_not_blamed(tmp_path, validate):
     assert tightened.stage("correctness_base_oracle")["status"] == "pass"
     renamed = validate(repo, "--patch", str(renamed_api), "--target", "tests/test_argnames.py")
     oracle = renamed.stage("correctness_base_oracle")
-    assert oracle["status"] == "skip" and "does not import or collect against head's code" in oracle["note"]
-    assert any("no longer fit head's API" in f["detail"] for f in renamed.findings("note"))
+    # an API changed in kernel and tests together: base's tests cannot judge head, and PASS needs them to
+    assert oracle["status"] == "fail" and "do not import, collect or call head's code" in oracle["note"]
+    assert [f["stage"] for f in renamed.findings("should-fix")] == ["correctness_base_oracle"]
+    assert renamed.findings("blocker") == [] and renamed.verdict == "NEEDS_WORK"
     for result in (tightened, renamed):
         assert result.stage("correctness_repo_tests")["status"] == "pass"
         assert result.stage("test_policy")["status"] == "pass"
-        assert result.findings("blocker") == [] and result.findings("should-fix") == []
+    assert tightened.findings("blocker") == [] and tightened.findings("should-fix") == []
 
 
 # a conftest.py the PR adds that turns the failures of one test into passes
