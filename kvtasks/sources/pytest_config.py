@@ -1,8 +1,8 @@
 """pytest_config: what a pytest configuration file tells every run, read from its text.
 
-pytest reads its configuration from the first of `pytest.ini`, `.pytest.ini`, `pyproject.toml`
-([tool.pytest.ini_options]), `tox.ini` ([pytest]) and `setup.cfg` ([tool:pytest]) that has its
-section. Two things in it change what a run can report: addopts that load a plugin or drop tests
+pytest reads its configuration from the first of `pytest.toml`, `.pytest.toml` ([pytest]),
+`pytest.ini`, `.pytest.ini`, `pyproject.toml` ([tool.pytest.ini_options]), `tox.ini` ([pytest]) and
+`setup.cfg` ([tool:pytest]) that has its section. Two things in it change what a run can report: addopts that load a plugin or drop tests
 (`-p`, `--deselect`, `--ignore`, `-k`, `-m`, ...), and the keys that decide what is collected.
 """
 from __future__ import annotations
@@ -29,11 +29,13 @@ def settings(path: str, text: str | None) -> dict[str, str] | None:
     if text is None:
         return None
     name = PurePosixPath(path).name
-    if name == "pyproject.toml":
+    if name.endswith(".toml"):
         try:
-            section = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError:
             return None
+        section = data.get("pytest") if name in ("pytest.toml", ".pytest.toml") else \
+            data.get("tool", {}).get("pytest", {}).get("ini_options")
         if section is None:
             return None
         return {key: " ".join(map(str, value)) if isinstance(value, list) else str(value)
@@ -71,8 +73,8 @@ def changed(path: str, base_text: str | None, head_text: str | None) -> list[str
     if head is None:
         return []
     base = settings(path, base_text) or {}
-    said = [f"{path}: addopts adds {option}" for option in _judging_options(head.get("addopts", ""))
+    said = [f"{path}::addopts adds {option}" for option in _judging_options(head.get("addopts", ""))
             if option not in _judging_options(base.get("addopts", ""))]
-    said += [f"{path}: {key} = {head[key]!r} (base: {base.get(key)!r})" for key in COLLECTION_KEYS
+    said += [f"{path}::{key} = {head[key]!r} (base: {base.get(key)!r})" for key in COLLECTION_KEYS
              if head.get(key) != base.get(key) and key in head]
     return said

@@ -108,6 +108,18 @@ def _base_outcomes(runs: list[TargetRun]) -> dict[str, str]:
     return outcomes
 
 
+def _outcome_of(outcomes: dict[str, str], test_id: str) -> str | None:
+    """A test's outcome under its id, or under the ids pytest made unique by a counter (`[3-100]` twice
+    in base's merged session, a row and a grid cell of the same values: `[3-1000]`, `[3-1001]`)."""
+    if test_id in outcomes or not test_id.endswith("]"):
+        return outcomes.get(test_id)
+    counted = re.compile(re.escape(test_id[:-1]) + r"_?\d+\]")
+    found = [outcome for other, outcome in outcomes.items() if counted.fullmatch(other)]
+    if not found:
+        return None
+    return "passed" if all(outcome == "passed" for outcome in found) else "failed"
+
+
 def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept: list[str], judged_by: str,
            added: bool) -> StageResult:
     fields: dict[str, Any] = {"kept_at_base": kept, "judged_by": judged_by,
@@ -120,10 +132,12 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
     on_base = _base_outcomes(reference)
     head_own = _base_outcomes(ctx.earlier[repo_tests.NAME].runs) if added and repo_tests.NAME in ctx.earlier else {}
     regressed, api_changed, unproven = [], [], []
+    said: dict[str, str] = {}  # test id -> what it failed with
     for run in runs:
         if not run.cases and not run.passed:  # a script, or a pytest run that collected nothing
             base_passed = bool(reference) and all(base.passed for base in reference)
-            failure = f"{run.label} (exit {run.exit}): {run.log_tail()}"
+            failure = f"{run.label} (exit {run.exit})"
+            said[failure] = run.log_tail()
             if run.runner == "pytest" or _API_CHANGE.search(run.log_tail(6, 1200)):
                 api_changed.append(failure)
             elif base_passed or added:
@@ -132,20 +146,23 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
         for case in run.cases:
             if case.outcome not in ("failed", "error"):
                 continue
-            named = f"{case.test_id}: {case.message[:200]}"
-            if on_base.get(case.test_id) == "passed" or (added and head_own.get(case.test_id) == "passed"):
+            named = case.test_id
+            said[named] = " ".join(case.message.split())[:200]
+            base_outcome = _outcome_of(on_base, case.test_id)
+            if base_outcome == "passed" or (added and _outcome_of(head_own, case.test_id) == "passed"):
                 (api_changed if _API_CHANGE.search(case.message) else regressed if not added else unproven).append(named)
-            elif case.test_id not in on_base and not added:  # base never had it: a module that no longer collects
+            elif base_outcome is None and not added:  # base never had it: a module that no longer collects
                 api_changed.append(named)
+    regressed, api_changed, unproven = (list(dict.fromkeys(found)) for found in (regressed, api_changed, unproven))
     fields.update(regressed=regressed, api_changed=api_changed)
     executed = sum(run.stats.executed for run in runs)
     if regressed or unproven:
-        return _blame(ctx, regressed, unproven, fields)
+        return _blame(ctx, regressed, unproven, said, fields)
     if api_changed:
         stage = result(NAME, "fail", "base's tests do not import, collect or call head's code", **fields)
         return stage.finding("should-fix", f"base's tests no longer fit head's code (an API the PR changed in its "
                                            f"kernel and tests together), so they cannot judge it, and a PR that "
-                                           f"changes its test side needs them to: {'; '.join(api_changed[:3])}")
+                                           f"changes its test side needs them to: {_named(api_changed, said)}")
     if not executed:
         return result(NAME, "skip", "head's code under base's test side executed no test", **fields)
     what = " and its grid cells" if len(runs) > 1 else ""
@@ -153,14 +170,20 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
                   **fields)
 
 
-def _blame(ctx: Context, regressed: list[str], unproven: list[str], fields: dict) -> StageResult:
+def _named(failing: list[str], said: dict[str, str]) -> str:
+    """The failing tests and cells by name (at most eight), then what the first one failed with."""
+    more = f" and {len(failing) - 8} more" if len(failing) > 8 else ""
+    return f"{', '.join(failing[:8])}{more} (first: {said.get(failing[0], '')})"
+
+
+def _blame(ctx: Context, regressed: list[str], unproven: list[str], said: dict[str, str], fields: dict) -> StageResult:
     kept = fields["kept_at_base"]
     failing = regressed or unproven
     stage = result(NAME, "fail", f"head's code fails {len(failing)} tests or cells under base's test side", **fields)
     policy = ctx.earlier.get(test_policy.NAME)
     found = policy.stage if policy and policy.stage else None
     weakened = [file for file in kept if found is not None and file in (found.weakened_files or [])]
-    named = "; ".join(failing[:3])
+    named = _named(failing, said)
     if regressed and weakened:
         said = "; ".join(item for file in weakened for item in _weakenings(found, file))
         return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
@@ -179,8 +202,9 @@ def _weakenings(policy: Stage, path: str) -> list[str]:
     prefix = f"{path}::"
     named = [f"{item['where'][len(prefix):]} widened {item['base']:g} -> {item['head']:g}"
              for item in policy.loosened or [] if item["where"].startswith(prefix)]
-    named += [text[len(prefix):] for text in [*(policy.not_literal or []), *(policy.weakened or [])]
-              if text.startswith(prefix)]
+    # a weakening names its place as path::where, a construct read by line as path:line
+    named += [text[len(path) + 1:].removeprefix(":") for text in [*(policy.not_literal or []), *(policy.weakened or [])]
+              if text.startswith(f"{path}:")]
     named += [row[len(path) + 2:] + " commented out" for row in policy.newly_commented_rows or []
               if row.startswith(f"{path}: ")]
     return named[:5]

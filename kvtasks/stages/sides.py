@@ -27,7 +27,7 @@ from kvtasks.stages import Context, baseline_control
 ROUTE_PHASES = ("route-import", "route-call")
 KERNEL_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".hip", ".cl")
 # pytest's configuration files: what they say (addopts, plugins, collection) shapes every test's outcome
-PYTEST_CONFIGS = (".pytest.ini", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+PYTEST_CONFIGS = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 
 
 STARTUP_NAMES = ("sitecustomize.py", "usercustomize.py")

@@ -22,12 +22,13 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.sources import compare, pytest_config, read_policy, tampering
+from kvtasks import sources
+from kvtasks.sources import Policy, compare, pytest_config, read_policy, tampering
 from kvtasks.sources.skips import WEAKENINGS
 from kvtasks.stages import Context, Stage, StageResult, payload, result, sides
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
@@ -136,6 +137,14 @@ def renamed_from(ctx: Context, path: str) -> str | None:
     return best
 
 
+def _read(text: str | None, read: Callable[[str], str | None]) -> Policy:
+    """A file's policy, its tolerance names resolved also through the checkout modules it imports them
+    from (its own assignments first): `atol=ATOL` from a helper module is held at the helper's value."""
+    policy = read_policy(text or "")
+    policy.constants = {**sources.imported_constants(sources.parse(text), read), **policy.constants}
+    return policy
+
+
 def run(ctx: Context) -> StageResult:
     """The policy read against base, with the sides the evidence at hand decides (sides.decide): in
     prepare, before any run, the route's own modules; in the head group, what base's run loaded."""
@@ -166,8 +175,8 @@ def run(ctx: Context) -> StageResult:
     for path in [*files, *route_python]:
         base_path = renamed if path == request.target_path and renamed else path
         base_text = ctx.worktree.read_base(base_path)
-        base = read_policy(base_text or "")
-        head = read_policy(ctx.head_text(path) or "")
+        base = _read(base_text, ctx.worktree.read_base)
+        head = _read(ctx.head_text(path), ctx.head_text)
         if not (base.parsed and head.parsed):
             unparsed.append(path)
         found = compare(base, head, path, reference)
