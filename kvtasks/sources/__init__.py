@@ -12,13 +12,13 @@ from kvtasks.sources.compare import Comparison, compare
 from kvtasks.sources.dtypes import canonical_dtype
 from kvtasks.sources.environment import reads_env
 from kvtasks.sources.flags import argparse_flags
-from kvtasks.sources.imports import aliases, imported_constants, imported_files, imported_modules, module_files, setup_py_layout
+from kvtasks.sources.imports import aliases, imported_names, imported_files, imported_modules, module_files, setup_py_layout
 from kvtasks.sources.parametrize import parametrize_groups, parametrize_marks
 from kvtasks.sources.policy import Policy
 from kvtasks.sources.reader import read_policy
 from kvtasks.sources.syntax import dotted, error_line, number, parse, qualified
 
 __all__ = ["Comparison", "Policy", "aliases", "argparse_flags", "canonical_dtype", "cell_text", "compare", "dotted",
-           "error_line", "imported_constants", "imported_files", "imported_modules", "literal_rows", "module_files", "number",
+           "error_line", "imported_names", "imported_files", "imported_modules", "literal_rows", "module_files", "number",
            "parametrize_groups", "parametrize_marks", "parse", "qualified", "read_policy", "reads_env", "row_text",
            "setup_py_layout"]

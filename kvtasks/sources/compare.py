@@ -169,9 +169,28 @@ def _compare_tables(base: Policy, head: Policy, path: str, reference: dict[str, 
 
 def _compare_call(old: Call, new: Call, base: Policy, head: Policy, path: str, found: Comparison) -> None:
     callee = callee_for(new.callee) or head.helpers.get(new.callee) or base.helpers.get(new.callee)
+    old_callee = callee_for(old.callee) or base.helpers.get(old.callee)
     for parameter in old.tolerances.keys() - new.tolerances.keys():
-        found.weakened.append(f"{path}::{old.tolerances[parameter].key}: tolerance no longer given (a default or "
-                              "nothing applies)")
+        before = old.tolerances[parameter]
+        earlier = before.value if before.value is not None else resolve(_expression(before.text), base)
+        if callee is not None and parameter in callee.defaults and earlier is not None:
+            # a comparison moved into a helper: the helper's default is what applies now
+            default, basis = _default(callee, parameter, new.dtypes)
+            if looser(parameter, default, earlier):
+                found.loosened.append({"where": f"{path}::{before.key}", "base": earlier, "head": default,
+                                       "basis": f"no longer given; the default of {basis}"})
+            continue
+        found.weakened.append(f"{path}::{before.key}: tolerance no longer given (a default or nothing applies)")
+    if callee is not None and old_callee is not None:
+        # neither call gives it: each callee's default applies (a helper renamed, or swapped for another)
+        for parameter in (callee.defaults.keys() & old_callee.defaults.keys()) - old.tolerances.keys() - \
+                new.tolerances.keys():
+            (earlier, _), (default, basis) = (_default(old_callee, parameter, old.dtypes),
+                                              _default(callee, parameter, new.dtypes))
+            if looser(parameter, default, earlier):
+                found.loosened.append({"where": f"{path}::{new.function}:{new.callee}.{parameter}", "base": earlier,
+                                       "head": default, "basis": f"the default of {basis}, where base's call had "
+                                                                 f"the default of {old_callee.source}"})
     for parameter, given in new.tolerances.items():
         where = f"{path}::{given.key}"
         before = old.tolerances.get(parameter)
@@ -213,10 +232,16 @@ def _expression(text: str) -> ast.AST | None:
 
 def _compare_weakenings(base: Policy, head: Policy, path: str, found: Comparison) -> None:
     head_functions = {function for function, _ in head.checks} | {call.function for call in head.calls}
-    for (function, kind), count in base.checks.items():
-        if function in head_functions and head.checks.get((function, kind), 0) < count:
-            found.weakened.append(f"{path}::{function}: {count} {kind}s on base, "
-                                  f"{head.checks.get((function, kind), 0)} on head")
+    # an assert and a comparison helper's call are each one check, so a swap of one for the other keeps
+    # the count; a strict comparison (shapes and dtypes too) is counted apart: an allclose is weaker
+    base_checks, head_checks = Counter(), Counter()
+    for checks, policy in ((base_checks, base), (head_checks, head)):
+        for (function, kind), count in policy.checks.items():
+            checks[(function, "check" if kind in ("assert", "comparison call") else kind)] += count
+    for (function, kind), count in base_checks.items():
+        if function in head_functions and head_checks[(function, kind)] < count:
+            found.weakened.append(f"{path}::{function}: {count} {kind}s on base, {head_checks[(function, kind)]} "
+                                  "on head")
     for (kind, where, what), count in (head.weakenings - base.weakenings).items():
         found.weakened.append(f"{path}::{where}: {WEAKENINGS[kind]}{f' ({what})' if what else ''}"
                               f"{f' x{count}' if count > 1 else ''}")

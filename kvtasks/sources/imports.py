@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import PurePosixPath
-from typing import Callable
 
 from kvtasks.sources.skips import SKIP_CALLS, SKIP_MARKS
-from kvtasks.sources.syntax import dotted, module_value, parse, qualified
+from kvtasks.sources.syntax import dotted, qualified
 from kvtasks.sources.tolerances import callee_for
 
 
@@ -31,20 +30,11 @@ def module_files(module: str, anchor: PurePosixPath = PurePosixPath()) -> list[s
     return [f"{stem}.py", f"{stem}/__init__.py"]
 
 
-def imported_constants(tree: ast.AST | None, read: Callable[[str], str | None]) -> dict[str, ast.AST]:
-    """The module-level values a source imports by name from modules `read` finds (`from pkg.checks
-    import ATOL`), each as its defining module assigns it: a tolerance given by an imported name is
-    held at the value it has where it is defined."""
-    found: dict[str, ast.AST] = {}
-    for node in ast.walk(tree) if tree is not None else []:
-        if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
-            continue
-        defining = next((parse(text) for path in module_files(node.module) if (text := read(path)) is not None), None)
-        for alias in node.names if defining is not None else []:
-            value = module_value(defining, alias.name)
-            if value is not None:
-                found[alias.asname or alias.name] = value
-    return found
+def imported_names(tree: ast.AST | None) -> list[tuple[str, str, str]]:
+    """(module, name, the local name it is bound to) for each `from module import name [as alias]`."""
+    return [(node.module, alias.name, alias.asname or alias.name)
+            for node in (ast.walk(tree) if tree is not None else [])
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names]
 
 
 def imported_files(tree: ast.AST | None, folder: PurePosixPath) -> list[str]:

@@ -30,6 +30,17 @@ _ANY_CALLEE_KEYWORDS = {"atol", "rtol"}
 _COMPARISONS = {"allclose", "isclose", "array_equal", "array_equiv", "equal", "approx", "isfinite", "all"}
 
 
+def _checks_by_its_call(call: ast.Call) -> bool:
+    """A call made for its check, a repository's comparison helper (`assert_verbose_allclose(a, b,
+    atol=atol)`, `checkAllclose(...)`): a check as an assert or a strict comparison is, so swapping one
+    for another is no weakening (strict comparisons are counted as such)."""
+    short = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    if short in STRICT_CHECKS or short in _COMPARISONS:
+        return False
+    return any(word in short.lower() for word in ("assert", "check")) or \
+        any(keyword.arg in _ANY_CALLEE_KEYWORDS for keyword in call.keywords)
+
+
 def _row(node: ast.AST, bound: dict[str, str]) -> str:
     """A parametrize row as text, the same spelling a commented-out row gets."""
     if isinstance(node, ast.Call) and qualified(node.func, bound) == "pytest.param":
@@ -122,7 +133,9 @@ class _Reader(BypassReadings, ast.NodeVisitor):
         given = {name: value for name, node_ in defaults.items()
                  if name in TOLERANCE_PARAMETERS and (value := number(node_)) is not None}
         if given:
-            self.policy.helpers[node.name] = Callee(tuple(positional), given, f"{node.name}'s own signature")
+            strict = any(isinstance(sub, ast.Call) and (dotted(sub.func) or "").rsplit(".", 1)[-1] in STRICT_CHECKS
+                         for sub in ast.walk(node))
+            self.policy.helpers[node.name] = Callee(tuple(positional), given, f"{node.name}'s own signature", strict)
             # the defaults are tolerances in their own right: a PR may loosen the helper instead of the call
             self.policy.tolerances.update({f"{node.name}:default.{name}": value for name, value in given.items()})
 
@@ -190,13 +203,16 @@ class _Reader(BypassReadings, ast.NodeVisitor):
         if isinstance(value, ast.Compare) or (isinstance(value, ast.Call) and (dotted(value.func) or "")
                                               .rsplit(".", 1)[-1] in _COMPARISONS):
             self.policy.weakenings[("discarded-comparison", self._where(), ast.unparse(value)[:80])] += 1
+        elif isinstance(value, ast.Call) and _checks_by_its_call(value):
+            self.policy.checks[(self._where(), "comparison call")] += 1
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         name = qualified(node.func, self.bound)
         short = (dotted(node.func) or "call").rsplit(".", 1)[-1]
         where = self._where()
-        if short in STRICT_CHECKS:
+        helper = self.policy.helpers.get(name)
+        if short in STRICT_CHECKS or (helper is not None and helper.strict):
             self.policy.checks[(where, "strict comparison")] += 1
             if len(node.args) >= 2 and ast.dump(node.args[0]) == ast.dump(node.args[1]):
                 self.policy.weakenings[("vacuous-check", where, ast.unparse(node)[:80])] += 1
@@ -309,8 +325,10 @@ def _shape_row(comment: str) -> str | None:
 _TOLERANCE_TEXT = re.compile(r"\b(atol|rtol|\w*tol\w*)\s*[=:]\s*([-+]?\d[\d.]*(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 
 
-def read_policy(source: str) -> Policy:
-    policy = Policy()
+def read_policy(source: str, helpers: dict[str, Callee] | None = None) -> Policy:
+    """The policy of one file; `helpers` are comparison helpers it imports (by qualified name), whose
+    tolerance defaults its calls take as their own file's helpers' are taken."""
+    policy = Policy(helpers=dict(helpers or {}))
     for line in source.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):

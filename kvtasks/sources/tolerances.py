@@ -17,6 +17,8 @@ class Callee:
     defaults: dict[str, float | dict[str, float]]
     # where the defaults are documented (the report names it beside a widening)
     source: str = ""
+    # a repository's helper that makes a strict comparison: a call of it counts as one
+    strict: bool = False
 
 
 _NUMPY_CLOSE = Callee(("a", "b", "rtol", "atol"), {"rtol": 1e-5, "atol": 1e-8}, "numpy: rtol=1e-05, atol=1e-08")

@@ -138,10 +138,21 @@ def renamed_from(ctx: Context, path: str) -> str | None:
 
 
 def _read(text: str | None, read: Callable[[str], str | None]) -> Policy:
-    """A file's policy, its tolerance names resolved also through the checkout modules it imports them
-    from (its own assignments first): `atol=ATOL` from a helper module is held at the helper's value."""
-    policy = read_policy(text or "")
-    policy.constants = {**sources.imported_constants(sources.parse(text), read), **policy.constants}
+    """A file's policy, followed into the checkout modules it imports names from (`read` gives their
+    text on the same side): a tolerance constant (`atol=ATOL`) is held at its defining module's value,
+    and a comparison helper's call takes that helper's tolerance defaults."""
+    constants, helpers = {}, {}
+    for module, name, local in sources.imported_names(sources.parse(text)):
+        defining = next((found for path in sources.module_files(module) if (found := read(path)) is not None), None)
+        if defining is None:
+            continue
+        there = read_policy(defining)
+        if name in there.constants:
+            constants[local] = there.constants[name]
+        if name in there.helpers:
+            helpers[f"{module}.{name}"] = there.helpers[name]
+    policy = read_policy(text or "", helpers)
+    policy.constants = {**constants, **policy.constants}
     return policy
 
 

@@ -1,0 +1,52 @@
+"""The route and test sides of a PR, decided from fabricated receipts of base's run."""
+from types import SimpleNamespace
+
+from kvtasks.stages import baseline_control, sides
+
+
+def context(changes: dict[str, str], loaded: list[dict] | None, routes=("pkg/ops.py", "pkg/ops/__init__.py")):
+    runs = [] if loaded is None else [SimpleNamespace(label="base-repo", receipt={"loaded": {"modules": loaded}})]
+    baseline = SimpleNamespace(runs=runs, stage=SimpleNamespace(note="base control ran"))
+    return SimpleNamespace(head_view=SimpleNamespace(changes=changes), route_files=lambda: set(routes),
+                           earlier={baseline_control.NAME: baseline},
+                           worktree=SimpleNamespace(exists_on_base=lambda path: path == "pkg/ops.py"))
+
+
+LOADED = [{"path": "pkg/__init__.py", "during": ""}, {"path": "pkg/ops.py", "during": ""},
+          {"path": "pkg/_impl.py", "during": "route-import"}, {"path": "pkg/checks.py", "during": ""},
+          {"path": "pkg/_lazy.py", "during": "route-call"}, {"path": "tests/test_x.py", "during": ""}]
+
+
+def test_the_route_side_is_what_base_ran_for_the_route_and_everything_else_judges():
+    changes = {"pkg/ops.py": "M", "pkg/_impl.py": "M", "pkg/_lazy.py": "M", "pkg/__init__.py": "M",
+               "pkg/checks.py": "M", "pkg/unused.py": "M", "pkg/new_kernel.py": "A", "pkg/ops.cu": "M",
+               "pkg/configs.json": "M", "tests/data/golden.npy": "M", "tolerances.csv": "M", "tests/__init__.py": "A",
+               ".pytest.ini": "A", "pkg/sitecustomize.py": "A", "csrc/kernel.hip": "M"}
+    split = sides.decide(context(changes, LOADED))
+    assert sorted(split.route) == ["csrc/kernel.hip", "pkg/__init__.py", "pkg/_impl.py", "pkg/_lazy.py",
+                                   "pkg/configs.json", "pkg/new_kernel.py", "pkg/ops.cu", "pkg/ops.py"]
+    assert sorted(split.test) == [".pytest.ini", "pkg/checks.py", "pkg/sitecustomize.py", "pkg/unused.py",
+                                  "tests/__init__.py", "tests/data/golden.npy", "tolerances.csv"]
+    assert split.basis.startswith("observed: base-repo loaded 6 checkout modules")
+    # the base oracle holds every changed test-side file at base; a target the PR adds runs as head's
+    assert split.test_side_changed("tests/__init__.py", target_added=True) == [
+        path for path in split.test if path != "tests/__init__.py"]
+
+
+def test_head_importing_a_helper_does_not_move_it_to_the_route_side():
+    """pkg/checks.py is imported by the test on base; whatever head's kernel does with it, base's run decides."""
+    split = sides.decide(context({"pkg/ops.py": "M", "pkg/checks.py": "M"}, LOADED))
+    assert split.route == ["pkg/ops.py"] and split.test == ["pkg/checks.py"]
+
+
+def test_without_a_receipt_the_route_side_is_the_routes_modules_and_says_so():
+    split = sides.decide(context({"pkg/ops.py": "M", "pkg/_impl.py": "M"}, None))
+    assert split.route == ["pkg/ops.py"] and split.test == ["pkg/_impl.py"]
+    assert split.basis.startswith("static: no base run's receipt says what it loaded")
+
+
+def test_without_a_route_everything_outside_the_tests_is_under_test():
+    split = sides.decide(context({"pkg/ops.py": "M", "pkg/checks.py": "M", "tests/test_x.py": "M", "setup.cfg": "M"},
+                                 LOADED, routes=()))
+    assert split.route == ["pkg/ops.py", "pkg/checks.py"] and split.test == ["tests/test_x.py", "setup.cfg"]
+    assert split.basis.startswith("no --expected-route")
