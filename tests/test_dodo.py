@@ -65,6 +65,17 @@ def test_demo_weakened_oracle_blocks_naming_the_tolerance_and_the_skipped_cell(t
     assert report["stages"]["correctness_base_oracle"]["kept_at_base"] == ["tests/test_softmax.py"]
 
 
+def test_demo_hostile_helper_blocks_naming_the_helpers_constant_and_the_base_oracle_cell(tmp_path):
+    report = demo_report(tmp_path, "hostile-helper")
+    assert report["test_selection"]["target"] == "tests/test_softmax_rows.py"
+    assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # the widened helper keeps it green
+    assert report["test_selection"]["test_side"] == ["kernels/checks.py"]
+    assert report["stages"]["correctness_base_oracle"]["kept_at_base"] == ["kernels/checks.py"]
+    blocker = next(f["detail"] for f in report["findings"] if f["stage"] == "correctness_base_oracle")
+    assert "kernels/checks.py: TOL[f32] widened 1e-05 -> 0.05" in blocker and "test_rows_sum_to_one[64-2000-f32]" in blocker
+    assert report["verdict"] == "BLOCK"
+
+
 def test_demo_clean_fix_has_nothing_to_fix(tmp_path):
     report = demo_report(tmp_path, "clean-fix")
     assert not [f for f in report["findings"] if f["severity"] in ("blocker", "should-fix")]

@@ -117,6 +117,20 @@ def test_a_report_page_shows_stages_findings_grid_sanitizer_perf_and_tier(tmp_pa
     assert "<script" not in html  # a report page carries no script at all
 
 
+def test_a_report_page_shows_the_sides_and_what_base_loaded(tmp_path):
+    sides = StageResult(name="test_policy", selection={
+        "route_side": ["pkg/ops.py"], "test_side": ["pkg/checks.py", "tests/<i>x</i>.py"],
+        "sides_basis": "observed: base-repo loaded 3 checkout modules",
+        "loaded_files": [{"path": "pkg/ops.py", "during": ""}, {"path": "pkg/_impl.py", "during": "route-import"},
+                         {"path": "pkg/checks.py", "during": ""}]})
+    html = (publish(tmp_path, compose("pr-sides", sides)) / pages.PAGE).read_text()
+    assert re.findall(r"<code>([^<]+)</code>", html.split('id="route-side"')[1].split("</dd>")[0]) == ["pkg/ops.py"]
+    test_side = html.split('id="test-side"')[1].split("</dd>")[0]
+    assert "pkg/checks.py" in test_side and "tests/&lt;i&gt;x&lt;/i&gt;.py" in test_side and "observed: base-repo" in test_side
+    loaded = html.split('id="loaded-files"')[1].split("</dd>")[0]
+    assert "3 checkout modules" in loaded and "<code>pkg/_impl.py</code> (route-import)" in loaded
+
+
 def test_a_report_page_says_what_did_not_run(tmp_path):
     folder = publish(tmp_path, compose("halted", result("merge_sim", "fail", "conflict").finding("blocker", "conflict"),
                                        halt="the patch does not apply"))

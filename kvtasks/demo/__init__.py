@@ -1,4 +1,4 @@
-"""The embedded demo: a small numpy kernel repository and four pull requests against it.
+"""The embedded demo: a small numpy kernel repository and five pull requests against it.
 
 `materialize` turns the sources shipped here into a real git repository (base on `main`, one
 branch per PR whose tip is that PR's head OID). Authors and dates are fixed, so the base and head
@@ -17,12 +17,14 @@ SOURCES = Path(__file__).parent / "repo"
 PATCHES = Path(__file__).parent / "prs"
 DEFAULT_PR = "hidden-tail-bug"
 
-# What each PR shows; the validation options are the same for all four.
+# What each PR shows; the validation options are the same for all of them, but for the target of one.
 PRS = {
     "hidden-tail-bug": "tail tiles dropped from the kernel; the non-aligned test rows commented out",
     "loosen-tolerance": "test-only change widening the f32 tolerance from 1e-5 to 1e-2",
     "clean-fix": "a correct single-pass store plus a new non-aligned test row",
     "weakened-oracle": "the tail tile dropped from the row sum, hidden by a new rtol and a skip of f16 tail rows",
+    "hostile-helper": "the tail tile dropped from the row sum, hidden by a tolerance widened in the package helper "
+                      "module the test imports it from",
 }
 OPTIONS = {
     "target": "tests/test_softmax.py",
@@ -32,6 +34,8 @@ OPTIONS = {
     "grid": "64,2000,f32;4096,192,f32;7,4097,f16",
     "tol_table": "f32=1e-5,f16=2e-3",
 }
+# the PRs judged by another target of the same repository
+TARGETS = {"hostile-helper": "tests/test_softmax_rows.py"}
 _GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "kvtasks demo",
     "GIT_AUTHOR_EMAIL": "demo@kvtasks.invalid",
@@ -118,4 +122,5 @@ def options(root: Path, name: str = DEFAULT_PR) -> dict[str, str]:
     patch = patch_path(name)
     repo, heads = materialize(root)
     label = "demo" if name == DEFAULT_PR else f"demo-{name}"
-    return {**OPTIONS, "repo": str(repo), "patch": str(patch), "head_sha": heads[name], "label": label}
+    return {**OPTIONS, "target": TARGETS.get(name, OPTIONS["target"]), "repo": str(repo), "patch": str(patch),
+            "head_sha": heads[name], "label": label}
