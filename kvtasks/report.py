@@ -245,6 +245,9 @@ def pass_gate(report: Report) -> list[str]:
     if sensitivity.status != "pass" or not modes or not all(
             mode.get("status") == "pass" and mode.get("corrupted_calls") for mode in modes.values()):
         missing.append("sensitivity: the suite was not shown to fail with the route's output corrupted")
+    if stages.test_policy.reference_from_pr:
+        missing.append("the PR adds the target and takes its expected values from code it supplies: "
+                       + "; ".join(stages.test_policy.reference_from_pr[:3]))
     changed = stages.test_policy.oracle_required
     oracle = stages.correctness_base_oracle
     if changed and (oracle is None or oracle.status != "pass"):

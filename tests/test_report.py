@@ -64,6 +64,25 @@ def test_pass_needs_every_required_stage_and_the_pass_gate():
     assert report.compose("x", run).verdict == "PASS"
 
 
+@pytest.mark.parametrize("policy,oracle,withheld", [
+    ({"oracle_required": ["pkg/checks.py"]}, None, "the PR changes the test side (pkg/checks.py)"),
+    ({"oracle_required": ["pkg/checks.py"]}, result("correctness_base_oracle", "skip", "executed no test"),
+     "was not shown to pass base's (executed no test)"),
+    ({"reference_from_pr": ["test_new, line 9: ..."]}, None, "takes its expected values from code it supplies"),
+])
+def test_a_pr_that_changes_its_judge_needs_the_base_oracle_and_an_independent_reference(policy, oracle, withheld):
+    full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+            "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
+    run = [stage for stage in complete_run(**full) if stage.name != "test_policy"]
+    run[1].selection.set(expected_route="k:f", shape_vars="M")
+    run += [passing("test_policy", **policy), *([oracle] if oracle else [])]
+    composed = report.compose("x", run)
+    assert composed.verdict == "INCONCLUSIVE" and withheld in composed.findings[-1].detail
+    run.append(passing("correctness_base_oracle"))  # the twin: a passing base oracle, an independent reference
+    if "oracle_required" in policy:
+        assert report.compose("x", run).verdict == "PASS"
+
+
 def test_pass_gate_withholds_pass_and_names_what_is_missing():
     run = complete_run(producer="someone else")
     composed = report.compose("x", run)

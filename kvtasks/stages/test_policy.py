@@ -28,7 +28,7 @@ from pydantic import ConfigDict
 
 from kvtasks import harness
 from kvtasks import sources
-from kvtasks.sources import Policy, compare, pytest_config, read_policy, tampering
+from kvtasks.sources import Policy, compare, pytest_config, read_policy, references, tampering
 from kvtasks.sources.skips import WEAKENINGS
 from kvtasks.stages import Context, Stage, StageResult, payload, result, sides
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
@@ -70,6 +70,8 @@ class TestPolicy(Stage):
     config_changes: list[str] | None = None  # pytest configuration that loads plugins or drops tests
     # the changed test-side files the base oracle holds at base: when any, PASS needs it to pass
     oracle_required: list[str] | None = None
+    # a target the PR adds whose comparisons take every side from code the PR supplies: PASS is out of reach
+    reference_from_pr: list[str] | None = None
 
 
 def parse_tol_table(text: str) -> dict[str, float]:
@@ -135,6 +137,20 @@ def renamed_from(ctx: Context, path: str) -> str | None:
         if ratio > best_ratio:
             best, best_ratio = old, ratio
     return best
+
+
+def _supplied_modules(ctx: Context, roots: list[str]) -> set[str]:
+    """The modules a PR supplies a test's expectations from: the routes' own, and every one it adds."""
+    modules = {route.partition(":")[0] for route in ctx.request.routes}
+    for path, change in ctx.head_view.changes.items():
+        if change != "A" or not path.endswith(".py") or is_test_path(path):
+            continue
+        for root in sorted(["", *roots], key=len, reverse=True):
+            if not root or path.startswith(root.rstrip("/") + "/"):
+                inside = path[len(root.rstrip("/")) + 1:] if root else path
+                modules.add(inside.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+                break
+    return modules
 
 
 def _read(text: str | None, read: Callable[[str], str | None]) -> Policy:
@@ -224,6 +240,9 @@ def run(ctx: Context) -> StageResult:
         fields["route_side_tampering"] += [item.describe(path) for item in
                                            tampering.added(ctx.worktree.read_base(path), ctx.head_text(path),
                                                            state_names)]
+    if changes.get(request.target_path) == "A" and not renamed:
+        fields["reference_from_pr"] = references.from_supplied(ctx.head_text(request.target_path),
+                                                               _supplied_modules(ctx, harness.import_roots(request)))
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
     fields["target_deleted"] = _target_deleted(ctx)
     fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
@@ -247,6 +266,10 @@ def run(ctx: Context) -> StageResult:
     stage = result(NAME, "fail" if failed else "pass", note, **fields)
     stage.selection.set(loaded_files=split.loaded, route_side=split.route, test_side=split.test,
                         sides_basis=split.basis)
+    if fields.get("reference_from_pr"):
+        stage.finding("note", f"the PR adds the target, and its comparisons take every side from code the PR "
+                              f"supplies: {'; '.join(fields['reference_from_pr'][:3])}; nothing independent of the PR "
+                              "says what the kernel should compute, so PASS is out of reach")
     for tampered in fields["route_side_tampering"]:
         stage.finding("blocker", f"code on the route side reaches into what judges it: {tampered}; the kernel's "
                                  "result must be judged by the tests, not shape them")

@@ -110,3 +110,16 @@ def test_an_equivalent_comparison_swap_and_its_twin():
         assert (swapped.loosened, swapped.weakened) == ([], [])
     wide = _compare(helper, plain.replace("atol=1e-5, rtol=1e-5)\n", "atol=1e-2, rtol=1e-5)\n", 1))
     assert [(item["base"], item["head"]) for item in wide.loosened] == [(1e-5, 1e-2)]
+
+
+def test_a_new_target_whose_every_comparison_side_the_pr_supplies_is_named():
+    from kvtasks.sources import references
+
+    own_answer = ("import numpy as np\n\nfrom pkg.ops import reference_scale, tiled_scale\n\n\ndef test_new(x):\n"
+                  "    out = tiled_scale(x, 3.0)\n    want = reference_scale(x, 3.0)\n"
+                  "    np.testing.assert_allclose(out, want, atol=1e-5)\n")
+    found = references.from_supplied(own_answer, {"pkg.ops"})
+    assert found == ["test_new, line 9: np.testing.assert_allclose(out, want, atol=1e-05) (every side from pkg.ops)"]
+    # its twins: an independent expectation (numpy, arithmetic, a reference the test defines) is not named
+    assert references.from_supplied(own_answer.replace("reference_scale(x, 3.0)", "x * 3.0"), {"pkg.ops"}) == []
+    assert references.from_supplied(own_answer, {"pkg.other"}) == []
