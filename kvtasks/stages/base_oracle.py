@@ -134,25 +134,11 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
     regressed, api_changed, unproven = [], [], []
     said: dict[str, str] = {}  # test id -> what it failed with
     for run in runs:
-        if not run.cases and not run.passed:  # a script, or a pytest run that collected nothing
-            base_passed = bool(reference) and all(base.passed for base in reference)
-            failure = f"{run.label} (exit {run.exit})"
-            said[failure] = run.log_tail()
-            if run.runner == "pytest" or _API_CHANGE.search(run.log_tail(6, 1200)):
-                api_changed.append(failure)
-            elif base_passed or added:
-                regressed.append(failure)
-            continue
-        for case in run.cases:
-            if case.outcome not in ("failed", "error"):
-                continue
-            named = case.test_id
-            said[named] = " ".join(case.message.split())[:200]
-            base_outcome = _outcome_of(on_base, case.test_id)
-            if base_outcome == "passed" or (added and _outcome_of(head_own, case.test_id) == "passed"):
-                (api_changed if _API_CHANGE.search(case.message) else regressed if not added else unproven).append(named)
-            elif base_outcome is None and not added:  # base never had it: a module that no longer collects
-                api_changed.append(named)
+        found = _failures(run, on_base, head_own, reference, added, said)
+        fields["runs"][run.label]["outcome"] = "fail" if found[0] or found[2] else "api-change" if found[1] else \
+            "pass" if run.stats.executed else "executed-nothing"
+        for failing, more in zip((regressed, api_changed, unproven), found):
+            failing += more
     regressed, api_changed, unproven = (list(dict.fromkeys(found)) for found in (regressed, api_changed, unproven))
     fields.update(regressed=regressed, api_changed=api_changed)
     executed = sum(run.stats.executed for run in runs)
@@ -168,6 +154,30 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
     what = " and its grid cells" if len(runs) > 1 else ""
     return result(NAME, "pass", f"head's code passes base's test side for {judged_by}{what} wherever base passed",
                   **fields)
+
+
+def _failures(run: TargetRun, on_base: dict[str, str], head_own: dict[str, str], reference: list[TargetRun],
+              added: bool, said: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """One oracle run's (regressed, API-changed, unproven) tests; `said` learns what each failed with."""
+    regressed, api_changed, unproven = [], [], []
+    if not run.cases and not run.passed:  # a script, or a pytest run that collected nothing
+        failure = f"{run.label} (exit {run.exit})"
+        said[failure] = run.log_tail()
+        if run.runner == "pytest" or _API_CHANGE.search(run.log_tail(6, 1200)):
+            api_changed.append(failure)
+        elif added or (reference and all(base.passed for base in reference)):
+            regressed.append(failure)
+        return regressed, api_changed, unproven
+    for case in run.cases:
+        if case.outcome not in ("failed", "error"):
+            continue
+        said[case.test_id] = " ".join(case.message.split())[:200]
+        base_outcome = _outcome_of(on_base, case.test_id)
+        if base_outcome == "passed" or (added and _outcome_of(head_own, case.test_id) == "passed"):
+            (api_changed if _API_CHANGE.search(case.message) else unproven if added else regressed).append(case.test_id)
+        elif base_outcome is None and not added:  # base never had it: a module that no longer collects
+            api_changed.append(case.test_id)
+    return regressed, api_changed, unproven
 
 
 def _named(failing: list[str], said: dict[str, str]) -> str:
