@@ -101,8 +101,20 @@ class _FirstImports:
         return None
 
 
+def _opened(event, args):
+    """Files a route's import or call opens (a kernel's config or data): the route reads them too."""
+    if event != "open" or not _loads["during"] or not isinstance(args[0], str):
+        return
+    path, mode = args[0], args[1] if isinstance(args[1], str) else "r"
+    # read, not written; modules (and their cached bytecode) are what the imports record
+    if not set(mode) & set("wax+") and not path.endswith((".py", ".pyc")) and "__pycache__" not in path:
+        _loads["opened"].append((path, _loads["during"][-1]))
+
+
 if _config["receipt"]:
     sys.meta_path.insert(0, _FirstImports())
+    _loads["opened"] = []
+    sys.addaudithook(_opened)
 _checkout = os.path.realpath(os.getcwd()) + os.sep  # a target starts in its checkout
 
 
@@ -114,6 +126,7 @@ def _installed():
                  if key in ("purelib", "platlib", "stdlib", "platstdlib"))
 
 
+@functools.lru_cache(maxsize=4096)
 def _in_checkout(source):
     """A file's path relative to the checkout, or None for anything else: installed packages (even in
     a virtual environment inside the checkout) and kvtasks' own files are not the checkout's."""
@@ -145,9 +158,45 @@ def _loaded_modules():
     return [{"path": path, "during": during} for path, during in found.items()]
 
 
+def _opened_files():
+    """The checkout's files a route's import or call opened, each with the phase it first did."""
+    found = {}
+    for name, during in list(_loads.get("opened", ())):
+        path = _in_checkout(os.path.abspath(name))
+        if path is not None:
+            found.setdefault(path, during)
+    return [{"path": path, "during": during} for path, during in found.items()]
+
+
+# the functions tests judge with: one replaced by the checkout's code (or bound to other arguments)
+# judges nothing, whoever replaced it
+_JUDGES = {"numpy.testing": ("assert_allclose", "assert_array_equal", "assert_array_almost_equal",
+                             "assert_almost_equal", "assert_equal", "assert_array_less"),
+           "numpy": ("allclose", "isclose", "array_equal"), "torch.testing": ("assert_close",),
+           "torch": ("allclose", "isclose", "equal"), "pytest": ("approx", "raises", "skip", "fail"),
+           "unittest.case": ("TestCase.assertEqual", "TestCase.assertAlmostEqual", "TestCase.assertTrue"),
+           "builtins": ("abs", "all", "any", "isinstance", "max", "min", "round", "sum")}
+
+
+def _judges_replaced():
+    """The judging functions now bound to code of the checkout, or to a functools.partial."""
+    found = []
+    for module_name, names in _JUDGES.items():
+        module = sys.modules.get(module_name)
+        for name in names if module is not None else ():
+            value = module
+            for part in name.split("."):
+                value = getattr(value, part, None)
+            code = getattr(value, "__code__", None) or getattr(getattr(type(value), "__call__", None), "__code__", None)
+            source = _in_checkout(code.co_filename) if code is not None else None
+            if source is not None or type(value).__name__ == "partial":
+                found.append(f"{module_name}.{name} ({'by ' + source if source else 'a functools.partial'})")
+    return found
+
+
 _state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "cells": {}, "grid_functions": {}, "replaced": [],
           "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
-          "test": "", "outputs": {}}
+          "test": "", "outputs": {}, "judges_replaced": set()}
 _LARGEST_CHECKED = 2**26  # elements: a larger output (a sparse-grid tensor) is counted, never scanned
 _lock = threading.Lock()
 
@@ -636,6 +685,7 @@ def write_receipt(exit_status=None, _corruption_receipt=_corruption_receipt):
         _state["written"] = True
         observed = sorted(route for route, count in _state["calls"].items() if count)
         corrupted = _corruption_receipt()
+        _state["judges_replaced"].update(_judges_replaced())
         receipt = {
             "schema_version": 1,
             "nonce": _config["nonce"],
@@ -649,7 +699,8 @@ def write_receipt(exit_status=None, _corruption_receipt=_corruption_receipt):
             "mechanism": "import-hook wrapper",
             # a run that corrupts outputs on purpose proves nothing about them
             "route_outputs": list(_state["outputs"].values()) if corrupted is None else [],
-            "loaded": {"modules": _loaded_modules(), **_state.get("pytest_loaded", {})},
+            "loaded": {"modules": _loaded_modules(), "opened": _opened_files(), **_state.get("pytest_loaded", {})},
+            "judges_replaced": sorted(_state["judges_replaced"]),
         }
         if _config["grid_argnames"]:
             receipt["cells"] = dict(_state["cells"])  # node id -> the grid row it ran
@@ -874,6 +925,7 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_runtest_logfinish(nodeid, location):
     _state["test"] = ""
+    _state["judges_replaced"].update(_judges_replaced())  # after teardown: a test's own monkeypatch is undone
 
 
 def pytest_runtest_logreport(report, _corrupted_outcome=_corrupted_outcome):

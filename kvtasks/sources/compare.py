@@ -173,16 +173,18 @@ def _compare_call(old: Call, new: Call, base: Policy, head: Policy, path: str, f
     for parameter in old.tolerances.keys() - new.tolerances.keys():
         before = old.tolerances[parameter]
         earlier = before.value if before.value is not None else resolve(_expression(before.text), base)
-        if callee is not None and parameter in callee.defaults and earlier is not None:
-            # a comparison moved into a helper: the helper's default is what applies now
-            default, basis = _default(callee, parameter, new.dtypes)
+        helper = head.helpers.get(new.callee) or base.helpers.get(new.callee)
+        if helper is not None and parameter in helper.defaults and earlier is not None:
+            # a comparison moved into a repository's helper: the helper's default is what applies now
+            default, basis = _default(helper, parameter, new.dtypes)
             if looser(parameter, default, earlier):
                 found.loosened.append({"where": f"{path}::{before.key}", "base": earlier, "head": default,
                                        "basis": f"no longer given; the default of {basis}"})
             continue
         found.weakened.append(f"{path}::{before.key}: tolerance no longer given (a default or nothing applies)")
-    if callee is not None and old_callee is not None:
-        # neither call gives it: each callee's default applies (a helper renamed, or swapped for another)
+    if callee is not None and old_callee is not None and old.callee != new.callee:
+        # neither call gives it: each callee's default applies (a helper renamed, or swapped for another;
+        # the same helper's default moving is read where it is defined, in a file the PR changed)
         for parameter in (callee.defaults.keys() & old_callee.defaults.keys()) - old.tolerances.keys() - \
                 new.tolerances.keys():
             (earlier, _), (default, basis) = (_default(old_callee, parameter, old.dtypes),

@@ -19,9 +19,14 @@ except ImportError:  # Python 3.10
 SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 # addopts that load code into every run, or keep tests from running or from counting
 OPTIONS_THAT_JUDGE = ("-p", "--deselect", "--ignore", "--ignore-glob", "-k", "-m", "--lf", "--last-failed", "--sw",
-                      "--stepwise", "--continue-on-collection-errors", "--runxfail", "--co", "--collect-only")
-COLLECTION_KEYS = ("python_files", "python_classes", "python_functions", "testpaths", "norecursedirs",
-                   "required_plugins", "xfail_strict", "empty_parameter_set_mark", "usefixtures")
+                      "--stepwise", "--continue-on-collection-errors", "--runxfail", "--co", "--collect-only",
+                      "--noconftest", "-o", "--override-ini", "--confcutdir", "--rootdir")
+# options that take the next word as their value
+_VALUED = ("-p", "--deselect", "--ignore", "--ignore-glob", "-k", "-m", "-o", "--override-ini", "--confcutdir",
+           "--rootdir")
+# keys that decide what is collected, run or imported when the run names its target (testpaths does not)
+COLLECTION_KEYS = ("python_files", "python_classes", "python_functions", "norecursedirs", "required_plugins",
+                   "xfail_strict", "empty_parameter_set_mark", "usefixtures", "pythonpath")
 
 
 def settings(path: str, text: str | None) -> dict[str, str] | None:
@@ -34,8 +39,11 @@ def settings(path: str, text: str | None) -> dict[str, str] | None:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError:
             return None
+        tool = data.get("tool", {}).get("pytest", {})
+        # pytest 9 reads [tool.pytest] natively, beside the older [tool.pytest.ini_options]
+        native = {key: value for key, value in tool.items() if key != "ini_options"}
         section = data.get("pytest") if name in ("pytest.toml", ".pytest.toml") else \
-            data.get("tool", {}).get("pytest", {}).get("ini_options")
+            ({**tool.get("ini_options", {}), **native} if tool else None)
         if section is None:
             return None
         return {key: " ".join(map(str, value)) if isinstance(value, list) else str(value)
@@ -60,10 +68,14 @@ def _judging_options(addopts: str) -> list[str]:
     found = []
     for index, word in enumerate(words):
         option, _, value = word.partition("=")
-        if option in OPTIONS_THAT_JUDGE or (word.startswith("-p") and len(word) > 2):
-            taken = value or (words[index + 1] if option in ("-p", "--deselect", "--ignore", "--ignore-glob", "-k",
-                                                               "-m") and not value and index + 1 < len(words) else "")
-            found.append(f"{option} {taken}".strip() if not word.startswith("-p") or word == "-p" else word)
+        if word.startswith("-p") and len(word) > 2:  # -pNAME
+            option, value = "-p", word[2:]
+        if option not in OPTIONS_THAT_JUDGE:
+            continue
+        taken = value or (words[index + 1] if option in _VALUED and index + 1 < len(words) else "")
+        if option == "-p" and taken.startswith("no:"):
+            continue  # turning a plugin off loads no code
+        found.append(f"{option} {taken}".strip())
     return found
 
 

@@ -63,13 +63,14 @@ def _judge_name(name: str) -> bool:
     return name.split(".", 1)[0] in JUDGES or name.startswith("sys.modules")
 
 
+def _truthy(value: ast.AST) -> bool:
+    """Whether an expression can be true: anything but a false constant."""
+    return not isinstance(value, ast.Constant) or bool(value.value)
+
+
 def _truthy_return(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    for node in ast.walk(function):
-        if isinstance(node, ast.Return) and node.value is not None:
-            value = literal(node.value) if isinstance(node.value, ast.Constant) else ...
-            if value is ... or value:
-                return True
-    return False
+    return any(isinstance(node, ast.Return) and node.value is not None and _truthy(node.value)
+               for node in ast.walk(function))
 
 
 def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]:
@@ -85,6 +86,9 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
         found.append(Tampering(kind, getattr(node, "lineno", 0), what[:100]))
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda) and _truthy(node.value.body) \
+                and any(isinstance(target, ast.Name) and target.id == "__exit__" for target in node.targets):
+            add("exit-swallows", node, "__exit__ = lambda")
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:

@@ -43,9 +43,10 @@ class BaseOracle(Stage):
     regressed: list[str] | None = None  # tests and cells that passed on base and fail on head's code
     api_changed: list[str] | None = None  # tests that no longer import, collect or call head's code
     evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
-# what a test that no longer fits head's API fails with
-_API_CHANGE = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError|NameError)\b|"
-                         r"TypeError: .*(argument|positional)")
+# what a test fails with when head's code computed a wrong value: an assertion or a comparison's
+# mismatch; any other error (an import, a changed call, a missing key) says base's test no longer fits
+_WRONG_VALUE = re.compile(r"\bAssertionError\b|^assert |Mismatched elements|Not equal to|are not close|"
+                          r"Tensor-likes are not")
 
 
 def held_at_base(ctx: Context) -> tuple[list[str], str | None, bool]:
@@ -145,10 +146,16 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
     if regressed or unproven:
         return _blame(ctx, regressed, unproven, said, fields)
     if api_changed:
-        stage = result(NAME, "fail", "base's tests do not import, collect or call head's code", **fields)
+        stage = result(NAME, "fail", "base's tests do not import, collect or run against head's code", **fields)
+        weakened = _weakened(ctx, kept)
+        if weakened:  # a changed call must not be the way a weakened test escapes being judged
+            return stage.finding("blocker", f"base's tests cannot judge head's code ({_named(api_changed, said)}) and "
+                                            f"the PR weakened the tests that judge it instead in "
+                                            f"{', '.join(weakened)}: {_weakenings_in(ctx, weakened)}")
         return stage.finding("should-fix", f"base's tests no longer fit head's code (an API the PR changed in its "
-                                           f"kernel and tests together), so they cannot judge it, and a PR that "
-                                           f"changes its test side needs them to: {_named(api_changed, said)}")
+                                           f"kernel and tests together, or an error other than a wrong value), so "
+                                           f"they cannot judge it, and a PR that changes its test side needs them to: "
+                                           f"{_named(api_changed, said)}")
     if not executed:
         return result(NAME, "skip", "head's code under base's test side executed no test", **fields)
     what = " and its grid cells" if len(runs) > 1 else ""
@@ -163,7 +170,7 @@ def _failures(run: TargetRun, on_base: dict[str, str], head_own: dict[str, str],
     if not run.cases and not run.passed:  # a script, or a pytest run that collected nothing
         failure = f"{run.label} (exit {run.exit})"
         said[failure] = run.log_tail()
-        if run.runner == "pytest" or _API_CHANGE.search(run.log_tail(6, 1200)):
+        if run.runner == "pytest" or not _WRONG_VALUE.search(run.log_tail(6, 1200)):
             api_changed.append(failure)
         elif added or (reference and all(base.passed for base in reference)):
             regressed.append(failure)
@@ -174,7 +181,8 @@ def _failures(run: TargetRun, on_base: dict[str, str], head_own: dict[str, str],
         said[case.test_id] = " ".join(case.message.split())[:200]
         base_outcome = _outcome_of(on_base, case.test_id)
         if base_outcome == "passed" or (added and _outcome_of(head_own, case.test_id) == "passed"):
-            (api_changed if _API_CHANGE.search(case.message) else unproven if added else regressed).append(case.test_id)
+            wrong = _WRONG_VALUE.search(case.message.strip())  # pytest's own: "assert got == want"
+            (api_changed if not wrong else unproven if added else regressed).append(case.test_id)
         elif base_outcome is None and not added:  # base never had it: a module that no longer collects
             api_changed.append(case.test_id)
     return regressed, api_changed, unproven
@@ -190,14 +198,12 @@ def _blame(ctx: Context, regressed: list[str], unproven: list[str], said: dict[s
     kept = fields["kept_at_base"]
     failing = regressed or unproven
     stage = result(NAME, "fail", f"head's code fails {len(failing)} tests or cells under base's test side", **fields)
-    policy = ctx.earlier.get(test_policy.NAME)
-    found = policy.stage if policy and policy.stage else None
-    weakened = [file for file in kept if found is not None and file in (found.weakened_files or [])]
+    weakened = _weakened(ctx, kept)
     named = _named(failing, said)
     if regressed and weakened:
-        said = "; ".join(item for file in weakened for item in _weakenings(found, file))
         return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
-                                        f"{', '.join(weakened)}: {said} — base's version fails: {named}")
+                                        f"{', '.join(weakened)}: {_weakenings_in(ctx, weakened)} — base's version "
+                                        f"fails: {named}")
     if regressed:
         return stage.finding("blocker", f"head's code fails tests and cells that pass on base once the PR's test-side "
                                         f"changes ({', '.join(kept)}) are held at base: what the PR changed there hid "
@@ -205,6 +211,18 @@ def _blame(ctx: Context, regressed: list[str], unproven: list[str], said: dict[s
     return stage.finding("should-fix", f"the new target's tests pass with the PR's test side and fail with base's "
                                        f"({', '.join(kept)}): the PR's other test-side changes decide its outcome: "
                                        f"{named}")
+
+
+def _weakened(ctx: Context, kept: list[str]) -> list[str]:
+    """The files held at base in which test_policy found the PR weakened or widened something."""
+    policy = ctx.earlier.get(test_policy.NAME)
+    found = policy.stage.weakened_files or [] if policy and policy.stage else []
+    return [file for file in kept if file in found]
+
+
+def _weakenings_in(ctx: Context, files: list[str]) -> str:
+    policy = ctx.earlier[test_policy.NAME].stage
+    return "; ".join(item for file in files for item in _weakenings(policy, file))
 
 
 def _weakenings(policy: Stage, path: str) -> list[str]:

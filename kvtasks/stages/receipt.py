@@ -2,7 +2,10 @@
 
 Pass only when the receipt exists, came from this run's probe, names exactly the expected
 route(s) and holds at least one executed shape; otherwise skip with the first failing check.
-It never fails: a missing receipt is missing evidence, not a defect of the PR.
+It never fails: a missing receipt is missing evidence, not a defect of the PR. What it does
+report as a defect: a head run in which a function tests judge with (numpy's and torch's
+comparisons, pytest's, unittest's, builtins) ended up bound to the checkout's code where base's
+runs had it untouched: whatever patched it, at import or in a route call, the tests judged nothing.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from kvtasks.stages import Context, Stage, StageResult, grid, payload, result
+from kvtasks.stages import Context, Stage, StageResult, baseline_control, grid, payload, result
 from kvtasks.harness.launch import TargetRun
 from kvtasks.harness.receipts import PRODUCER
 
@@ -35,6 +38,7 @@ class ExecutionReceipt(Stage):
     executed_shapes: list[str] | None = None
     shape_capture: dict[str, Any] | None = None
     shape_namespace: str | None = None
+    judges_replaced: list[str] | None = None  # judging functions head's runs had bound to the checkout's code
     evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
@@ -59,6 +63,22 @@ def _skip(note: str, **fields) -> StageResult:
 
 
 def run(ctx: Context) -> StageResult:
+    stage = _read(ctx)
+    baseline = ctx.earlier.get(baseline_control.NAME)
+    on_base = _replaced(baseline.runs if baseline else [])
+    replaced = sorted(_replaced([run for _, run in _head_runs(ctx)]) - on_base)
+    if replaced:
+        stage.stage.judges_replaced = replaced
+        stage.finding("blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
+                                 f"had untouched: {', '.join(replaced)}; its tests compared nothing")
+    return stage
+
+
+def _replaced(runs: list[TargetRun]) -> set[str]:
+    return {judge for run in runs for judge in (run.receipt or {}).get("judges_replaced", [])}
+
+
+def _read(ctx: Context) -> StageResult:
     request = ctx.request
     expected = sorted(set(request.routes))
     if not expected:

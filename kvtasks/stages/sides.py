@@ -1,12 +1,14 @@
 """Which files the PR changes are the code under test (the route side) and which judge it (the test
 side), decided from what base's own run loaded, never from anything head's code does.
 
-The route side is the route's module, the packages it sits in, and the checkout modules base's run
-first imported while importing it or during a route call (the receipt's `loaded`); compiled kernel
-sources (.cu, .hip, ...) outside test paths, and files beside the route's module that are not
-Python, are route side too: no import names them. A Python file the PR adds beside the route's
-module is new code under test (base could not have run it); anywhere else it is test side. Every
-other changed file is test side: test files and their helpers wherever they live (a package module
+The route side is the route's module, the packages it sits in, the checkout modules base's run
+first imported while importing it or during a route call (the receipt's `loaded`), and the modules
+base's source of those imports, however deep, whichever the test happened to import first (outside
+test paths); the files a route's import or call opened (a kernel's configuration: the receipt's
+`opened`) and compiled kernel sources (.cu, .hip, ...) outside test paths are route side too (with
+no observation, files beside the route's module that are not Python stand for what it reads). A Python file the PR
+adds outside test paths is new code under test: base could not have run it, and holding it at base
+would only delete it. Every other changed file is test side: test files and their helpers wherever they live (a package module
 the test imports), conftest.py files, pytest's configuration, data, golden outputs, tolerance tables,
 interpreter start-up code. A PR that moves a helper onto the route (head's kernel importing it)
 does not move it to the route side: base's run decides.
@@ -21,6 +23,7 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel
 
+from kvtasks import harness, sources
 from kvtasks.stages import Context, baseline_control
 
 # the phases of a first import that put a module on the route side (the probe's receipt names them)
@@ -67,12 +70,13 @@ class Sides(BaseModel):
 
 
 def base_loaded(ctx: Context) -> tuple[list[dict[str, str]] | None, str]:
-    """What base's run of the target loaded (None when no base run says), and which run said it."""
+    """What base's run of the target loaded (None when no base run says), and which run said it: the
+    modules it imported and the files a route's import or call opened."""
     baseline = ctx.earlier.get(baseline_control.NAME)
     for run in baseline.runs if baseline is not None else []:
         loaded = (run.receipt or {}).get("loaded")
         if loaded is not None and run.label.startswith("base"):
-            return loaded.get("modules") or [], run.label
+            return [*(loaded.get("modules") or []), *(loaded.get("opened") or [])], run.label
     reason = "the base control did not run" if baseline is None else \
         f"no base run's receipt says what it loaded ({baseline.stage.note if baseline.stage else 'no stage'})"
     return None, reason
@@ -82,6 +86,27 @@ def _packages(path: str) -> set[str]:
     """The __init__.py files of the packages a module sits in: importing it runs them."""
     parents = PurePosixPath(path).parents
     return {str(parent / "__init__.py") for parent in list(parents)[:-1]}
+
+
+def _imported_on_base(ctx: Context, modules: set[str]) -> set[str]:
+    """The checkout modules base's route modules import, and what those import, as base's source
+    spells it (outside test paths): whichever the test happened to import first, they are the kernel's."""
+    roots = [PurePosixPath(root) for root in harness.import_roots(ctx.request)]
+    found, pending = set(modules), list(modules)
+    while pending:
+        path = pending.pop()
+        tree = sources.parse(ctx.worktree.read_base(path))
+        absolute = [*sources.imported_modules(tree), *(f"{module}.{name}" for module, name, _ in
+                                                       sources.imported_names(tree))]  # `from pkg import submodule`
+        names = [*sources.imported_files(tree, PurePosixPath(path).parent),
+                 *(file for name in absolute for root in [PurePosixPath(), *roots]
+                   for file in sources.module_files(name, root))]
+        for name in names:
+            name = name.removeprefix("./")
+            if name not in found and not judges(name) and ctx.worktree.read_base(name) is not None:
+                found.add(name)
+                pending.append(name)
+    return found
 
 
 def decide(ctx: Context) -> Sides:
@@ -96,24 +121,24 @@ def decide(ctx: Context) -> Sides:
     if loaded is not None:
         route = {entry["path"] for entry in loaded if entry["path"] in candidates or entry["during"] in ROUTE_PHASES}
         modules = {entry["path"] for entry in loaded if entry["path"] in candidates}
-        basis = (f"observed: {said_by} loaded {len(loaded)} checkout modules; the route side is the route's module "
+        basis = (f"observed: {said_by} loaded {len(loaded)} checkout files; the route side is the route's module "
                  f"({', '.join(sorted(modules)) or 'not loaded'}), its packages and what its import or calls first "
                  "imported")
     else:
         modules = {path for path in candidates if ctx.worktree.exists_on_base(path)}
         route = set(modules)
         basis = f"static: {said_by}, so the route side is the route's module and its packages alone"
-    for module in list(modules):
+    route |= _imported_on_base(ctx, modules)
+    for module in list(route):
         route |= _packages(module)
     folders = {str(PurePosixPath(module).parent) for module in modules}
 
-    def beside_the_route(path: str) -> bool:
-        return str(PurePosixPath(path).parent) in folders
+    def beside_the_route(path: str) -> bool:  # with no observation, the route's data is guessed by place
+        return loaded is None and str(PurePosixPath(path).parent) in folders
 
     sides = Sides(loaded=loaded or [], basis=basis)
     for path, change in changes.items():
-        on_route = not judges(path) and (path in route or (
-            (path.endswith(".py") and change == "A" and beside_the_route(path))
-            or (not path.endswith(".py") and (path.endswith(KERNEL_SUFFIXES) or beside_the_route(path)))))
+        on_route = not judges(path) and (path in route or (path.endswith(".py") and change == "A") or (
+            not path.endswith(".py") and (path.endswith(KERNEL_SUFFIXES) or beside_the_route(path))))
         (sides.route if on_route else sides.test).append(path)
     return sides

@@ -66,7 +66,7 @@ class TestPolicy(Stage):
     test_side: list[str] | None = None  # the changed files that judge it
     sides_basis: str | None = None
     target_renamed_from: str | None = None  # the deleted test file a PR-added target replaces
-    route_side_tampering: list[str] | None = None  # route-side code reaching into what judges it
+    tampering: list[str] | None = None  # code outside the tests reaching into what judges it
     config_changes: list[str] | None = None  # pytest configuration that loads plugins or drops tests
     # the changed test-side files the base oracle holds at base: when any, PASS needs it to pass
     oracle_required: list[str] | None = None
@@ -123,27 +123,41 @@ _NEEDS_A_BASE = {"skip-call", "skip-mark", "discarded-comparison", "early-return
                  "vacuous-check", "unreachable-check", "process-exit"}
 
 
+def _weakens_nothing(weakening: str, path: str, had: set[str] | None) -> bool:
+    """Whether a weakening is one that needs something to weaken and names code base did not have: a new
+    test (or a new file: `had` None) guarded by a skip mark has nothing of base's to skip."""
+    if not any(WEAKENINGS[kind] in weakening for kind in _NEEDS_A_BASE):
+        return False
+    where = weakening[len(path) + 2:].split(":", 1)[0]
+    return had is None or (where != "<module>" and where not in had)
+
+
 def renamed_from(ctx: Context, path: str) -> str | None:
-    """The test file a PR-added file replaces: a deleted test file most like it (git's rename sense)."""
+    """The test file a PR-added file replaces: a deleted test file most like it (git's rename sense),
+    or failing that, the deleted one sharing the most test functions with it."""
     changes = ctx.head_view.changes
     if changes.get(path) != "A":
         return None
     text = ctx.head_text(path) or ""
-    best, best_ratio = None, 0.5
+    tests = read_policy(text).tests
+    best, best_score = None, (0, 0.5)
     for old, change in changes.items():
         if change != "D" or not is_test_path(old) or not old.endswith(".py"):
             continue
-        ratio = difflib.SequenceMatcher(a=ctx.worktree.read_base(old) or "", b=text, autojunk=False).ratio()
-        if ratio > best_ratio:
-            best, best_ratio = old, ratio
+        before = ctx.worktree.read_base(old) or ""
+        ratio = difflib.SequenceMatcher(a=before, b=text, autojunk=False).ratio()
+        score = (1, ratio) if ratio > 0.5 else (0, len(tests & read_policy(before).tests))
+        if score > best_score:
+            best, best_score = old, score
     return best
 
 
 def _supplied_modules(ctx: Context, roots: list[str]) -> set[str]:
-    """The modules a PR supplies a test's expectations from: the routes' own, and every one it adds."""
+    """The modules a PR supplies a test's expectations from: the routes' own, and every one it adds
+    (a reference module beside its tests included), the target aside."""
     modules = {route.partition(":")[0] for route in ctx.request.routes}
     for path, change in ctx.head_view.changes.items():
-        if change != "A" or not path.endswith(".py") or is_test_path(path):
+        if change != "A" or not path.endswith(".py") or path == ctx.request.target_path:
             continue
         for root in sorted(["", *roots], key=len, reverse=True):
             if not root or path.startswith(root.rstrip("/") + "/"):
@@ -195,7 +209,7 @@ def run(ctx: Context) -> StageResult:
               "commented_out_shape_rows_added": 0, "newly_commented_rows": [], "weakened": [],
               "added_with_unknown_default": [], "weakened_files": [], "route_side": split.route,
               "test_side": split.test, "sides_basis": split.basis, "target_renamed_from": renamed,
-              "route_side_tampering": [], "config_changes": [],
+              "tampering": [], "config_changes": [],
               "oracle_required": split.test_side_changed(request.target_path,
                                                          changes.get(request.target_path) == "A" and not renamed)}
     unparsed = []
@@ -217,8 +231,8 @@ def run(ctx: Context) -> StageResult:
             continue
         fields["tolerances_base_by_name"] += [f"{path}::{k}" for k in base.by_name]
         fields["tolerances_head_by_name"] += [f"{path}::{k}" for k in head.by_name]
-        weakened = found.weakened if base_text is not None else \
-            [text for text in found.weakened if not any(f"{WEAKENINGS[kind]}" in text for kind in _NEEDS_A_BASE)]
+        had = {test.rsplit(".", 1)[-1] for test in base.tests} if base_text is not None else None
+        weakened = [text for text in found.weakened if not _weakens_nothing(text, path, had)]
         weakened += [item.describe(path) for item in tampering.added(base_text, ctx.head_text(path))
                      if item.patches_a_comparison or item.kind == "exit-swallows"]
         fields["weakened"] += weakened
@@ -236,10 +250,10 @@ def run(ctx: Context) -> StageResult:
         if said:
             fields["weakened_files"].append(path)
     state_names = (request.shape_env,)
-    for path in route_python:
-        fields["route_side_tampering"] += [item.describe(path) for item in
-                                           tampering.added(ctx.worktree.read_base(path), ctx.head_text(path),
-                                                           state_names)]
+    for path in python:  # code outside the tests, on either side: none of it may reach into the judges
+        if not sides.judges(path) and path != request.target_path:
+            fields["tampering"] += [item.describe(path) for item in
+                                    tampering.added(ctx.worktree.read_base(path), ctx.head_text(path), state_names)]
     if changes.get(request.target_path) == "A" and not renamed:
         fields["reference_from_pr"] = references.from_supplied(ctx.head_text(request.target_path),
                                                                _supplied_modules(ctx, harness.import_roots(request)))
@@ -262,7 +276,7 @@ def run(ctx: Context) -> StageResult:
     if fields["stdlib_shadows"]:
         note += f"; standard-library names shadowed: {', '.join(fields['stdlib_shadows'])}"
     failed = loosened or fields["not_literal"] or fields["startup_files"] or fields["stdlib_shadows"] \
-        or fields["route_side_tampering"]
+        or fields["tampering"]
     stage = result(NAME, "fail" if failed else "pass", note, **fields)
     stage.selection.set(loaded_files=split.loaded, route_side=split.route, test_side=split.test,
                         sides_basis=split.basis)
@@ -270,8 +284,8 @@ def run(ctx: Context) -> StageResult:
         stage.finding("note", f"the PR adds the target, and its comparisons take every side from code the PR "
                               f"supplies: {'; '.join(fields['reference_from_pr'][:3])}; nothing independent of the PR "
                               "says what the kernel should compute, so PASS is out of reach")
-    for tampered in fields["route_side_tampering"]:
-        stage.finding("blocker", f"code on the route side reaches into what judges it: {tampered}; the kernel's "
+    for tampered in fields["tampering"]:
+        stage.finding("blocker", f"code outside the tests reaches into what judges it: {tampered}; the kernel's "
                                  "result must be judged by the tests, not shape them")
     for path in fields["startup_files"]:
         stage.finding("blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "

@@ -346,8 +346,10 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
 
 LOADS = {
     "pkg/__init__.py": "",
-    "pkg/ops.py": "from pkg import _impl\n\n\ndef route(M, N):\n    from pkg import _lazy\n"
+    "pkg/ops.py": "import json\nfrom pkg import _impl\n\n\ndef route(M, N):\n    from pkg import _lazy\n"
+                  "    with open('configs/ops.json') as handle:\n        json.load(handle)\n"
                   "    return _impl.twice(M) + _lazy.once(N)\n",
+    "configs/ops.json": "{}\n",
     "pkg/_impl.py": "def twice(value):\n    return 2 * value\n",
     "pkg/_lazy.py": "def once(value):\n    return value\n",
     "pkg/checks.py": "ATOL = 1e-5\n",
@@ -379,4 +381,5 @@ def test_a_pytest_receipt_names_what_the_run_loaded_and_what_the_route_imported(
     assert modules["pkg/_impl.py"] == "route-import" and modules["pkg/_lazy.py"] == "route-call"
     assert modules["pkg/checks.py"] == "" and modules["pkg/ops.py"] == ""
     assert loaded["config_file"] == "pytest.ini" and loaded["rootdir"] == "."
+    assert loaded["opened"] == [{"path": "configs/ops.json", "during": "route-call"}]  # the route reads its config
     assert "tests/conftest.py" in loaded["plugins"] and receipt["route_calls"] == {"pkg.ops:route": 1}

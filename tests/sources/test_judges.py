@@ -25,10 +25,15 @@ def test_every_configuration_spelling_that_adds_a_plugin_or_drops_a_test_is_read
 
 
 def test_collection_keys_are_read_and_plain_options_are_not():
-    base = "[pytest]\naddopts = -q\ntestpaths = tests\n"
-    assert pytest_config.changed("pytest.ini", base, base.replace("-q", "-q -ra --tb=short")) == []
-    assert pytest_config.changed("pytest.ini", base, base.replace("tests", "tests/fast")) == [
-        "pytest.ini::testpaths = 'tests/fast' (base: 'tests')"]
+    base = "[pytest]\naddopts = -q\ntestpaths = tests\npython_functions = test_*\n"
+    harmless = base.replace("-q", "-q -ra --tb=short -p no:cacheprovider -pno:randomly").replace("tests\n", "tests/fast\n")
+    assert pytest_config.changed("pytest.ini", base, harmless) == []  # a run that names its target ignores testpaths
+    assert pytest_config.changed("pytest.ini", base, base.replace("test_*", "check_*")) == [
+        "pytest.ini::python_functions = 'check_*' (base: 'test_*')"]
+    assert pytest_config.changed("pytest.ini", base, base.replace("-q", "-q -o python_functions=x --noconftest")) == [
+        "pytest.ini::addopts adds -o python_functions=x", "pytest.ini::addopts adds --noconftest"]
+    native = "[tool.pytest]\naddopts = ['-p', 'pkg.plugin']\n"  # pytest 9's own table in pyproject.toml
+    assert pytest_config.changed("pyproject.toml", None, native) == ["pyproject.toml::addopts adds -p pkg.plugin"]
 
 
 KERNEL = '''import os
@@ -123,3 +128,11 @@ def test_a_new_target_whose_every_comparison_side_the_pr_supplies_is_named():
     # its twins: an independent expectation (numpy, arithmetic, a reference the test defines) is not named
     assert references.from_supplied(own_answer.replace("reference_scale(x, 3.0)", "x * 3.0"), {"pkg.ops"}) == []
     assert references.from_supplied(own_answer, {"pkg.other"}) == []
+    # and through the file's own function, or a loop binding, the answer key is still the PR's
+    through_a_helper = own_answer.replace("    want = reference_scale(x, 3.0)\n", "    want = _expected(x)\n") + \
+        "\n\ndef _expected(x):\n    return reference_scale(x, 3.0)\n"
+    assert len(references.from_supplied(through_a_helper, {"pkg.ops"})) == 1
+    looped = own_answer.replace("    want = reference_scale(x, 3.0)\n    np.testing.assert_allclose(out, want, atol=1e-5)\n",
+                                "    for want in [reference_scale(x, 3.0)]:\n"
+                                "        np.testing.assert_allclose(out, want, atol=1e-5)\n")
+    assert len(references.from_supplied(looped, {"pkg.ops"})) == 1

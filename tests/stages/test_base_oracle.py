@@ -51,7 +51,7 @@ def test_legitimate_changes_to_the_target_are_not_blamed(tmp_path, validate):
     renamed = validate(repo, "--patch", str(renamed_api), "--target", "tests/test_argnames.py")
     oracle = renamed.stage("correctness_base_oracle")
     # an API changed in kernel and tests together: base's tests cannot judge head, and PASS needs them to
-    assert oracle["status"] == "fail" and "do not import, collect or call head's code" in oracle["note"]
+    assert oracle["status"] == "fail" and "do not import, collect or run against head's code" in oracle["note"]
     assert [f["stage"] for f in renamed.findings("should-fix")] == ["correctness_base_oracle"]
     assert renamed.findings("blocker") == [] and renamed.verdict == "NEEDS_WORK"
     for result in (tightened, renamed):

@@ -74,6 +74,20 @@ SWALLOWING_TEST = TEST.replace("@pytest.mark.parametrize", '''class _Checked:
 
 
 @pytest.mark.parametrize''').replace("    np.testing.assert_allclose(", "    with _Checked():\n        np.testing.assert_allclose(")
+# the kernel's own module rebinds numpy's comparison through an alias: no name a reader knows is written
+KERNEL_REBINDS_NUMPY = OPS_TAIL_BUG + '''
+
+_testing = np.testing
+_strict = _testing.assert_allclose
+
+
+def _close(actual, desired, *args, **kwargs):
+    kwargs["a" + "tol"] = max(kwargs.get("a" + "tol", 0), 5e-2)
+    return _strict(actual, desired, *args, **kwargs)
+
+
+_testing.assert_allclose = _close
+'''
 # a new regression test guarded as GPU tests are: nothing existed for its marks to weaken
 GUARDED_REGRESSION_TEST = '''import numpy as np
 import pytest
@@ -146,6 +160,11 @@ def test_the_test_side_cannot_hide_a_tail_bug(judged_repo, validate, tmp_path):
     assert oracle["judged_by"] == "tests/test_scale.py" and oracle["status"] == "fail"
     assert [(item["base"], item["head"]) for item in policy["loosened"]] == [(1e-5, 1e-2)]  # ATOL, from pkg/checks.py
     blocked_naming(renamed, "tests/test_scale_param.py", "tests.test_scale::test_scale[3-100]")
+
+    # 6. the kernel rebinds the judge itself: the run shows numpy's comparison bound to the checkout's code
+    rebinds = pr("rebinds", {"pkg/ops.py": KERNEL_REBINDS_NUMPY})
+    assert rebinds.stage("execution_receipt")["judges_replaced"] == ["numpy.testing.assert_allclose (by pkg/ops.py)"]
+    blocked_naming(rebinds, "numpy.testing.assert_allclose (by pkg/ops.py)")
 
     # the honest PRs of the same repository keep their verdicts: a clean fix with a new GPU-guarded test
     clean = make_patch(judged_repo, {"pkg/ops.py": OPS_CLEAN, "tests/test_tail.py": GUARDED_REGRESSION_TEST},

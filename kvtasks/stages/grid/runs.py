@@ -175,11 +175,12 @@ def base_side(ctx: Context) -> dict:
 
 def oracle_run(ctx: Context) -> TargetRun | None:
     """The grid cells once more inside the base oracle's lend (base's target, head's code), when the
-    grid ran on head and passed on base; None otherwise."""
+    grid ran on both sides (the oracle judges each cell against base's, so base's need not all pass);
+    None otherwise."""
     plan = plan_of(ctx)
     head_grid = ctx.earlier.get(NAME)
     base = base_side(ctx)
     if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
-            or "exit" not in head_grid.stage.model_fields_set or base.get("state") != "ran" or base.get("exit") != 0:
+            or "exit" not in head_grid.stage.model_fields_set or base.get("state") != "ran":
         return None
     return run_grid(ctx, plan, "head-baseoracle-grid", plan.rows, head_grid.stage.axis_argv or [])
