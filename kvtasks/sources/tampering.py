@@ -2,7 +2,8 @@
 
 Read in every file a PR changes, kernel side included: writes to the judges' modules (numpy, torch,
 pytest, unittest, builtins: an attribute set, `setattr`, a monkeypatch or mock patch of one of
-their names, `sys.modules` replaced), looks at the caller's frames or the collector's objects
+their names, `sys.modules` replaced; reached by any spelling: an alias, `sys.modules[...]`,
+`importlib.import_module`, `getattr`, `vars`, `__builtins__`), looks at the caller's frames or the collector's objects
 (`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, tracing and profiling hooks),
 reads of pytest's or the validator's state (`PYTEST_CURRENT_TEST`, the grid's shape variable, any
 KVTASKS name), and a context manager whose `__exit__` can return true (it swallows the failure of
@@ -60,7 +61,54 @@ class Tampering:
 def _judge_name(name: str) -> bool:
     if name.startswith(SETTINGS):
         return False
-    return name.split(".", 1)[0] in JUDGES or name.startswith("sys.modules")
+    return name.split(".", 1)[0].split("[", 1)[0] in JUDGES or name.startswith("sys.modules")
+
+
+# calls that hand back a module by its name, and those that hand back an object's namespace
+IMPORTERS = {"importlib.import_module", "__import__", "builtins.__import__"}
+NAMESPACES = {"vars", "builtins.vars"}
+
+
+def reached(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """What an expression names, however it is spelt: `np.testing`, `sys.modules["numpy"].testing`,
+    `importlib.import_module("numpy").testing`, `getattr(np, "testing")`, `vars(np.testing)[...]`,
+    `__builtins__`; None for anything else (a local object, a call's result)."""
+    if isinstance(node, ast.Name):
+        return "builtins" if node.id == "__builtins__" else bound.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        inner = reached(node.value, bound)
+        return f"{inner}.{node.attr}" if inner else None
+    if isinstance(node, ast.Subscript):
+        inner = reached(node.value, bound)
+        key = literal(node.slice) if isinstance(node.slice, ast.Constant) else None
+        if inner == "sys.modules" and isinstance(key, str):
+            return key
+        return f"{inner}[...]" if inner else None
+    if isinstance(node, ast.Call) and node.args:
+        callee = qualified(node.func, bound) if dotted(node.func) else ""
+        first = node.args[0]
+        name = literal(first) if isinstance(first, ast.Constant) else None
+        if callee in IMPORTERS and isinstance(name, str):
+            return name
+        if callee in ("getattr", "builtins.getattr") and len(node.args) >= 2:
+            inner, attribute = reached(first, bound), node.args[1]
+            key = literal(attribute) if isinstance(attribute, ast.Constant) else None
+            return f"{inner}.{key}" if inner and isinstance(key, str) else inner
+        if callee in NAMESPACES:
+            return reached(first, bound)
+    return None
+
+
+def _bindings(tree: ast.AST, bound: dict[str, str]) -> dict[str, str]:
+    """The imports' aliases plus every plain name bound to a judge's module or attribute (`t = np.testing`,
+    `m = sys.modules["numpy"]`), wherever it is bound: a write through the name is a write to the judge."""
+    names = dict(bound)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = reached(node.value, names)
+            if name and _judge_name(name):
+                names[node.targets[0].id] = name
+    return names
 
 
 def _truthy(value: ast.AST) -> bool:
@@ -78,7 +126,7 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
     tree = parse(text)
     if tree is None:
         return []
-    bound = aliases(tree)
+    bound = _bindings(tree, aliases(tree))
     names = {"PYTEST_CURRENT_TEST", *filter(None, state_names)}
     found: list[Tampering] = []
 
@@ -92,9 +140,8 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:
-                root = target.value if isinstance(target, ast.Subscript) else target
-                if isinstance(target, (ast.Attribute, ast.Subscript)) and dotted(root) \
-                        and _judge_name(qualified(root, bound)):
+                written = reached(target, bound) if isinstance(target, (ast.Attribute, ast.Subscript)) else None
+                if written and _judge_name(written):
                     add("patches-judge", node, ast.unparse(target))
         elif isinstance(node, ast.Call):
             name = qualified(node.func, bound)
@@ -103,8 +150,7 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
                 add("introspects", node, name)
             elif (name in PATCHERS or short in PATCH_METHODS) and node.args:
                 first = node.args[0]
-                spelled = literal(first) if isinstance(first, ast.Constant) else qualified(first, bound) \
-                    if dotted(first) else ""
+                spelled = literal(first) if isinstance(first, ast.Constant) else reached(first, bound)
                 if isinstance(spelled, str) and spelled and _judge_name(spelled):
                     add("patches-judge", node, ast.unparse(node)[:100])
         elif isinstance(node, ast.Attribute) and node.attr in FRAME_ATTRIBUTES:

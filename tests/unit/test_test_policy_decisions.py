@@ -1,0 +1,136 @@
+"""test_policy's decisions on in-memory PRs (tests/kit.py): each rule with a twin it must not blame."""
+import pytest
+
+from kvtasks.stages import test_policy
+from tests.kit import stage_context
+
+TARGET = "tests/test_rows.py"
+KERNEL = "kernels/rows.py"
+KERNEL_BASE = "def scale_rows(x, factor):\n    return x * factor\n"
+KERNEL_FIXED = "def scale_rows(x, factor):\n    return (x * factor).copy()\n"
+TEST_BASE = '''import numpy as np
+import pytest
+
+from kernels.rows import scale_rows
+
+ATOL = 1e-5
+SHAPES = [
+    (4, 64),
+    # (3, 100),
+    (8, 128),
+]
+
+
+@pytest.mark.parametrize("M,N", SHAPES)
+def test_scale(M, N):
+    x = np.ones((M, N), dtype=np.float32)
+    np.testing.assert_allclose(scale_rows(x, 2.0), x * 2.0, atol=ATOL, rtol=1e-6)
+'''
+BASE = {TARGET: TEST_BASE, KERNEL: KERNEL_BASE, "kernels/__init__.py": ""}
+
+
+def policy(head: dict, **options):
+    return test_policy.run(stage_context(BASE, head, target=TARGET, expected_route="kernels.rows:scale_rows",
+                                         **options))
+
+
+def severities(stage) -> list[str]:
+    return [finding.severity for finding in stage.findings]
+
+
+def test_a_test_only_loosening_blocks_and_the_same_with_a_kernel_change_asks_for_justification():
+    loosened = TEST_BASE.replace("ATOL = 1e-5", "ATOL = 1e-2")
+    alone = policy({TARGET: loosened})
+    assert alone.stage.status == "fail" and "blocker" in severities(alone)
+    assert alone.stage.loosened[0]["base"] == 1e-5 and alone.stage.loosened[0]["head"] == 1e-2
+    with_kernel = policy({TARGET: loosened, KERNEL: KERNEL_FIXED})
+    assert severities(with_kernel) == ["should-fix"] and with_kernel.stage.kernel_files_changed
+
+
+def test_a_kernel_only_change_compares_nothing_loosened():
+    stage = policy({KERNEL: KERNEL_FIXED})
+    assert stage.stage.status == "pass" and not stage.findings
+    assert stage.stage.route_side == [KERNEL] and stage.stage.test_side == []
+
+
+@pytest.mark.parametrize("path", ["sitecustomize.py", "usercustomize.py", "kernels/extra.pth"])
+def test_startup_code_blocks_naming_it(path):
+    stage = policy({path: "import numpy\n", KERNEL: KERNEL_FIXED})
+    assert stage.stage.startup_files == [path]
+    assert any(f.severity == "blocker" and path in f.detail for f in stage.findings)
+
+
+def test_a_new_module_beside_the_kernel_is_no_startup_code():
+    stage = policy({"kernels/sitecustom.py": "X = 1\n", KERNEL: KERNEL_FIXED})
+    assert stage.stage.startup_files == [] and "blocker" not in severities(stage)
+
+
+@pytest.mark.parametrize("write", [
+    "np.testing.assert_allclose = lambda *a, **k: None",
+    "import sys\nsys.modules['numpy'].testing.assert_allclose = print",
+    "import importlib\nimportlib.import_module('numpy.testing').assert_allclose = print",
+    "checks = np.testing\nchecks.assert_allclose = print",
+    "def quiet():\n    checks = np.testing\n    checks.assert_allclose = print",
+    "getattr(np, 'testing').assert_allclose = print",
+    "vars(np.testing)['assert_allclose'] = print",
+    "np.testing.__dict__['assert_allclose'] = print",
+    "__builtins__['abs'] = lambda x: 0",
+    "import sys\nsetattr(sys.modules['numpy'].testing, 'assert_allclose', print)",
+    "import os\nQUIET = os.environ.get('PYTEST_CURRENT_TEST')"])
+def test_kernel_code_that_reaches_into_the_judges_blocks(write):
+    tampered = "import numpy as np\n" + write + "\n" + KERNEL_FIXED
+    stage = policy({KERNEL: tampered})
+    assert stage.stage.tampering and any(f.severity == "blocker" and KERNEL in f.detail for f in stage.findings)
+
+
+def test_kernel_code_that_uses_numpy_plainly_is_not_tampering():
+    plain = ("import numpy as np\nimport torch\n\ntorch.backends.cuda.matmul.allow_tf32 = False\n\n\n"
+             "def scale_rows(x, factor):\n    out = np.empty_like(x)\n    out[...] = np.multiply(x, factor)\n"
+             "    getattr(out, 'flags').writeable = True\n    return out\n")
+    stage = policy({KERNEL: plain})
+    assert stage.stage.tampering == [] and not stage.findings
+
+
+def test_a_newly_commented_row_is_said_and_a_row_commented_on_base_is_not():
+    newly = TEST_BASE.replace("    (8, 128),", "    # (8, 128),")
+    stage = policy({TARGET: newly, KERNEL: KERNEL_FIXED})
+    assert stage.stage.newly_commented_rows == [f"{TARGET}: (8, 128)"] and "should-fix" in severities(stage)
+    untouched = TEST_BASE.replace("def test_scale", "def test_scale_rows")  # base's comment stays as it was
+    stage = policy({TARGET: untouched, KERNEL: KERNEL_FIXED})
+    assert stage.stage.newly_commented_rows == [] and stage.stage.commented_out_shape_rows_base == 1
+
+
+def test_a_plugin_loaded_from_pytest_configuration_is_a_weakening_and_verbosity_is_not():
+    plugin = policy({".pytest.ini": "[pytest]\naddopts = -p kernels.helpers\n", KERNEL: KERNEL_FIXED})
+    assert plugin.stage.config_changes and "should-fix" in severities(plugin)
+    verbose = policy({".pytest.ini": "[pytest]\naddopts = -ra\n", KERNEL: KERNEL_FIXED})
+    assert verbose.stage.config_changes == [] and not verbose.findings
+
+
+def test_a_deleted_target_is_said():
+    stage = policy({TARGET: None, KERNEL: KERNEL_FIXED})
+    assert stage.stage.target_deleted and any("deletes the target" in f.detail for f in stage.findings)
+
+
+def test_a_new_gpu_guarded_test_file_has_nothing_to_weaken():
+    added = "tests/test_rows_tail.py"
+    guarded = ('import numpy as np\nimport pytest\nimport torch\n\nfrom kernels.rows import scale_rows\n\n\n'
+               '@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")\n'
+               'def test_tail():\n    x = np.ones((3, 65), dtype=np.float32)\n'
+               '    np.testing.assert_allclose(scale_rows(x, 2.0), x * 2.0, atol=1e-5)\n')
+    stage = policy({added: guarded, KERNEL: KERNEL_FIXED})
+    assert added in stage.stage.test_side and not stage.findings
+
+
+def test_an_added_target_whose_expected_values_come_from_the_kernel_is_said():
+    added = "tests/test_new.py"
+    self_judged = ('import numpy as np\n\nfrom kernels.rows import scale_rows\n\n\ndef test_new():\n'
+                   '    x = np.ones((3, 65), dtype=np.float32)\n'
+                   '    np.testing.assert_allclose(scale_rows(x, 2.0), scale_rows(x, 2.0))\n')
+    stage = test_policy.run(stage_context(BASE, {added: self_judged, KERNEL: KERNEL_FIXED}, target=added,
+                                          expected_route="kernels.rows:scale_rows"))
+    assert stage.stage.reference_from_pr and any("PASS is out of reach" in f.detail for f in stage.findings)
+    independent = self_judged.replace("scale_rows(x, 2.0))\n", "x * 2.0)\n")
+    stage = test_policy.run(stage_context(BASE, {added: independent, KERNEL: KERNEL_FIXED}, target=added,
+                                          expected_route="kernels.rows:scale_rows"))
+    assert not stage.stage.model_dump().get("reference_from_pr") and not stage.findings
