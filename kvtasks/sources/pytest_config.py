@@ -3,7 +3,8 @@
 pytest reads its configuration from the first of `pytest.toml`, `.pytest.toml` ([pytest]),
 `pytest.ini`, `.pytest.ini`, `pyproject.toml` ([tool.pytest.ini_options]), `tox.ini` ([pytest]) and
 `setup.cfg` ([tool:pytest]) that has its section. Two things in it change what a run can report: addopts that load a plugin or drop tests
-(`-p`, `--deselect`, `--ignore`, `-k`, `-m`, ...), and the keys that decide what is collected.
+(`-p`, `--deselect`, `--ignore`, `-k`, `-m`, ...), and the keys that decide what is collected. Packaging
+metadata on the import path (a `*.dist-info/entry_points.txt` with `[pytest11]`) loads a plugin as surely.
 """
 from __future__ import annotations
 
@@ -79,8 +80,26 @@ def _judging_options(addopts: str) -> list[str]:
     return found
 
 
+def entry_point_plugins(path: str, text: str | None) -> set[str]:
+    """The pytest plugins a packaging metadata file declares (`[pytest11]` of a `*.dist-info` or
+    `*.egg-info` folder's entry_points.txt): on a target's import path, pytest's autoload finds them."""
+    pure = PurePosixPath(path)
+    if text is None or pure.name != "entry_points.txt" or not pure.parent.name.endswith((".dist-info", ".egg-info")):
+        return set()
+    parser = configparser.ConfigParser(interpolation=None, delimiters=("=",))
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return {"(unreadable entry points)"}
+    return {f"{name} = {value}" for name, value in parser.items("pytest11")} if parser.has_section("pytest11") \
+        else set()
+
+
 def changed(path: str, base_text: str | None, head_text: str | None) -> list[str]:
     """What head's configuration adds that changes what runs or how it counts, in words."""
+    plugins = entry_point_plugins(path, head_text) - entry_point_plugins(path, base_text)
+    if plugins:
+        return [f"{path} declares a pytest plugin that autoloads in every run: {plugin}" for plugin in sorted(plugins)]
     head = settings(path, head_text)
     if head is None:
         return []

@@ -27,6 +27,8 @@ INTROSPECTION = {"sys._getframe", "sys._current_frames", "inspect.currentframe",
                  "inspect.getouterframes", "inspect.trace", "inspect.getinnerframes", "gc.get_objects",
                  "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "threading.settrace",
                  "threading.setprofile", "sys.addaudithook"}
+# calls that run source text: a literal one is read like the file around it
+SOURCE_RUNNERS = {"exec", "eval", "compile", "builtins.exec", "builtins.eval", "builtins.compile"}
 # settings a kernel or a test legitimately writes (precision and compiler switches): not tampering
 SETTINGS = ("torch.backends.", "torch._dynamo.config.", "torch._inductor.config.")
 # the words of a comparison's name: a test file that patches one changes how every test compares
@@ -146,6 +148,9 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
         elif isinstance(node, ast.Call):
             name = qualified(node.func, bound)
             short = name.rsplit(".", 1)[-1]
+            code = literal(node.args[0]) if node.args and isinstance(node.args[0], ast.Constant) else None
+            if name in SOURCE_RUNNERS and isinstance(code, str):  # the code it runs is read as the file's own
+                found += [Tampering(item.kind, node.lineno, item.what) for item in read(code, state_names)]
             if name in INTROSPECTION or name.startswith("sys.monitoring."):
                 add("introspects", node, name)
             elif (name in PATCHERS or short in PATCH_METHODS) and node.args:

@@ -76,6 +76,7 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "np.testing.__dict__['assert_allclose'] = print",
     "__builtins__['abs'] = lambda x: 0",
     "import sys\nsetattr(sys.modules['numpy'].testing, 'assert_allclose', print)",
+    "exec('import numpy\\nnumpy.testing.assert_allclose = print')",
     "import os\nQUIET = os.environ.get('PYTEST_CURRENT_TEST')"])
 def test_kernel_code_that_reaches_into_the_judges_blocks(write):
     tampered = "import numpy as np\n" + write + "\n" + KERNEL_FIXED
@@ -134,3 +135,13 @@ def test_an_added_target_whose_expected_values_come_from_the_kernel_is_said():
     stage = test_policy.run(stage_context(BASE, {added: independent, KERNEL: KERNEL_FIXED}, target=added,
                                           expected_route="kernels.rows:scale_rows"))
     assert not stage.stage.model_dump().get("reference_from_pr") and not stage.findings
+
+
+def test_packaging_metadata_that_autoloads_a_pytest_plugin_is_a_weakening():
+    metadata = {"kernels_extra.dist-info/METADATA": "Name: kernels-extra\nVersion: 1\n", KERNEL: KERNEL_FIXED}
+    plugin = policy({**metadata, "kernels_extra.dist-info/entry_points.txt": "[pytest11]\nextra = tests.plugin\n"})
+    assert plugin.stage.config_changes == ["kernels_extra.dist-info/entry_points.txt declares a pytest plugin that "
+                                           "autoloads in every run: extra = tests.plugin"]
+    assert "should-fix" in severities(plugin)
+    scripts = policy({**metadata, "kernels_extra.dist-info/entry_points.txt": "[console_scripts]\nrows = kernels.rows:main\n"})
+    assert scripts.stage.config_changes == [] and not scripts.findings
