@@ -37,6 +37,10 @@ FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "
 PATCHERS = {"setattr", "builtins.setattr", "delattr", "builtins.delattr"}
 # pytest's monkeypatch and unittest.mock: a target given as an object and a name, or as a dotted string
 PATCH_METHODS = {"setattr", "delattr", "setitem", "object", "patch", "dict"}
+# a judge's own attribute writers (`np.testing.__setattr__(...)`, `object.__setattr__(np.testing, ...)`) and
+# the writers of the module table (`sys.modules.update(...)`)
+DUNDER_WRITERS = {"__setattr__", "__delattr__", "__setitem__", "__delitem__"}
+MAPPING_WRITERS = {"update", "setdefault", "pop", "popitem", "clear"}
 KINDS = {
     "patches-judge": "changes a name of the modules that judge tests",
     "introspects": "inspects frames, tracing or the garbage collector's objects",
@@ -148,12 +152,16 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
         elif isinstance(node, ast.Call):
             name = qualified(node.func, bound)
             short = name.rsplit(".", 1)[-1]
+            owner = reached(node.func.value, bound) if isinstance(node.func, ast.Attribute) else None
             code = literal(node.args[0]) if node.args and isinstance(node.args[0], ast.Constant) else None
             if name in SOURCE_RUNNERS and isinstance(code, str):  # the code it runs is read as the file's own
                 found += [Tampering(item.kind, node.lineno, item.what) for item in read(code, state_names)]
             if name in INTROSPECTION or name.startswith("sys.monitoring."):
                 add("introspects", node, name)
-            elif (name in PATCHERS or short in PATCH_METHODS) and node.args:
+            elif owner and ((short in DUNDER_WRITERS and _judge_name(owner))
+                            or (short in MAPPING_WRITERS and owner == "sys.modules")):
+                add("patches-judge", node, ast.unparse(node)[:100])
+            elif (name in PATCHERS or short in PATCH_METHODS | DUNDER_WRITERS) and node.args:
                 first = node.args[0]
                 spelled = literal(first) if isinstance(first, ast.Constant) else reached(first, bound)
                 if isinstance(spelled, str) and spelled and _judge_name(spelled):

@@ -77,6 +77,9 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "__builtins__['abs'] = lambda x: 0",
     "import sys\nsetattr(sys.modules['numpy'].testing, 'assert_allclose', print)",
     "exec('import numpy\\nnumpy.testing.assert_allclose = print')",
+    "np.testing.__setattr__('assert_allclose', print)",
+    "object.__setattr__(np.testing, 'assert_allclose', print)",
+    "import sys\nsys.modules.update(numpy=None)",
     "import os\nQUIET = os.environ.get('PYTEST_CURRENT_TEST')"])
 def test_kernel_code_that_reaches_into_the_judges_blocks(write):
     tampered = "import numpy as np\n" + write + "\n" + KERNEL_FIXED
