@@ -103,6 +103,10 @@ def compare(base: Policy, head: Policy, path: str, reference: dict[str, float] |
             elif entry in reference and value > reference[entry]:
                 found.loosened.append({"where": f"{path}::{key}", "base": reference[entry], "head": value,
                                        "basis": f"a new entry of {table}, looser than --tol-table's {entry}"})
+    for key, value in base.tolerances.items():  # a named tolerance base spelt as a number, computed on head
+        if key not in call_keys and key in head.constants and key not in head.tolerances:
+            found.uncomparable.append(f"{path}::{key} = {ast.unparse(head.constants[key])[:80]} is not a literal "
+                                      f"on head (base: {value:g})")
     head_calls = _by_function(head.calls)
     for function, calls in _by_function(base.calls).items():
         for old, new in _pairs(calls, head_calls.get(function, [])):

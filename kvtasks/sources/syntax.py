@@ -6,6 +6,8 @@ Owns nothing about what a name means; it must never import another reader of thi
 from __future__ import annotations
 
 import ast
+import math
+import operator
 from typing import Any
 
 
@@ -59,12 +61,37 @@ def qualified(node: ast.AST, bound: dict[str, str]) -> str:
     return f"{origin}.{rest}" if rest else origin
 
 
+# arithmetic a tolerance is spelt with (`1e-5 * 1000`, `10 ** -2`, `2 / 1024`): folded to its number
+_FOLDED = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.Pow: operator.pow}
+
+
 def number(node: ast.AST | None) -> float | None:
+    """A numeric literal, however it is spelt: `1e-2`, `-3`, `1e-5 * 1000`, `10 ** -2`, `float("1e-2")`;
+    None for anything computed at run time."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return float(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = number(node.operand)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.BinOp) and type(node.op) in _FOLDED:
+        left, right = number(node.left), number(node.right)
+        if left is None or right is None or (isinstance(node.op, ast.Pow) and abs(right) > 64):
+            return None
+        try:
+            folded = _FOLDED[type(node.op)](left, right)
+        except (ArithmeticError, ValueError):
+            return None
+        return float(folded) if isinstance(folded, (int, float)) and math.isfinite(folded) else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int") \
+            and len(node.args) == 1 and not node.keywords:
+        argument = node.args[0]
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            try:
+                return float(argument.value)
+            except ValueError:
+                return None
+        return number(argument)
     return None
 
 

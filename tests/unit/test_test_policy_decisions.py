@@ -148,3 +148,23 @@ def test_packaging_metadata_that_autoloads_a_pytest_plugin_is_a_weakening():
     assert "should-fix" in severities(plugin)
     scripts = policy({**metadata, "kernels_extra.dist-info/entry_points.txt": "[console_scripts]\nrows = kernels.rows:main\n"})
     assert scripts.stage.config_changes == [] and not scripts.findings
+
+
+@pytest.mark.parametrize("spelt", ["ATOL = 1e-5 * 1000", "ATOL = 10 ** -2", "ATOL = float('1e-2')", "ATOL = 1 / 100"])
+def test_a_tolerance_widened_by_arithmetic_is_a_widened_tolerance(spelt):
+    stage = policy({TARGET: TEST_BASE.replace("ATOL = 1e-5", spelt)})
+    assert stage.stage.loosened == [{"where": f"{TARGET}::ATOL", "base": 1e-5, "head": pytest.approx(1e-2)}]
+    assert severities(stage) == ["blocker"]
+
+
+def test_the_same_tolerance_spelt_otherwise_is_no_change():
+    stage = policy({TARGET: TEST_BASE.replace("ATOL = 1e-5", "ATOL = 1e-6 * 10")})
+    assert stage.stage.loosened == [] and not stage.findings
+
+
+def test_a_named_tolerance_computed_at_run_time_cannot_be_compared():
+    computed = TEST_BASE.replace("ATOL = 1e-5", "import os\nATOL = float(os.environ.get('ATOL', '1e-2'))")
+    stage = policy({TARGET: computed})
+    assert stage.stage.not_literal == [f"{TARGET}::ATOL = float(os.environ.get('ATOL', '1e-2')) is not a literal "
+                                       "on head (base: 1e-05)"]
+    assert severities(stage) == ["should-fix"] and stage.stage.status == "fail"
