@@ -139,6 +139,9 @@ class HostSettings(HostVariables):
     picker: Annotated[str | None, Variable("PICKER", text)] = None
     # a fleet task claims a GPU of the architecture it was scheduled for, never another
     gpu_arch: Annotated[str | None, Variable("KVTASKS_GPU_ARCH", text)] = None
+    # the default grid's secret, when several workspaces must draw the same cells (a fleet's nodes, a
+    # rerun elsewhere); unset, each store keeps its own (Store.grid_secret)
+    grid_secret: Annotated[str | None, Variable("KVTASKS_GRID_SECRET", text)] = None
     timeout: Annotated[int, Variable("TIMEOUT", positive_int)] = 1800
     perf_timeout: Annotated[int, Variable("PERF_TIMEOUT", positive_int,
                                           fallback=lambda read: str(read["timeout"]))] = 1800

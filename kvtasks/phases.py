@@ -47,7 +47,8 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
         path.with_name("summary.md").unlink(missing_ok=True)
     (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
     scratch = store.scratch_dir("prepare", request.label)
-    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet)
+    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet,
+                  grid_secret=request.host.grid_secret or store.grid_secret())
     recovered = None
     try:
         recovered = ctx.worktree.recover()

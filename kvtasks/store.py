@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -78,6 +79,24 @@ class Store:
     def run_dir(self, kind: str, key: str) -> Path:
         """Where the artifacts the validator kept from a group's runs are stored."""
         return self.root / "runs" / kind / key
+
+    def grid_secret(self) -> str:
+        """This store's secret for the default grid's drawn dimensions, made once (the first writer
+        wins a race): PRs validated here cannot know their cells in advance."""
+        path = self.root / "grid-secret"
+        try:
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(handle, "w") as out:
+                out.write(secrets.token_hex(16))
+        for _ in range(50):  # a writer that won the race may not have written yet
+            text = path.read_text().strip()
+            if text:
+                return text
+            time.sleep(0.01)
+        raise StoreError(f"the store's grid secret is empty: remove {path.name} from the store to make a new one")
 
     def scratch_dir(self, kind: str, key: str) -> Path:
         """Where a group's runs work: outside the store, so a target never sees the evidence folder.

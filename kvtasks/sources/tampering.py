@@ -6,7 +6,7 @@ their names, `sys.modules` replaced; reached by any spelling: an alias, `sys.mod
 `importlib.import_module`, `getattr`, `vars`, `__builtins__`), looks at the caller's frames or the collector's objects
 (`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, tracing and profiling hooks),
 reads of pytest's or the validator's state (`PYTEST_CURRENT_TEST`, the grid's shape variable, any
-KVTASKS name), and a context manager whose `__exit__` can return true (it swallows the failure of
+KVTASKS name, a dimension the validator drew for its grid), and a context manager whose `__exit__` can return true (it swallows the failure of
 whatever check it wraps). Each is returned with its line, as the finding names it.
 
 It records; the stage decides what each is worth on which side.
@@ -127,8 +127,11 @@ def _truthy_return(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                for node in ast.walk(function))
 
 
-def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]:
-    """Every tampering construct in a module's source, in line order (nothing when it does not parse)."""
+def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: frozenset[int] = frozenset()) \
+        -> list[Tampering]:
+    """Every tampering construct in a module's source, in line order (nothing when it does not parse);
+    `grid_numbers` are the dimensions the validator drew for its grid: a module naming one singles out
+    a shape it will be judged on."""
     tree = parse(text)
     if tree is None:
         return []
@@ -155,7 +158,8 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
             owner = reached(node.func.value, bound) if isinstance(node.func, ast.Attribute) else None
             code = literal(node.args[0]) if node.args and isinstance(node.args[0], ast.Constant) else None
             if name in SOURCE_RUNNERS and isinstance(code, str):  # the code it runs is read as the file's own
-                found += [Tampering(item.kind, node.lineno, item.what) for item in read(code, state_names)]
+                found += [Tampering(item.kind, node.lineno, item.what) for item in read(code, state_names,
+                                                                                         grid_numbers)]
             if name in INTROSPECTION or name.startswith("sys.monitoring."):
                 add("introspects", node, name)
             elif owner and ((short in DUNDER_WRITERS and _judge_name(owner))
@@ -171,6 +175,8 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and (node.value in names or node.value.upper().startswith("KVTASKS")):
             add("reads-run-state", node, node.value)
+        elif isinstance(node, ast.Constant) and type(node.value) is int and node.value in grid_numbers:
+            add("reads-run-state", node, f"the grid's drawn dimension {node.value}")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__exit__" \
                 and _truthy_return(node):
             add("exit-swallows", node, node.name)
@@ -180,11 +186,12 @@ def read(text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]
     return found
 
 
-def added(base_text: str | None, head_text: str | None, state_names: tuple[str, ...] = ()) -> list[Tampering]:
+def added(base_text: str | None, head_text: str | None, state_names: tuple[str, ...] = (),
+          grid_numbers: frozenset[int] = frozenset()) -> list[Tampering]:
     """What head's version adds to base's: constructs base already had (by kind and what) are not new."""
-    before = Counter((item.kind, item.what) for item in read(base_text, state_names))
+    before = Counter((item.kind, item.what) for item in read(base_text, state_names, grid_numbers))
     new = []
-    for item in read(head_text, state_names):
+    for item in read(head_text, state_names, grid_numbers):
         if before[(item.kind, item.what)]:
             before[(item.kind, item.what)] -= 1
         else:

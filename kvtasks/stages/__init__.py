@@ -112,6 +112,8 @@ class Context:
     quiet: bool = False
     # where each phase keeps its private caches, so timing shares them with that phase's runs
     phase_roots: dict[str, Path] = field(default_factory=dict)
+    # the workspace's secret the default grid's drawn dimensions come from (Store.grid_secret)
+    grid_secret: str = ""
 
     @cached_property
     def head_view(self) -> HeadView | None:

@@ -31,6 +31,7 @@ from kvtasks import sources
 from kvtasks.sources import Policy, compare, pytest_config, read_policy, references, tampering
 from kvtasks.sources.skips import WEAKENINGS
 from kvtasks.stages import Context, Stage, StageResult, payload, result, sides
+from kvtasks.stages.records import Selection
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
 
 NAME = "test_policy"
@@ -62,6 +63,7 @@ class TestPolicy(Stage):
     target_deleted: str | None = None
     startup_files: list[str] | None = None  # interpreter start-up code the PR adds or changes
     stdlib_shadows: list[str] | None = None  # modules at an import root named like the standard library's
+    compiled_modules: list[str] | None = None  # extension modules and sourceless bytecode the PR adds or changes
     route_side: list[str] | None = None  # the changed files that are the code under test (kvtasks.stages.sides)
     test_side: list[str] | None = None  # the changed files that judge it
     sides_basis: str | None = None
@@ -186,6 +188,19 @@ def _read(text: str | None, read: Callable[[str], str | None]) -> Policy:
     return policy
 
 
+# files Python imports as modules without a source to read: extension modules and sourceless bytecode
+COMPILED_MODULES = (".so", ".pyd", ".dylib", ".dll", ".pyc", ".pyo")
+
+
+def drawn_dimensions(selection: Selection) -> frozenset[int]:
+    """The dimensions of the default grid that were drawn for this base (grid.plan.drawn_dimensions),
+    not the fixed powers of two; a caller's own --grid is known in advance anyway."""
+    if "drawn" not in (selection.grid_cells_basis or ""):
+        return frozenset()
+    return frozenset(int(part) for cell in selection.grid_cells or [] for part in cell.split(",")
+                     if part.strip().isdigit() and int(part) & (int(part) - 1))
+
+
 def run(ctx: Context) -> StageResult:
     """The policy read against base, with the sides the evidence at hand decides (sides.decide): in
     prepare, before any run, the route's own modules; in the head group, what base's run loaded."""
@@ -249,17 +264,19 @@ def run(ctx: Context) -> StageResult:
         fields["weakened"] += said
         if said:
             fields["weakened_files"].append(path)
-    state_names = (request.shape_env,)
+    state_names, drawn = (request.shape_env,), drawn_dimensions(ctx.selection)
     for path in python:  # code outside the tests, on either side: none of it may reach into the judges
         if not sides.judges(path) and path != request.target_path:
-            fields["tampering"] += [item.describe(path) for item in
-                                    tampering.added(ctx.worktree.read_base(path), ctx.head_text(path), state_names)]
+            fields["tampering"] += [item.describe(path) for item in tampering.added(
+                ctx.worktree.read_base(path), ctx.head_text(path), state_names, drawn)]
     if changes.get(request.target_path) == "A" and not renamed:
         fields["reference_from_pr"] = references.from_supplied(ctx.head_text(request.target_path),
                                                                _supplied_modules(ctx, harness.import_roots(request)))
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
     fields["target_deleted"] = _target_deleted(ctx)
     fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
+    fields["compiled_modules"] = sorted(path for path, change in changes.items()
+                                        if change != "D" and path.endswith(COMPILED_MODULES))
     roots = harness.import_roots(request)
     fields["stdlib_shadows"] = sorted(path for path in changes if shadows_stdlib(path, roots))
     if ceiling is not None:
@@ -275,8 +292,10 @@ def run(ctx: Context) -> StageResult:
         note += f"; interpreter start-up code changed: {', '.join(fields['startup_files'])}"
     if fields["stdlib_shadows"]:
         note += f"; standard-library names shadowed: {', '.join(fields['stdlib_shadows'])}"
+    if fields["compiled_modules"]:
+        note += f"; compiled modules changed: {', '.join(fields['compiled_modules'])}"
     failed = loosened or fields["not_literal"] or fields["startup_files"] or fields["stdlib_shadows"] \
-        or fields["tampering"]
+        or fields["tampering"] or fields["compiled_modules"]
     stage = result(NAME, "fail" if failed else "pass", note, **fields)
     stage.selection.set(loaded_files=split.loaded, route_side=split.route, test_side=split.test,
                         sides_basis=split.basis)
@@ -291,6 +310,9 @@ def run(ctx: Context) -> StageResult:
         stage.finding("blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
                                  "a target before anything kvtasks controls, which could change what judges the "
                                  "kernel; targets never load a checkout's start-up modules")
+    for path in fields["compiled_modules"]:
+        stage.finding("blocker", f"the PR adds or changes {path}, compiled code Python can import: it runs in the "
+                                 "process that judges the kernel, and no reader can see what it does there")
     for path in fields["stdlib_shadows"]:
         stage.finding("blocker", f"the PR adds or changes {path}, named like a standard-library module: the checkout "
                                  "is on the path ahead of the standard library, so it would stand in for that module "

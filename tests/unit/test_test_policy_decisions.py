@@ -1,7 +1,7 @@
 """test_policy's decisions on in-memory PRs (tests/kit.py): each rule with a twin it must not blame."""
 import pytest
 
-from kvtasks.stages import test_policy
+from kvtasks.stages import grid, selection, test_policy
 from tests.kit import stage_context
 
 TARGET = "tests/test_rows.py"
@@ -168,3 +168,44 @@ def test_a_named_tolerance_computed_at_run_time_cannot_be_compared():
     assert stage.stage.not_literal == [f"{TARGET}::ATOL = float(os.environ.get('ATOL', '1e-2')) is not a literal "
                                        "on head (base: 1e-05)"]
     assert severities(stage) == ["should-fix"] and stage.stage.status == "fail"
+
+
+def _prepared(head: dict, secret: str):
+    """selection, the grid's channel and the policy in prepare's order, with the default grid drawn."""
+    ctx = stage_context(BASE, head, target=TARGET, expected_route="kernels.rows:scale_rows", shape_vars="M,N",
+                        shape_argnames="M,N")
+    ctx.grid_secret = secret
+    for step in (selection.run, grid.channel):
+        produced = step(ctx)
+        ctx.earlier[produced.name] = produced
+    return test_policy.run(ctx), ctx.selection.grid_cells
+
+
+def test_a_kernel_that_names_a_drawn_grid_dimension_blocks_and_another_workspace_draws_other_cells():
+    _, cells = _prepared({KERNEL: KERNEL_FIXED}, "workspace-1")
+    odd_n = int(cells[1].split(",")[1])
+    singled_out = KERNEL_FIXED + f"\n\ndef _exact(x):\n    return x.shape[1] == {odd_n}\n"
+    stage, _ = _prepared({KERNEL: singled_out}, "workspace-1")
+    assert any(f.severity == "blocker" and f"drawn dimension {odd_n}" in f.detail for f in stage.findings)
+    _, elsewhere = _prepared({KERNEL: KERNEL_FIXED}, "workspace-2")
+    assert elsewhere != cells and elsewhere[0] == cells[0] == "256,4096"
+
+
+def test_a_kernel_that_names_its_tile_or_a_power_of_two_is_not_singling_out_the_grid():
+    tiled = KERNEL_FIXED + "\n\nBLOCK = 64\nLIMIT = 4096\nMASK = 255\n"
+    stage, _ = _prepared({KERNEL: tiled}, "workspace-1")
+    assert stage.stage.tampering == [] and not stage.findings
+
+
+@pytest.mark.parametrize("path", ["kernels/_rows.cpython-311-x86_64-linux-gnu.so", "kernels/helpers.pyc",
+                                  "kernels/_rows.pyd"])
+def test_compiled_code_python_can_import_blocks(path):
+    stage = policy({path: "\x7fELF", KERNEL: KERNEL_FIXED})
+    assert stage.stage.compiled_modules == [path] and any(f.severity == "blocker" and path in f.detail
+                                                          for f in stage.findings)
+
+
+def test_a_compiled_module_the_pr_deletes_runs_nothing():
+    stage = test_policy.run(stage_context({**BASE, "kernels/old.so": "\x7fELF"}, {"kernels/old.so": None,
+                                          KERNEL: KERNEL_FIXED}, target=TARGET, expected_route="kernels.rows:scale_rows"))
+    assert stage.stage.compiled_modules == [] and not stage.findings

@@ -12,8 +12,8 @@ from kvtasks import sources
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult
 from kvtasks.stages.records import Selection
-from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, independence_of, parse_axis, parse_grid,
-                                      stacked_marks)
+from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, grid_seed, independence_of, parse_axis,
+                                      parse_grid, stacked_marks)
 
 
 def channel(ctx: Context) -> StageResult:
@@ -65,7 +65,8 @@ def channel(ctx: Context) -> StageResult:
     rows, grid_basis = parse_grid(request.grid), "declared-by-caller"
     shape_vars = request.shape_var_names
     if not rows and shape_vars:
-        rows, grid_basis = default_grid(shape_vars, defaults)
+        seed = grid_seed(ctx.grid_secret, ctx.worktree.head_oid(), request.target_path)
+        rows, grid_basis = default_grid(shape_vars, defaults, seed)
     cells = [row_text(r) for r in rows]
     independence, independence_reason = independence_of(cells, defaults, chosen)
 

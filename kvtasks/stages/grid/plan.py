@@ -6,7 +6,9 @@ Reads requests and earlier results only; it must never launch the target nor rea
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import random
 from typing import Literal
 
 from pydantic import BaseModel
@@ -23,6 +25,9 @@ _LARGE_ELEMENTS = 2**31  # past this, 32-bit element offsets wrap
 _M_NAMES = {"m", "batch", "b", "rows", "num_rows", "seq", "seq_len", "seqlen", "tokens", "num_tokens", "n_rows"}
 _N_NAMES = {"n", "k", "cols", "num_cols", "hidden", "hidden_size", "dim", "d", "head_dim", "width", "n_cols"}
 _DTYPE_NAMES = {"dtype", "dtype_str", "dt", "type", "precision"}
+# the odd Ms a grid draws from: never a mask or a bound a kernel writes anyway (2^k - 1, 2^k + 1), so
+# a kernel that names one is singling out the grid's shape
+_ODD_M = tuple(m for m in range(33, 257, 2) if (m + 1) & m and (m - 1) & (m - 2))
 
 
 def parse_grid(text: str) -> list[list[str]]:
@@ -57,9 +62,25 @@ def parse_axis(spec: str) -> Axis | None:
     return Axis(name=name.strip(), flag=flag.strip(), values=cells)
 
 
-def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[list[list[str]], str]:
+def drawn_dimensions(seed: str) -> tuple[int, int, int]:
+    """(odd M, odd N, large M) for one seed: odd, so never a multiple of any power-of-two tile, and
+    drawn, so a kernel cannot single out the shapes it will be judged on (the seed is secret to the
+    workspace, see grid_seed). The large M keeps M*4096 past 2^31."""
+    draw = random.Random(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big"))
+    large = _LARGE_ELEMENTS // 4096 + 1
+    return draw.choice(_ODD_M), draw.randrange(4097, 4609, 2), large + draw.randrange(0, 1024)
+
+
+def grid_seed(secret: str, base_oid: str, target: str) -> str:
+    """One seed per workspace secret, base and target: every PR against the same base shares its
+    base's grid runs, and nobody without the secret knows the cells before the report says them."""
+    return f"{secret}\0{base_oid}\0{target}"
+
+
+def default_grid(shape_vars: list[str], defaults: list[str] | None, seed: str = "") -> tuple[list[list[str]], str]:
     """Cells for the seed's three classes when shape vars are named but no grid is: a non-toy
-    shape, an odd N that is not a multiple of the tile, and an M large enough that M*N passes 2^31."""
+    shape, an odd N that is not a multiple of the tile, and an M large enough that M*N passes 2^31;
+    the odd and the large dimensions are drawn from `seed`."""
     roles = []
     default_cells = [row.split(",") for row in defaults or [] if len(row.split(",")) == len(shape_vars)]
     for position, name in enumerate(shape_vars):
@@ -75,12 +96,14 @@ def default_grid(shape_vars: list[str], defaults: list[str] | None) -> tuple[lis
             return [], f"cannot generate a default grid: no role known for shape var {name!r}"
     if "M" not in roles or "N" not in roles:
         return [], "cannot generate a default grid: the shape vars name no M-like and N-like dimension"
-    classes = {"non-toy": (256, 4096), "odd N, not a multiple of the tile": (67, 4099),
-               "large M (32-bit offsets wrap)": (_LARGE_ELEMENTS // 4096 + 1, 4096)}
+    odd_m, odd_n, large_m = drawn_dimensions(seed)
+    classes = {"non-toy": (256, 4096), "odd N, not a multiple of the tile": (odd_m, odd_n),
+               "large M (32-bit offsets wrap)": (large_m, 4096)}
     rows = []
     for m, n in classes.values():
         rows.append([str(m) if role == "M" else str(n) if role == "N" else role[1] for role in roles])
-    return rows, f"generated for {', '.join(classes)}"
+    return rows, f"generated for {', '.join(classes)}; the odd and large dimensions drawn for this base " \
+                 "from the workspace's grid secret"
 
 
 class GridSelection(BaseModel):

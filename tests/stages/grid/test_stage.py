@@ -5,7 +5,8 @@ import pytest
 from kvtasks.request import UsageError, build_request, grid_rows
 from kvtasks.sources import parametrize_marks
 from kvtasks.stages import Context, StageResult
-from kvtasks.stages.grid import channel
+from kvtasks.stages.grid import channel, default_grid
+from kvtasks.stages.grid.plan import grid_seed
 from kvtasks.worktree import Worktree
 from tests.kernel_repos import (ARGNAMES_TEST, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT, TILED_TAIL_BUG,
                                 check, git, make_patch, make_repo, tiled_repo)
@@ -172,7 +173,8 @@ def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
     selection = channel(ctx).selection.model_dump(mode="json")
     assert selection["grid_channel"] == "pytest"
     # the dtype comes from the target's own parametrize rows
-    assert selection["grid_cells"] == ["256,4096,f32", "67,4099,f32", "524289,4096,f32"]
+    drawn = default_grid(["M", "N", "dtype_str"], None, grid_seed("", ctx.worktree.head_oid(), "tests/test_argnames.py"))
+    assert selection["grid_cells"] == [",".join(row[:2]) + ",f32" for row in drawn[0]]
     assert selection["grid_cells_basis"].startswith("generated for non-toy")
     assert selection["grid_independence"] == "adds-coverage"
 
