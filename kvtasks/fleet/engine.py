@@ -51,12 +51,15 @@ def connect():
     return ray
 
 
-def _shipment(request: Request, arch: str | None) -> node.Shipment:
+def _shipment(request: Request, arch: str | None, grid_secret: str) -> node.Shipment:
+    """What a node gets for one (PR, arch): the driver's grid secret with it, so every node draws the
+    same default grid and PRs against one base share its key whichever node prepared them."""
     source = request.source or request.repo
     base_oid = Worktree(request.repo, None).head_oid()
     label = _arch_label(request.label, arch)
-    return node.Shipment(request=request.model_copy(update={"label": label}), source=source, base_oid=base_oid,
-                         patch=Path(request.patch).read_bytes() if request.patch else None)
+    host = request.host.model_copy(update={"grid_secret": request.host.grid_secret or grid_secret})
+    return node.Shipment(request=request.model_copy(update={"label": label, "host": host}), source=source,
+                         base_oid=base_oid, patch=Path(request.patch).read_bytes() if request.patch else None)
 
 
 def _store(workspace: Workspace, run: node.GroupRun, request: Request) -> list[StageResult]:
@@ -115,7 +118,7 @@ def run_batch(requests: list[Request], workspace: Workspace, name: str, archs: l
             if not arch and available.get("GPU", 0) < 1:
                 finish(request, arch, arch_report.not_run("any", "no node in the cluster has a GPU"), None)
                 continue
-            shipment = _shipment(request, arch)
+            shipment = _shipment(request, arch, workspace.store.grid_secret())
             ref = prepare_task.options(**resources(arch)).remote(shipment, arch)
             pending[ref] = (request, arch, "prepare", shipment, None)
     try:
