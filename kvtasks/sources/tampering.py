@@ -6,7 +6,7 @@ their names, `sys.modules` replaced; reached by any spelling: an alias, `sys.mod
 `importlib.import_module`, `getattr`, `vars`, `__builtins__`), looks at the caller's frames or the collector's objects
 (`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, tracing and profiling hooks),
 reads of pytest's or the validator's state (`PYTEST_CURRENT_TEST`, the grid's shape variable, any
-KVTASKS name, a dimension the validator drew for its grid), and a context manager whose `__exit__` can return true (it swallows the failure of
+KVTASKS name, a dimension the validator drew for its grid, whether a test framework is loaded), and a context manager whose `__exit__` can return true (it swallows the failure of
 whatever check it wraps). Each is returned with its line, as the finding names it.
 
 It records; the stage decides what each is worth on which side.
@@ -73,6 +73,17 @@ def _judge_name(name: str) -> bool:
 # calls that hand back a module by its name, and those that hand back an object's namespace
 IMPORTERS = {"importlib.import_module", "__import__", "builtins.__import__"}
 NAMESPACES = {"vars", "builtins.vars"}
+
+
+# lookups that say whether a module is loaded or installed: code under test asking them of a test
+# framework behaves one way under the tests and another in use
+MODULE_LOOKUPS = {"importlib.util.find_spec", "pkgutil.find_loader", "importlib.find_loader"}
+TEST_FRAMEWORKS = ("pytest", "_pytest", "unittest")
+
+
+def _judge_module(node: ast.AST) -> bool:
+    name = literal(node) if isinstance(node, ast.Constant) else None
+    return isinstance(name, str) and name.split(".", 1)[0] in TEST_FRAMEWORKS
 
 
 def reached(node: ast.AST, bound: dict[str, str]) -> str | None:
@@ -157,6 +168,9 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
             short = name.rsplit(".", 1)[-1]
             owner = reached(node.func.value, bound) if isinstance(node.func, ast.Attribute) else None
             code = literal(node.args[0]) if node.args and isinstance(node.args[0], ast.Constant) else None
+            if (name in MODULE_LOOKUPS or (owner == "sys.modules" and short == "get")) and node.args \
+                    and _judge_module(node.args[0]):
+                add("reads-run-state", node, f"whether {literal(node.args[0])} is loaded")
             if name in SOURCE_RUNNERS and isinstance(code, str):  # the code it runs is read as the file's own
                 found += [Tampering(item.kind, node.lineno, item.what) for item in read(code, state_names,
                                                                                          grid_numbers)]
@@ -175,6 +189,9 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and (node.value in names or node.value.upper().startswith("KVTASKS")):
             add("reads-run-state", node, node.value)
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                and _judge_module(node.left) and any(reached(c, bound) == "sys.modules" for c in node.comparators):
+            add("reads-run-state", node, f"whether {literal(node.left)} is loaded")
         elif isinstance(node, ast.Constant) and type(node.value) is int and node.value in grid_numbers:
             add("reads-run-state", node, f"the grid's drawn dimension {node.value}")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__exit__" \

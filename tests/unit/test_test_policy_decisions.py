@@ -80,6 +80,8 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "np.testing.__setattr__('assert_allclose', print)",
     "object.__setattr__(np.testing, 'assert_allclose', print)",
     "import sys\nsys.modules.update(numpy=None)",
+    "import sys\nUNDER_TEST = 'pytest' in sys.modules",
+    "import importlib.util\nUNDER_TEST = importlib.util.find_spec('_pytest') is not None",
     "import os\nQUIET = os.environ.get('PYTEST_CURRENT_TEST')"])
 def test_kernel_code_that_reaches_into_the_judges_blocks(write):
     tampered = "import numpy as np\n" + write + "\n" + KERNEL_FIXED
@@ -88,7 +90,9 @@ def test_kernel_code_that_reaches_into_the_judges_blocks(write):
 
 
 def test_kernel_code_that_uses_numpy_plainly_is_not_tampering():
-    plain = ("import numpy as np\nimport torch\n\ntorch.backends.cuda.matmul.allow_tf32 = False\n\n\n"
+    plain = ("import importlib.util\nimport sys\n\nimport numpy as np\nimport torch\n\n"
+             "HAS_TRITON = importlib.util.find_spec('triton') is not None and 'torch' in sys.modules\n"
+             "torch.backends.cuda.matmul.allow_tf32 = False\n\n\n"
              "def scale_rows(x, factor):\n    out = np.empty_like(x)\n    out[...] = np.multiply(x, factor)\n"
              "    getattr(out, 'flags').writeable = True\n    return out\n")
     stage = policy({KERNEL: plain})
