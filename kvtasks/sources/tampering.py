@@ -2,7 +2,8 @@
 
 Read in every file a PR changes, kernel side included: writes to the judges' modules (numpy, torch,
 pytest, unittest, builtins: an attribute set, `setattr`, a monkeypatch or mock patch of one of
-their names, `sys.modules` replaced; reached by any spelling: an alias, `sys.modules[...]`,
+their names, `sys.modules` replaced, torch's own `aten` operators re-implemented through `torch.library`;
+reached by any spelling: an alias, `sys.modules[...]`,
 `importlib.import_module`, `getattr`, `vars`, `__builtins__`), looks at the caller's frames or the collector's objects
 (`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, tracing and profiling hooks),
 reads of pytest's or the validator's state (`PYTEST_CURRENT_TEST`, the grid's shape variable, any
@@ -168,6 +169,8 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
             short = name.rsplit(".", 1)[-1]
             owner = reached(node.func.value, bound) if isinstance(node.func, ast.Attribute) else None
             code = literal(node.args[0]) if node.args and isinstance(node.args[0], ast.Constant) else None
+            if name.startswith("torch.library.") and isinstance(code, str) and code.split(":", 1)[0] == "aten":
+                add("patches-judge", node, ast.unparse(node)[:100])  # torch's own operators, comparisons included
             if (name in MODULE_LOOKUPS or (owner == "sys.modules" and short == "get")) and node.args \
                     and _judge_module(node.args[0]):
                 add("reads-run-state", node, f"whether {literal(node.args[0])} is loaded")

@@ -81,6 +81,8 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "object.__setattr__(np.testing, 'assert_allclose', print)",
     "import sys\nsys.modules.update(numpy=None)",
     "import sys\nUNDER_TEST = 'pytest' in sys.modules",
+    "import torch\nLIB = torch.library.Library('aten', 'IMPL')",
+    "import torch\n@torch.library.impl('aten::isclose', 'CPU')\ndef close(*args):\n    return True",
     "import importlib.util\nUNDER_TEST = importlib.util.find_spec('_pytest') is not None",
     "import os\nQUIET = os.environ.get('PYTEST_CURRENT_TEST')"])
 def test_kernel_code_that_reaches_into_the_judges_blocks(write):
@@ -92,6 +94,7 @@ def test_kernel_code_that_reaches_into_the_judges_blocks(write):
 def test_kernel_code_that_uses_numpy_plainly_is_not_tampering():
     plain = ("import importlib.util\nimport sys\n\nimport numpy as np\nimport torch\n\n"
              "HAS_TRITON = importlib.util.find_spec('triton') is not None and 'torch' in sys.modules\n"
+             "LIB = torch.library.Library('kvrows', 'DEF')\n"
              "torch.backends.cuda.matmul.allow_tf32 = False\n\n\n"
              "def scale_rows(x, factor):\n    out = np.empty_like(x)\n    out[...] = np.multiply(x, factor)\n"
              "    getattr(out, 'flags').writeable = True\n    return out\n")
