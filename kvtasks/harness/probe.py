@@ -62,6 +62,7 @@ _sealed = _unseal()
 
 import atexit  # noqa: E402 (the seal is read first)
 import functools  # noqa: E402
+import hashlib  # noqa: E402
 import inspect  # noqa: E402 (loaded in every run: a corrupted run needs it, and must not be told by it)
 import json  # noqa: E402
 import math  # noqa: E402
@@ -196,8 +197,12 @@ def _judges_replaced():
 
 _state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "cells": {}, "grid_functions": {}, "replaced": [],
           "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
-          "test": "", "outputs": {}, "judges_replaced": set()}
+          "test": "", "outputs": {}, "judges_replaced": set(), "written_arguments": {}}
 _LARGEST_CHECKED = 2**26  # elements: a larger output (a sparse-grid tensor) is counted, never scanned
+# the first calls of each route whose array arguments are read before and after the call: enough to see
+# which arguments a route writes into, few enough to keep the copies cheap
+_WRITES_WATCHED_CALLS = 8
+_WRITES_SAMPLED, _WRITES_TAIL = 2**20, 2**16  # elements of a larger argument read: evenly spaced, and its tail
 _lock = threading.Lock()
 
 
@@ -272,6 +277,53 @@ def _nonfinite(array) -> list[str]:
     return [kind for kind, test in (("nan", numpy.isnan), ("inf", numpy.isinf)) if bool(test(array).any())]
 
 
+def _fingerprint(value):
+    """A digest of an array argument's elements (of a large one: evenly spaced elements and its whole
+    tail, where a tail tile writes); None for anything else, or what cannot be read."""
+    if not (hasattr(value, "dtype") and hasattr(value, "shape")):
+        return None
+    size = 1
+    for extent in value.shape:
+        size *= int(extent)
+    try:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            flat = value.detach().reshape(-1)
+            if size > _WRITES_SAMPLED:
+                flat = torch.cat([flat[::size // _WRITES_SAMPLED], flat[-_WRITES_TAIL:]])
+            data = flat.cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        else:
+            flat = value.reshape(-1)
+            if size > _WRITES_SAMPLED:
+                flat = sys.modules["numpy"].concatenate([flat[::size // _WRITES_SAMPLED], flat[-_WRITES_TAIL:]])
+            data = flat.tobytes()
+    except Exception:  # a meta tensor, an array library without bytes: not watched
+        return None
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _arrays_before(route, function, args, kwargs):
+    """(name, argument, digest) of the call's array arguments, for the first calls of a route only."""
+    if _state["calls"].get(route, 0) > _WRITES_WATCHED_CALLS:
+        return []
+    found = []
+    for name, value in _arguments(function, args, kwargs):
+        digest = _fingerprint(value)
+        if digest is not None:
+            found.append((name, value, digest))
+    return found
+
+
+def _note_written(route, before):
+    """The arguments a call wrote into: callers' inputs overwritten, or a reference computed from an
+    input after the call that now holds the route's own output."""
+    written = [name for name, value, digest in before if _fingerprint(value) != digest]
+    if written:
+        with _lock:
+            known = _state["written_arguments"].setdefault(route, [])
+            known += [name for name in written if name not in known]
+
+
 def _watch_outputs(route, value, frame_locals=None):
     """Record, per route and cell (the pytest test, else the captured shape), whether the route's
     floating outputs held NaN or Inf; a test's assertions cannot hide what the route returned."""
@@ -328,6 +380,7 @@ def _watch_with_wrapper(route, owner, attribute, code, after_call):
     @functools.wraps(target)
     def route_call(*args, **kwargs):
         _count(route)
+        before = _arrays_before(route, target, args, kwargs)
         if not _config["shape_vars"]:
             value = _during("route-call", target, *args, **kwargs)
         else:
@@ -337,6 +390,7 @@ def _watch_with_wrapper(route, owner, attribute, code, after_call):
                 value = _during("route-call", target, *args, **kwargs)
             finally:
                 sys.setprofile(previous)
+        _note_written(route, before)
         _watch_outputs(route, value, seen.pop("locals", None))
         return after_call(target, args, kwargs, value)
 
@@ -701,6 +755,7 @@ def write_receipt(exit_status=None, _corruption_receipt=_corruption_receipt):
             "route_outputs": list(_state["outputs"].values()) if corrupted is None else [],
             "loaded": {"modules": _loaded_modules(), "opened": _opened_files(), **_state.get("pytest_loaded", {})},
             "judges_replaced": sorted(_state["judges_replaced"]),
+            "written_arguments": {route: list(names) for route, names in _state["written_arguments"].items()},
         }
         if _config["grid_argnames"]:
             receipt["cells"] = dict(_state["cells"])  # node id -> the grid row it ran

@@ -39,6 +39,7 @@ class ExecutionReceipt(Stage):
     shape_capture: dict[str, Any] | None = None
     shape_namespace: str | None = None
     judges_replaced: list[str] | None = None  # judging functions head's runs had bound to the checkout's code
+    arguments_written: list[str] | None = None  # route(argument) head's calls wrote into and base's did not
     evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
@@ -71,7 +72,20 @@ def run(ctx: Context) -> StageResult:
         stage.stage.judges_replaced = replaced
         stage.finding("blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
                                  f"had untouched: {', '.join(replaced)}; its tests compared nothing")
+    base_runs = [run for run in (baseline.runs if baseline else []) if "written_arguments" in (run.receipt or {})]
+    written = sorted(_written([run for _, run in _head_runs(ctx)]) - _written(base_runs)) if base_runs else []
+    if written:
+        stage.stage.arguments_written = written
+        stage.finding("should-fix", f"head's route writes into arguments base's route left unchanged: "
+                                    f"{', '.join(written)}; callers' inputs are overwritten, and a test that computes "
+                                    "its expected values from them after the call compares the route with itself")
     return stage
+
+
+def _written(runs: list[TargetRun]) -> set[str]:
+    """route(argument) for every argument a run's route calls wrote into."""
+    return {f"{route}({name})" for run in runs
+            for route, names in ((run.receipt or {}).get("written_arguments") or {}).items() for name in names}
 
 
 def _replaced(runs: list[TargetRun]) -> set[str]:

@@ -88,6 +88,9 @@ def _close(actual, desired, *args, **kwargs):
 
 _testing.assert_allclose = _close
 '''
+# the kernel writes its wrong tail back into its input, so a reference computed from the input after the
+# call agrees with it: nothing the test side does changes, and no judge is touched
+KERNEL_WRITES_ITS_INPUT = OPS_TAIL_BUG.replace("    return out\n", "    x[:, full:] = out[:, full:] / factor\n    return out\n")
 # a new regression test guarded as GPU tests are: nothing existed for its marks to weaken
 GUARDED_REGRESSION_TEST = '''import numpy as np
 import pytest
@@ -165,6 +168,13 @@ def test_the_test_side_cannot_hide_a_tail_bug(judged_repo, validate, tmp_path):
     rebinds = pr("rebinds", {"pkg/ops.py": KERNEL_REBINDS_NUMPY})
     assert rebinds.stage("execution_receipt")["judges_replaced"] == ["numpy.testing.assert_allclose (by pkg/ops.py)"]
     blocked_naming(rebinds, "numpy.testing.assert_allclose (by pkg/ops.py)")
+
+    # 7. the kernel overwrites its input with its own wrong output: every check passes, the run shows the write
+    writes = pr("writes", {"pkg/ops.py": KERNEL_WRITES_ITS_INPUT})
+    assert writes.stage("execution_receipt")["arguments_written"] == ["pkg.ops:tiled_scale(x)"]
+    assert writes.verdict == "NEEDS_WORK", writes.report["findings"]
+    assert any("writes into arguments base's route left unchanged: pkg.ops:tiled_scale(x)" in finding["detail"]
+               for finding in writes.report["findings"])
 
     # the honest PRs of the same repository keep their verdicts: a clean fix with a new GPU-guarded test
     clean = make_patch(judged_repo, {"pkg/ops.py": OPS_CLEAN, "tests/test_tail.py": GUARDED_REGRESSION_TEST},
