@@ -82,6 +82,10 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "import sys\nsys.modules.update(numpy=None)",
     "import sys\nUNDER_TEST = 'pytest' in sys.modules",
     "import torch\nLIB = torch.library.Library('aten', 'IMPL')",
+    "import sys\nUNDER_TEST = 'pytest' in sys.argv[0]",
+    "from sys import argv\nUNDER_TEST = any('pytest' in word for word in argv)",
+    "UNDER_TEST = b'pytest' in open('/proc/self/cmdline', 'rb').read()",
+    "import traceback\nUNDER_TEST = any('test_' in frame.name for frame in traceback.extract_stack())",
     "import torch\n@torch.library.impl('aten::isclose', 'CPU')\ndef close(*args):\n    return True",
     "import importlib.util\nUNDER_TEST = importlib.util.find_spec('_pytest') is not None",
     "import os\nQUIET = os.environ.get('PYTEST_CURRENT_TEST')"])
@@ -95,6 +99,7 @@ def test_kernel_code_that_uses_numpy_plainly_is_not_tampering():
     plain = ("import importlib.util\nimport sys\n\nimport numpy as np\nimport torch\n\n"
              "HAS_TRITON = importlib.util.find_spec('triton') is not None and 'torch' in sys.modules\n"
              "LIB = torch.library.Library('kvrows', 'DEF')\n"
+             "if __name__ == '__main__':\n    print(sys.argv)\n"
              "torch.backends.cuda.matmul.allow_tf32 = False\n\n\n"
              "def scale_rows(x, factor):\n    out = np.empty_like(x)\n    out[...] = np.multiply(x, factor)\n"
              "    getattr(out, 'flags').writeable = True\n    return out\n")
