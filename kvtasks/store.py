@@ -81,22 +81,21 @@ class Store:
         return self.root / "runs" / kind / key
 
     def grid_secret(self) -> str:
-        """This store's secret for the default grid's drawn dimensions, made once (the first writer
-        wins a race): PRs validated here cannot know their cells in advance."""
+        """This store's secret for the default grid's drawn dimensions, made once: PRs validated here
+        cannot know their cells in advance. It is written whole beside its place and linked there, so
+        the first writer wins a race and a writer killed midway leaves no empty secret behind."""
         path = self.root / "grid-secret"
-        try:
-            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(handle, "w") as out:
-                out.write(secrets.token_hex(16))
-        for _ in range(50):  # a writer that won the race may not have written yet
-            text = path.read_text().strip()
-            if text:
-                return text
-            time.sleep(0.01)
-        raise StoreError(f"the store's grid secret is empty: remove {path.name} from the store to make a new one")
+        if not path.exists():
+            handle, temp = tempfile.mkstemp(dir=self.root, prefix=".grid-secret.")
+            try:
+                with os.fdopen(handle, "w") as out:
+                    out.write(secrets.token_hex(16))
+                os.link(temp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(temp)
+        return path.read_text().strip()
 
     def scratch_dir(self, kind: str, key: str) -> Path:
         """Where a group's runs work: outside the store, so a target never sees the evidence folder.
