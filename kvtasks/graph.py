@@ -94,6 +94,10 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
                "doc": f"compose, judge and publish the report for {request.label}"}
 
 
+# the namespace's record of the requests it validates (doit loads only task_ creators and DOIT_CONFIG)
+REQUESTS = "KVTASKS_REQUESTS"
+
+
 def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None) -> dict:
     """The task creators for validating `requests` (one: validate; several: a batch)."""
     # --sandbox mounts this workspace (evidence and reports) read-only for every target
@@ -106,7 +110,8 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
     def task_sides():
         yield from side_tasks(requests, workspace, quiet, batch=batch_name is not None)
 
-    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config()}
+    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config(),
+                 REQUESTS: requests}
     if batch_name is None:
         namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["report"], "doc": "validate one PR"}
     else:
@@ -115,24 +120,6 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
                     "uptodate": [False], "verbosity": 2, "doc": "validate every PR of a manifest against one base"}
         namespace["task_batch"] = task_batch
     return namespace
-
-
-FRONT_DOORS = {
-    "validate": "validate one PR (no variables: the embedded demo; demo=NAME picks another demo PR)",
-    "batch": "validate every PR of manifest=FILE against one base",
-    "report": "rebuild reports from stored evidence (label=L for one); runs no target, no git",
-    "cache": "list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
-    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long",
-}
-
-
-def catalogue() -> dict:
-    """Task creators that only describe the front doors, for doit's own commands (list, help, info,
-    forget, ...): loading them builds no demo repository, takes no worktree and runs nothing."""
-    def described(name: str, doc: str):
-        return lambda: {"basename": name, "actions": None, "doc": doc}
-
-    return {f"task_{name.replace('-', '_')}": described(name, doc) for name, doc in FRONT_DOORS.items()}
 
 
 class _Workers:
@@ -150,6 +137,9 @@ class _Workers:
 _WORKERS: _Workers | None = None
 
 
+_HELD: list = []  # the worktrees this validator holds, released when its run ends
+
+
 def hold_worktrees(requests: list[Request]) -> None:
     """Take each worktree for this validator before anything runs (a busy one is refused at
     once), and start the validator's GPU lease owner before any worker forks."""
@@ -158,36 +148,51 @@ def hold_worktrees(requests: list[Request]) -> None:
         try:
             worktree.hold_exclusively(repo)
         except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
+            release_held()
             fail_usage(str(exc))
+        _HELD.append(repo)
     _WORKERS = _WORKERS or _Workers()
     signals.install()
     lease.start(picker.lock_dir())
 
 
-def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
-    """Execute the validation graph through doit's Python API; return the verdict's exit code."""
+def release_held() -> None:
+    picker.release_all()  # the claim is held until the report is written, and no longer
+    lease.stop()
+    while _HELD:
+        worktree.release_exclusive(_HELD.pop())
+
+
+def execute(build_namespace, command: str, quiet: bool = False, verbose: bool = False) -> int:
+    """Run one front door's task graph in this process through doit's Python API (its loader over
+    the namespace `build_namespace()` returns, built under the run's signal handlers); return
+    doit's exit code, 0 to 2 (doit's 3, could not start, is INCONCLUSIVE's 2 too)."""
     with signals.raising():  # for this run only: an in-process caller keeps its own handlers afterwards
-        hold_worktrees([request])
-        loader = ModuleTaskLoader(loader_namespace([request], workspace, quiet))
-        args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), "validate"]
         try:
-            code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
+            loader = ModuleTaskLoader(build_namespace())
+            output = ["--verbosity", "0", "--reporter", "zero"] if quiet else ["--verbosity", "2"] if verbose else []
+            code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(["run", *output, command])
         except signals.Interrupted as stopped:
             if not stopped.said:
                 print(f"kvtasks: interrupted by {stopped.name} while no tree was lent; the worktree is as supplied "
                       "and the run stopped", file=sys.__stderr__)
             raise
         finally:
-            picker.release_all()  # the claim is held until the report is written, and no longer
-            lease.stop()
-            worktree.release_exclusive(request.repo)
-    # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
+            release_held()
     return code if code in (0, 1, 2) else 2
+
+
+def run(request: Request, workspace: Workspace, quiet: bool = False, verbose: bool = False) -> int:
+    """Execute the validation graph of one request; return the verdict's exit code."""
+    def validation():
+        hold_worktrees([request])
+        return loader_namespace([request], workspace, quiet)
+    return execute(validation, "validate", quiet, verbose)
 
 
 def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
     """One regeneration per label; a label whose evidence is gone (cache-gc, or never stored) or
-    unreadable (another evidence schema) is said in one line: alone it is a usage error (exit 2), among all labels it is skipped."""
+    unreadable (another evidence schema) is said in one line: alone it is a usage error (exit 64), among all labels it is skipped."""
     labels = [label] if label else workspace.store.labels()
     for name in labels:
         fleet = (workspace.store.label(name) or {}).get("fleet")

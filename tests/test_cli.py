@@ -46,11 +46,11 @@ def usage(capsys, argv):
     ("python path missing", lambda r, p, o: ["--repo", r, "--target", "t.py", "--python-path", "lib", "--out", o],
      "--python-path 'lib' is not a folder of the checkout"),
 ])
-def test_usage_errors_exit_2_with_one_line_and_no_report(case, argv_of, message, repo, patch, home, tmp_path, capsys):
+def test_usage_errors_exit_64_with_one_line_and_no_report(case, argv_of, message, repo, patch, home, tmp_path, capsys):
     out = tmp_path / "report.json"
     before = snapshot(repo)
     code, err = usage(capsys, argv_of(str(repo), str(patch), str(out)))
-    assert code == 2, case
+    assert code == 64, case
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
     assert not (home / "reports").exists()
@@ -71,7 +71,7 @@ def test_bad_host_settings_are_usage_errors(variable, value, message, repo, home
     monkeypatch.setenv(variable, value)
     out = tmp_path / "report.json"
     code, err = usage(capsys, ["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out)])
-    assert code == 2 and len(err) == 1 and message in err[0]
+    assert code == 64 and len(err) == 1 and message in err[0]
     assert not out.exists()
 
 
@@ -80,7 +80,7 @@ def test_empty_and_non_patch_files_are_usage_errors(repo, home, tmp_path, capsys
         bogus = tmp_path / "bogus.patch"
         bogus.write_bytes(content)
         code, err = usage(capsys, ["--repo", str(repo), "--target", "t.py", "--patch", str(bogus)])
-        assert code == 2 and message in err[0]
+        assert code == 64 and message in err[0]
 
 
 def test_dash_led_values_are_accepted_both_ways(repo, home, tmp_path):

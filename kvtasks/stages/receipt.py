@@ -59,7 +59,7 @@ def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
 
 def _skip(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, **fields)
-    return stage.finding("note", f"execution receipt not established ({note}); PASS is not permitted")
+    return stage.finding("receipt.not-established", "note", f"execution receipt not established ({note}); PASS is not permitted")
 
 
 def run(ctx: Context) -> StageResult:
@@ -69,7 +69,7 @@ def run(ctx: Context) -> StageResult:
     replaced = sorted(_replaced([run for _, run in _head_runs(ctx)]) - on_base)
     if replaced:
         stage.stage.judges_replaced = replaced
-        stage.finding("blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
+        stage.finding("receipt.judged-by-checkout", "blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
                                  f"had untouched: {', '.join(replaced)}; its tests compared nothing")
     return stage
 

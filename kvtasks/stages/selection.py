@@ -70,7 +70,7 @@ def run(ctx: Context) -> StageResult:
     provenance, provenance_reason = _provenance(ctx)
     selection.update(test_provenance=provenance, test_provenance_reason=provenance_reason)
     if provenance in ("pr-added", "pr-modified"):
-        stage_result.finding("note", f"target is {provenance}: {provenance_reason}")
+        stage_result.finding("selection.provenance", "note", f"target is {provenance}: {provenance_reason}")
 
     source = ctx.head_text(request.target_path)
     explicit_node = "::" in request.target
