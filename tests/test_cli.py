@@ -130,7 +130,7 @@ def test_the_default_out_from_inside_the_worktree_goes_only_to_the_workspace(rep
     assert snapshot(repo) == before
     # the caller naming that same path is still told no
     assert usage(capsys, ["--repo", str(repo), "--target", "tests/test_scale.py", "--out", "validation_report.json"]) \
-        == (2, ["validate-kernel-pr: error: --out 'validation_report.json' lies inside the worktree; the next run "
+        == (64, ["validate-kernel-pr: error: --out 'validation_report.json' lies inside the worktree; the next run "
                 "would find it dirty"])
 
 

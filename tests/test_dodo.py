@@ -127,5 +127,5 @@ def test_a_misspelt_doit_variable_is_a_usage_error(repo, tmp_path):
     assert done.returncode == 64
     assert done.stderr.strip().splitlines()[-1].startswith("validate-kernel-pr: error: 'no_netwrok' is no variable")
     done = doit(tmp_path, "batch", f"manifest={tmp_path / 'none.toml'}", "no_network=1")
-    assert done.returncode == 64 and "'no_network' is no variable of `doit batch`" in done.stderr
+    assert done.returncode == 64 and "'no_network' is no variable of `batch`" in done.stderr
     assert not (tmp_path / "reports").exists()
