@@ -174,12 +174,13 @@ def _validate(argv: list[str], demo: bool) -> int:
         given["default_out"] = DEFAULT_OUT
 
     def validation():
-        request = front_doors.single_request(workspace, given, demo_without_repo=demo)
-        if "default_out" in given and request.out is None:
+        namespace = front_doors.validation(workspace, given, output["quiet"] or output["format"] == "json",
+                                           demo_without_repo=demo)
+        requests = namespace[graph.REQUESTS]
+        if "default_out" in given and len(requests) == 1 and requests[0].out is None:
             print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written "
-                  f"only to {workspace.report_paths(request)[0]}", file=sys.stderr)
-        graph.hold_worktrees([request])
-        return graph.loader_namespace([request], workspace, output["quiet"] or output["format"] == "json")
+                  f"only to {workspace.report_paths(requests[0])[0]}", file=sys.stderr)
+        return namespace
     return _run("validate", validation, output, workspace)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from kvtasks import batch, cache_commands, demo, graph, pages
+from kvtasks import batch, cache_commands, demo, graph, pages, pr_targets
 from kvtasks.request import UsageError, build_request, doit_variables
 from kvtasks.workspace import Workspace, fail_usage
 
@@ -46,10 +46,19 @@ def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = 
     return build(options, workspace)
 
 
-def _validate(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
-    requests = [single_request(workspace, given)]
+def validation(workspace: Workspace, given: dict, quiet: bool, demo_without_repo: bool = True) -> Namespace:
+    """One PR: on one target, or on each target the repository's configuration maps its changes to."""
+    requests = [single_request(workspace, options, demo_without_repo)
+                for options in pr_targets.target_options(workspace, given)]
     graph.hold_worktrees(requests)
-    return graph.loader_namespace(requests, workspace, quiet)
+    if len(requests) == 1:
+        return graph.loader_namespace(requests, workspace, quiet)
+    return graph.loader_namespace(requests, workspace, quiet, batch_name=pr_targets.pr_label(
+        [request.label for request in requests]), one_pr=True)
+
+
+def _validate(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    return validation(workspace, given, quiet)
 
 
 def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:

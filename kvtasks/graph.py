@@ -23,7 +23,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import batch, phases, processes, worktree
+from kvtasks import batch, phases, pr_targets, processes, worktree
 from kvtasks.gpu import lease, picker
 from kvtasks.pipeline import PIPELINE
 from kvtasks.request import Request
@@ -53,8 +53,11 @@ def _publish(request: Request, workspace: Workspace, quiet: bool, verdict_is_res
                            f"verdict {composed.verdict} (exit {composed.process_exit_code}): {destination}")
 
 
-def _write_index(requests: list[Request], workspace: Workspace, name: str):
+def _write_index(requests: list[Request], workspace: Workspace, name: str, one_pr: bool):
     worst, index = batch.write_index(requests, workspace, name)
+    if one_pr:  # the targets of one PR: its own report says the worst verdict, with each target's
+        worst, pr_report = pr_targets.write_pr_report(workspace.reports, [request.label for request in requests])
+        return _verdict_result(worst, f"PR {name}: exit {worst} ({pr_report})")
     return _verdict_result(worst, f"batch {name}: exit {worst} ({index})")
 
 
@@ -98,8 +101,10 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
 REQUESTS = "KVTASKS_REQUESTS"
 
 
-def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None) -> dict:
-    """The task creators for validating `requests` (one: validate; several: a batch)."""
+def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None,
+                     one_pr: bool = False) -> dict:
+    """The task creators for validating `requests` (one: validate; several: a batch, or with
+    `one_pr` the targets of one PR, whose `validate` is that batch)."""
     # --sandbox mounts this workspace (evidence and reports) read-only for every target
     requests = [request.model_copy(update={"readonly": (str(workspace.root),)}) if request.sandbox else request
                 for request in requests]
@@ -116,9 +121,12 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
         namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["report"], "doc": "validate one PR"}
     else:
         def task_batch():
-            return {"actions": [(_write_index, [requests, workspace, batch_name])], "task_dep": ["report"],
+            return {"actions": [(_write_index, [requests, workspace, batch_name, one_pr])], "task_dep": ["report"],
                     "uptodate": [False], "verbosity": 2, "doc": "validate every PR of a manifest against one base"}
         namespace["task_batch"] = task_batch
+        if one_pr:
+            namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["batch"],
+                                                  "doc": "validate one PR on each of its targets"}
     return namespace
 
 

@@ -202,7 +202,8 @@ def publish(request: Request, workspace: Workspace, quiet: bool, draw_index: boo
     composed = compose(workspace, request.label)
     paths = workspace.report_paths(request)
     report.publish(composed, paths)
-    comment.append_to_step_summary((paths[0].parent / comment.COMMENT).read_text())
+    if draw_index:  # one PR's own run (a batch's PRs, or one PR's targets, are summed up after the last)
+        comment.append_to_step_summary((paths[0].parent / comment.COMMENT).read_text())
     page = pages.write_report_page(paths[0].parent)
     if draw_index:
         pages.write_index(workspace.reports)

@@ -10,6 +10,8 @@ RULES: dict[str, str] = {
     # baseline
     'baseline.dirty-after-base': 'the base run did not leave a clean worktree, so head failures cannot be attributed',
     'baseline.run-unusable': 'the base run cannot stand as evidence',
+    # config
+    'config.changed-by-pr': "the PR changes kvtasks' configuration in the repository; base's was used",
     # cpu-tier
     'cpu-tier.autotune-once': 'autotune ran every config once per kernel and key',
     'cpu-tier.known-bad-environment': 'the Triton CPU tier could not run in this environment',
