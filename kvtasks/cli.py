@@ -49,7 +49,8 @@ class _Parser(argparse.ArgumentParser):
 def _output_options(p: argparse.ArgumentParser) -> None:
     """How much the front door says, in which form, and which verdicts fail a CI gate."""
     p.add_argument("--quiet", action="store_true", help="no progress lines and no summary")
-    p.add_argument("-v", "--verbose", action="store_true", help="more progress: every doit task as it runs")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="more progress: the workspace, each validation's tree, target and report, every doit task")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="json: one machine summary (verdicts, exit codes, report paths, findings by rule) on "
                         "stdout, and no progress")
@@ -152,6 +153,11 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace) -> 
 
     def namespace():
         built.update(build_namespace())
+        if options["verbose"]:
+            print(f"validate-kernel-pr: workspace {workspace.root}", file=sys.stderr)
+            for request in built.get(graph.REQUESTS, []):
+                print(f"validate-kernel-pr: {request.label}: {request.repo} target {request.target}, report "
+                      f"{workspace.report_paths(request)[0]}", file=sys.stderr)
         return built
 
     code = graph.execute(namespace, command, quiet=options["quiet"] or as_json, verbose=options["verbose"])
