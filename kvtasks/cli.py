@@ -91,15 +91,17 @@ def door_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def _normalise(argv: list[str], variables: dict[str, tuple[str, bool]]) -> list[str]:
+def _normalise(argv: list[str], variables: dict[str, tuple[str, bool]], p: argparse.ArgumentParser) -> list[str]:
     """doit's `name=value` words as flags, and `--shape-arg --shapes` as `--shape-arg=--shapes`.
 
-    `variables` maps a variable to its flag and whether it is a switch (written name=1)."""
+    `variables` maps a variable to its flag and whether it is a switch (written name=1); a word
+    that is a flag's value (`--tol-table f32=1e-5`) stays that value."""
     dash_valued = {flag for declared in declared_options() if declared.option.dash_led for flag in declared.flags}
+    valued = {flag for action in p._actions if action.nargs != 0 for flag in action.option_strings}
     joined, index = [], 0
     while index < len(argv):
         word = argv[index]
-        if word[:1] != "-" and "=" in word:
+        if word[:1] != "-" and "=" in word and not (index and argv[index - 1] in valued):
             name, value = word.split("=", 1)
             if name not in variables:
                 fail_usage(f"{name!r} is no variable of this command; it takes {', '.join(variables)}")
@@ -172,7 +174,8 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace) -> 
 
 def _validate(argv: list[str], demo: bool) -> int:
     variables = {**_request_variables(), "demo": ("--demo", False), "quiet": ("--quiet", True)}
-    options = vars(parser(demo).parse_args(_normalise(argv, variables)))
+    flags = parser(demo)
+    options = vars(flags.parse_args(_normalise(argv, variables, flags)))
     output = {name: options.pop(name) for name in ("quiet", "verbose", "format", "fail_on", "report_url")}
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
     workspace = Workspace(workspace_root())
@@ -193,7 +196,8 @@ def _validate(argv: list[str], demo: bool) -> int:
 def _door(command: str, argv: list[str]) -> int:
     door = front_doors.FRONT_DOORS[command]
     variables = {variable: (f"--{variable.replace('_', '-')}", variable == "quiet") for variable in door.variables}
-    options = vars(door_parser(command).parse_args(_normalise(argv, variables)))
+    flags = door_parser(command)
+    options = vars(flags.parse_args(_normalise(argv, variables, flags)))
     output = {name: options.pop(name) for name in ("quiet", "verbose", "format", "fail_on", "report_url")}
     given = {name: value for name, value in options.items() if value is not None}
     workspace = Workspace(workspace_root())

@@ -1,6 +1,6 @@
-"""The doit task graph: the only module that knows doit. It turns the pipeline's groups
-(kvtasks.pipeline) into tasks, and the front doors (validate, batch, report, cache) into task
-creators; the work of every task is another module's (phases, batch, cache_commands).
+"""The doit task graph: it turns the pipeline's groups (kvtasks.pipeline) into tasks and runs a
+front door's task creators (kvtasks.front_doors) in this process through doit's Python API; the
+work of every task is another module's (phases, batch, cache_commands).
 
 Per PR (label L):  prepare:L -> base:<base key> -> head:<head key> -> report:L
 - prepare:L always runs; it computes the content keys (kvtasks.keys).

@@ -183,3 +183,36 @@ def test_signal_mid_run_hands_the_tree_back_byte_identical(sig, phase, repo, hom
     assert not alive(int(reached.read_text()))  # the target did not outlive the validator
     assert snapshot(repo) == before
     assert not out.exists()
+
+
+def test_version_names_the_tool_and_the_report_schema(capsys):
+    from kvtasks import __version__, report
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"validate-kernel-pr {__version__} (report schema {report.SCHEMA_VERSION})"
+
+
+@pytest.mark.parametrize("verdicts,code,fail_on,gated", [
+    (["INCONCLUSIVE"], 2, "inconclusive", 2), (["INCONCLUSIVE"], 2, "needs_work", 0),
+    (["NEEDS_WORK"], 1, "needs_work", 1), (["NEEDS_WORK"], 1, "block", 0), (["BLOCK"], 1, "block", 1),
+    (["PASS", "BLOCK"], 1, "block", 1), (["PASS"], 0, "block", 0),
+])
+def test_fail_on_sets_the_least_severe_verdict_that_fails(verdicts, code, fail_on, gated):
+    assert cli.gate_code(verdicts, code, fail_on) == gated
+
+
+def test_doit_words_and_flags_are_one_spelling_and_a_flags_value_stays_a_value():
+    variables = {**cli._request_variables(), "quiet": ("--quiet", True)}
+    flags = cli.parser(demo=True)
+    assert cli._normalise(["repo=/r", "no_network=1", "sandbox=0", "--tol-table", "f32=1e-5", "quiet=1"], variables,
+                          flags) == ["--repo=/r", "--no-network", "--tol-table", "f32=1e-5", "--quiet"]
+
+
+def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys):
+    code = cli.main(["validate", f"repo={repo}", "--target", "tests/test_scale.py", "--label", "machine",
+                     "--format", "json", "--fail-on", "needs_work"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["reports"][0]["verdict"] == "INCONCLUSIVE" and summary["exit"] == code == 0
+    assert summary["schema_version"] == json.loads((home / "reports" / "machine" / "validation_report.json")
+                                                   .read_text())["schema_version"]
+    assert all(set(finding) == {"rule", "severity", "stage"} for finding in summary["reports"][0]["findings"])
