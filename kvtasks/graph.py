@@ -190,14 +190,6 @@ def execute(build_namespace, command: str, quiet: bool = False, verbose: bool = 
     return code if code in (0, 1, 2) else 2
 
 
-def run(request: Request, workspace: Workspace, quiet: bool = False, verbose: bool = False) -> int:
-    """Execute the validation graph of one request; return the verdict's exit code."""
-    def validation():
-        hold_worktrees([request])
-        return loader_namespace([request], workspace, quiet)
-    return execute(validation, "validate", quiet, verbose)
-
-
 def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
     """One regeneration per label; a label whose evidence is gone (cache-gc, or never stored) or
     unreadable (another evidence schema) is said in one line: alone it is a usage error (exit 64), among all labels it is skipped."""
