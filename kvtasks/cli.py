@@ -29,8 +29,8 @@ DEFAULT_OUT = "validation_report.json"
 # the verdicts from least to most severe; --fail-on X fails the gate at X and every verdict above it
 SEVERITY_ORDER = ("PASS", "INCONCLUSIVE", "NEEDS_WORK", "BLOCK")
 FAIL_ON = {"inconclusive": "INCONCLUSIVE", "needs_work": "NEEDS_WORK", "block": "BLOCK"}
-# commands that run no doit graph
-OWN_COMMANDS = ("schema", "fleet-node")
+EXIT_CODES_HELP = ("exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE, 64 a usage error (no report); "
+                   "--fail-on moves the bar")
 
 
 def workspace_root() -> Path:
@@ -64,8 +64,8 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 
 def parser(demo: bool = False) -> argparse.ArgumentParser:
     """The flags, derived from the options the Request declares, plus the front door's own."""
-    p = _Parser(prog="validate-kernel-pr", description=__doc__.splitlines()[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="validate-kernel-pr", description=__doc__.split("\n\nExit codes")[0],
+                epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for declared in declared_options():
         option = declared.option
         if option.switch:
@@ -83,7 +83,7 @@ def parser(demo: bool = False) -> argparse.ArgumentParser:
 def door_parser(command: str) -> argparse.ArgumentParser:
     """A front door's variables as flags (--manifest FILE, --older 30d, ...)."""
     door = front_doors.FRONT_DOORS[command]
-    p = _Parser(prog=f"validate-kernel-pr {command}", description=door.doc)
+    p = _Parser(prog=f"validate-kernel-pr {command}", description=door.doc, epilog=EXIT_CODES_HELP)
     for variable in door.variables:
         if variable != "quiet":
             p.add_argument(f"--{variable.replace('_', '-')}", dest=variable)
