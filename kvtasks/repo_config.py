@@ -60,6 +60,8 @@ def load(tree: Path) -> RepoConfig | None:
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, ValueError) as exc:
+            if name == "pyproject.toml":  # the packaging's file: judging it is the stages' business, not the configuration's
+                continue
             raise UsageError(f"{name} of the base tree does not parse: {exc}") from exc
         table = data.get("tool", {}).get("kvtasks")
         if table is None and name == "kvtasks.toml":
