@@ -46,7 +46,8 @@ def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, lis
 def target_options(workspace: Workspace, given: dict) -> list[dict]:
     """The options of each validation the caller's options ask for: one, unless base's configuration
     maps the PR's changed files to several targets."""
-    if not given.get("repo"):
+    by_refs, by_patch = given.get("base_ref") or given.get("head_ref"), given.get("patch") or given.get("head_sha")
+    if not given.get("repo") or (by_refs and by_patch):  # build_request says what is wrong with the PR's naming
         return [given]
     tree, changed = _base_tree_and_changes(workspace, given)
     try:
