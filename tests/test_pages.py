@@ -194,7 +194,7 @@ def test_doit_serve_serves_the_pages_on_localhost_only(tmp_path):
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=20)
-    assert doit(home, "serve", "port=http").returncode == 2
+    assert doit(home, "serve", "port=http").returncode == 64  # a usage error
 
 
 # -- a real batch in a real browser ----------------------------------------------------------------
