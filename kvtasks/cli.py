@@ -29,6 +29,8 @@ DEFAULT_OUT = "validation_report.json"
 # the verdicts from least to most severe; --fail-on X fails the gate at X and every verdict above it
 SEVERITY_ORDER = ("PASS", "INCONCLUSIVE", "NEEDS_WORK", "BLOCK")
 FAIL_ON = {"inconclusive": "INCONCLUSIVE", "needs_work": "NEEDS_WORK", "block": "BLOCK"}
+# the front door's own options (_output_options): how it speaks and gates, no Request field
+OUTPUT_OPTIONS = ("quiet", "verbose", "format", "fail_on", "report_url")
 EXIT_CODES_HELP = ("exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE, 64 a usage error (no report); "
                    "--fail-on moves the bar")
 
@@ -172,11 +174,17 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace) -> 
     return code
 
 
-def _validate(argv: list[str], demo: bool) -> int:
+def parse_validation(argv: list[str], demo: bool = False) -> tuple[dict, dict]:
+    """A validation's options (the Request's fields, and `demo`) and the front door's output
+    options, from flags or doit words."""
     variables = {**_request_variables(), "demo": ("--demo", False), "quiet": ("--quiet", True)}
     flags = parser(demo)
     options = vars(flags.parse_args(_normalise(argv, variables, flags)))
-    output = {name: options.pop(name) for name in ("quiet", "verbose", "format", "fail_on", "report_url")}
+    return options, {name: options.pop(name) for name in OUTPUT_OPTIONS}
+
+
+def _validate(argv: list[str], demo: bool) -> int:
+    options, output = parse_validation(argv, demo)
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
     workspace = Workspace(workspace_root())
     if "out" not in given and "repo" in given:
@@ -198,7 +206,7 @@ def _door(command: str, argv: list[str]) -> int:
     variables = {variable: (f"--{variable.replace('_', '-')}", variable == "quiet") for variable in door.variables}
     flags = door_parser(command)
     options = vars(flags.parse_args(_normalise(argv, variables, flags)))
-    output = {name: options.pop(name) for name in ("quiet", "verbose", "format", "fail_on", "report_url")}
+    output = {name: options.pop(name) for name in OUTPUT_OPTIONS}
     given = {name: value for name, value in options.items() if value is not None}
     workspace = Workspace(workspace_root())
     quiet = output["quiet"] or output["format"] == "json"

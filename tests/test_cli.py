@@ -202,10 +202,13 @@ def test_fail_on_sets_the_least_severe_verdict_that_fails(verdicts, code, fail_o
 
 
 def test_doit_words_and_flags_are_one_spelling_and_a_flags_value_stays_a_value():
-    variables = {**cli._request_variables(), "quiet": ("--quiet", True)}
-    flags = cli.parser(demo=True)
-    assert cli._normalise(["repo=/r", "no_network=1", "sandbox=0", "--tol-table", "f32=1e-5", "quiet=1"], variables,
-                          flags) == ["--repo=/r", "--no-network", "--tol-table", "f32=1e-5", "--quiet"]
+    words, words_output = cli.parse_validation(["repo=/r", "no_network=1", "sandbox=0", "--tol-table", "f32=1e-5",
+                                                "quiet=1", "demo=clean-fix"], demo=True)
+    flags, flags_output = cli.parse_validation(["--repo", "/r", "--no-network", "--tol-table=f32=1e-5", "--quiet",
+                                                "--demo", "clean-fix"], demo=True)
+    assert words == flags and words_output == flags_output
+    assert (words["repo"], words["no_network"], words["sandbox"], words["tol_table"], words["demo"]) == \
+        ("/r", True, False, "f32=1e-5", "clean-fix") and words_output["quiet"]
 
 
 def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys):
