@@ -1,12 +1,16 @@
-"""validate-kernel-pr: the seed's flags -> Request -> the same doit graph as `doit validate`.
+"""validate-kernel-pr: the installed front door; each command runs the same doit graph as `doit`.
 
-It owns only the front door (argv, exit codes, where the report copy goes): every flag is derived
-from the options the Request declares, never listed here.
+    validate-kernel-pr validate [FLAGS | name=value ...]   one PR (no --repo: the embedded demo)
+    validate-kernel-pr --repo W --target T ...              the same, the flag form
+    validate-kernel-pr batch --manifest FILE | report | serve | cache | cache-gc --older 30d
+    validate-kernel-pr schema | fleet-node | --version
 
-Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE or a usage error (no report written).
-Evidence and published reports live under $KVTASKS_HOME (default ~/.cache/kvtasks), never in the
-worktree; the report is also written to --out (default ./validation_report.json, unless that lies
-inside the worktree: then the workspace's reports/<label>/ is the only copy, and a line says so).
+Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE, 64 a usage error (no report written);
+--fail-on moves the bar a verdict fails a CI gate at.
+Evidence, clones and published reports live under $KVTASKS_HOME (default ~/.cache/kvtasks), never in
+the current directory or the worktree; the report is also written to --out (default
+./validation_report.json for the flag form, unless that lies inside the worktree: then the
+workspace's reports/<label>/ is the only copy, and a line says so).
 """
 from __future__ import annotations
 
@@ -16,11 +20,19 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import graph, report, worktree
-from kvtasks.workspace import Workspace
-from kvtasks.request import UsageError, build_request, declared_options
+from kvtasks import __version__, comment, front_doors, graph, report, worktree
+from kvtasks.request import declared_options
+from kvtasks.usage import USAGE_EXIT
+from kvtasks.workspace import Workspace, fail_usage
 
 DEFAULT_OUT = "validation_report.json"
+# the verdicts from least to most severe; --fail-on X fails the gate at X and every verdict above it
+SEVERITY_ORDER = ("PASS", "INCONCLUSIVE", "NEEDS_WORK", "BLOCK")
+FAIL_ON = {"inconclusive": "INCONCLUSIVE", "needs_work": "NEEDS_WORK", "block": "BLOCK"}
+# the front door's own options (_output_options): how it speaks and gates, no Request field
+OUTPUT_OPTIONS = ("quiet", "verbose", "format", "fail_on", "report_url")
+EXIT_CODES_HELP = ("exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE, 64 a usage error (no report); "
+                   "--fail-on moves the bar")
 
 
 def workspace_root() -> Path:
@@ -32,15 +44,30 @@ def workspace_root() -> Path:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors exit 2 with one line too
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+    def error(self, message: str) -> None:  # argparse's own usage errors are one line and USAGE_EXIT too
+        fail_usage(message)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The flags, derived from the options the Request declares, plus the CLI's own --quiet."""
-    p = _Parser(prog="validate-kernel-pr", description=__doc__.splitlines()[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """How much the front door says, in which form, and which verdicts fail a CI gate."""
+    p.add_argument("--quiet", action="store_true", help="no progress lines and no summary")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="more progress: the workspace, each validation's tree, target and report, every doit task")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="json: one machine summary (verdicts, exit codes, report paths, findings by rule) on "
+                        "stdout, and no progress")
+    p.add_argument("--fail-on", choices=tuple(FAIL_ON), default="inconclusive",
+                   help="the least severe verdict that exits non-zero (default inconclusive: any verdict but PASS); "
+                        "a verdict below it exits 0")
+    p.add_argument("--report-url", metavar="PREFIX",
+                   help="where reports/ is served (e.g. a CI artifact or pages URL): comment.md links the "
+                        "report's page under it")
+
+
+def parser(demo: bool = False) -> argparse.ArgumentParser:
+    """The flags, derived from the options the Request declares, plus the front door's own."""
+    p = _Parser(prog="validate-kernel-pr", description=__doc__.split("\n\nExit codes")[0],
+                epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for declared in declared_options():
         option = declared.option
         if option.switch:
@@ -49,47 +76,165 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument(*declared.flags, dest=declared.field, action="append", default=[], help=option.help)
         else:
             p.add_argument(*declared.flags, dest=declared.field, help=option.help)
-    p.add_argument("--quiet", action="store_true", help="no progress lines and no summary")
+    if demo:
+        p.add_argument("--demo", help="with no --repo: which embedded demo PR to validate")
+    _output_options(p)
     return p
 
 
-def _normalise(argv: list[str]) -> list[str]:
-    """Accept `--shape-arg --shapes` as well as `--shape-arg=--shapes` for dash-led values."""
+def door_parser(command: str) -> argparse.ArgumentParser:
+    """A front door's variables as flags (--manifest FILE, --older 30d, ...)."""
+    door = front_doors.FRONT_DOORS[command]
+    p = _Parser(prog=f"validate-kernel-pr {command}", description=door.doc, epilog=EXIT_CODES_HELP)
+    for variable in door.variables:
+        if variable != "quiet":
+            p.add_argument(f"--{variable.replace('_', '-')}", dest=variable)
+    _output_options(p)
+    return p
+
+
+def _normalise(argv: list[str], variables: dict[str, tuple[str, bool]], p: argparse.ArgumentParser) -> list[str]:
+    """doit's `name=value` words as flags, and `--shape-arg --shapes` as `--shape-arg=--shapes`.
+
+    `variables` maps a variable to its flag and whether it is a switch (written name=1); a word
+    that is a flag's value (`--tol-table f32=1e-5`) stays that value."""
     dash_valued = {flag for declared in declared_options() if declared.option.dash_led for flag in declared.flags}
+    valued = {flag for action in p._actions if action.nargs != 0 for flag in action.option_strings}
     joined, index = [], 0
     while index < len(argv):
-        if argv[index] in dash_valued and index + 1 < len(argv):
-            joined.append(f"{argv[index]}={argv[index + 1]}")
-            index += 2
-        else:
-            joined.append(argv[index])
+        word = argv[index]
+        if word[:1] != "-" and "=" in word and not (index and argv[index - 1] in valued):
+            name, value = word.split("=", 1)
+            if name not in variables:
+                fail_usage(f"{name!r} is no variable of this command; it takes {', '.join(variables)}")
+            flag, switch = variables[name]
+            if not switch:
+                joined.append(f"{flag}={value}")
+            elif value not in ("", "0"):
+                joined.append(flag)
+        elif word in dash_valued and index + 1 < len(argv):
+            joined.append(f"{word}={argv[index + 1]}")
             index += 1
+        else:
+            joined.append(word)
+        index += 1
     return joined
+
+
+def _request_variables() -> dict[str, tuple[str, bool]]:
+    return {variable: (declared.flags[0], declared.option.switch)
+            for declared in declared_options() for variable in declared.variables}
+
+
+def gate_code(verdicts: list[str], code: int, fail_on: str) -> int:
+    """The exit code a CI gate sees: a run whose verdicts all lie below --fail-on exits 0."""
+    if verdicts and all(SEVERITY_ORDER.index(verdict) < SEVERITY_ORDER.index(FAIL_ON[fail_on]) for verdict in verdicts):
+        return 0
+    return code
+
+
+def machine_summary(command: str, code: int, reports: list[Path]) -> dict:
+    """What --format json prints: one entry per report written, with its findings by rule."""
+    runs = []
+    for path in reports:
+        if not path.is_file():
+            continue
+        body = json.loads(path.read_text())
+        runs.append({"label": body["label"], "verdict": body["verdict"], "exit": body["process_exit_code"],
+                     "report": str(path), "comment": str(path.with_name(comment.COMMENT)),
+                     "findings": [{key: finding[key] for key in ("rule", "severity", "stage")}
+                                  for finding in body["findings"]]})
+    return {"command": command, "kvtasks_version": __version__, "schema_version": report.SCHEMA_VERSION,
+            "exit": code, "reports": runs}
+
+
+def _run(command: str, build_namespace, options: dict, workspace: Workspace) -> int:
+    """Run a door's graph and turn its outcome into the exit code and output asked for."""
+    if options["report_url"]:
+        os.environ[comment.REPORT_URL_VARIABLE] = options["report_url"]
+    as_json = options["format"] == "json"
+    built: dict = {}
+
+    def namespace():
+        built.update(build_namespace())
+        if options["verbose"]:
+            print(f"validate-kernel-pr: workspace {workspace.root}", file=sys.stderr)
+            for request in built.get(graph.REQUESTS, []):
+                print(f"validate-kernel-pr: {request.label}: {request.repo} target {request.target}, report "
+                      f"{workspace.report_paths(request)[0]}", file=sys.stderr)
+        return built
+
+    code = graph.execute(namespace, command, quiet=options["quiet"] or as_json, verbose=options["verbose"])
+    reports = [workspace.reports / request.label / "validation_report.json"
+               for request in built.get(graph.REQUESTS, [])]
+    verdicts = [json.loads(path.read_text())["verdict"] for path in reports if path.is_file()]
+    code = gate_code(verdicts, code, options["fail_on"]) if len(verdicts) == len(reports) else code
+    if as_json:
+        print(json.dumps(machine_summary(command, code, reports), indent=2))
+    return code
+
+
+def parse_validation(argv: list[str], demo: bool = False) -> tuple[dict, dict]:
+    """A validation's options (the Request's fields, and `demo`) and the front door's output
+    options, from flags or doit words."""
+    variables = {**_request_variables(), "demo": ("--demo", False), "quiet": ("--quiet", True)}
+    flags = parser(demo)
+    options = vars(flags.parse_args(_normalise(argv, variables, flags)))
+    return options, {name: options.pop(name) for name in OUTPUT_OPTIONS}
+
+
+def _validate(argv: list[str], demo: bool) -> int:
+    options, output = parse_validation(argv, demo)
+    given = {name: value for name, value in options.items() if value not in (None, [], False)}
+    workspace = Workspace(workspace_root())
+    if "out" not in given and "repo" in given:
+        given["default_out"] = DEFAULT_OUT
+
+    def validation():
+        namespace = front_doors.validation(workspace, given, output["quiet"] or output["format"] == "json",
+                                           demo_without_repo=demo)
+        requests = namespace[graph.REQUESTS]
+        if "default_out" in given and len(requests) == 1 and requests[0].out is None:
+            print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written "
+                  f"only to {workspace.report_paths(requests[0])[0]}", file=sys.stderr)
+        return namespace
+    return _run("validate", validation, output, workspace)
+
+
+def _door(command: str, argv: list[str]) -> int:
+    door = front_doors.FRONT_DOORS[command]
+    variables = {variable: (f"--{variable.replace('_', '-')}", variable == "quiet") for variable in door.variables}
+    flags = door_parser(command)
+    options = vars(flags.parse_args(_normalise(argv, variables, flags)))
+    output = {name: options.pop(name) for name in OUTPUT_OPTIONS}
+    given = {name: value for name, value in options.items() if value is not None}
+    workspace = Workspace(workspace_root())
+    quiet = output["quiet"] or output["format"] == "json"
+    return _run(command, lambda: front_doors.namespace(command, workspace, given, quiet), output, workspace)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     worktree.forget_callers_repository()  # run from a git hook, git's variables name the caller's repository
+    if argv[:1] == ["--version"]:
+        print(f"validate-kernel-pr {__version__} (report schema {report.SCHEMA_VERSION})")
+        return 0
     if argv[:1] == ["schema"]:
         print(json.dumps(report.json_schema(), indent=2))
         return 0
     if argv[:1] == ["fleet-node"]:
         from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it
         return join.main(argv[1:])
-    options = vars(parser().parse_args(_normalise(argv)))
-    quiet = options.pop("quiet")
-    if options["out"] is None:
-        options["default_out"] = DEFAULT_OUT
-    workspace = Workspace(workspace_root())
     try:
-        request = build_request(options, clones_root=workspace.clones)
-    except UsageError as exc:
-        print(f"validate-kernel-pr: error: {exc}", file=sys.stderr)
-        return 2
-    if "default_out" in options and request.out is None:
-        print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written only to "
-              f"{workspace.report_paths(request)[0]}", file=sys.stderr)
-    return graph.run(request, workspace, quiet=quiet)
+        if argv[:1] == ["validate"]:
+            return _validate(argv[1:], demo=True)
+        if argv and argv[0] in front_doors.FRONT_DOORS:
+            return _door(argv[0], argv[1:])
+        return _validate(argv, demo=False)
+    except SystemExit as stopped:  # a usage error (fail_usage) is this front door's exit code, not an exception
+        if stopped.code in (0, USAGE_EXIT):
+            return stopped.code
+        raise
 
 
 if __name__ == "__main__":

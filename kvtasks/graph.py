@@ -1,6 +1,6 @@
-"""The doit task graph: the only module that knows doit. It turns the pipeline's groups
-(kvtasks.pipeline) into tasks, and the front doors (validate, batch, report, cache) into task
-creators; the work of every task is another module's (phases, batch, cache_commands).
+"""The doit task graph: it turns the pipeline's groups (kvtasks.pipeline) into tasks and runs a
+front door's task creators (kvtasks.front_doors) in this process through doit's Python API; the
+work of every task is another module's (phases, batch, cache_commands).
 
 Per PR (label L):  prepare:L -> base:<base key> -> head:<head key> -> report:L
 - prepare:L always runs; it computes the content keys (kvtasks.keys).
@@ -23,7 +23,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import batch, phases, processes, worktree
+from kvtasks import batch, phases, pr_targets, processes, worktree
 from kvtasks.gpu import lease, picker
 from kvtasks.pipeline import PIPELINE
 from kvtasks.request import Request
@@ -53,8 +53,11 @@ def _publish(request: Request, workspace: Workspace, quiet: bool, verdict_is_res
                            f"verdict {composed.verdict} (exit {composed.process_exit_code}): {destination}")
 
 
-def _write_index(requests: list[Request], workspace: Workspace, name: str):
+def _write_index(requests: list[Request], workspace: Workspace, name: str, one_pr: bool):
     worst, index = batch.write_index(requests, workspace, name)
+    if one_pr:  # the targets of one PR: its own report says the worst verdict, with each target's
+        worst, pr_report = pr_targets.write_pr_report(workspace.reports, [request.label for request in requests])
+        return _verdict_result(worst, f"PR {name}: exit {worst} ({pr_report})")
     return _verdict_result(worst, f"batch {name}: exit {worst} ({index})")
 
 
@@ -94,8 +97,14 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
                "doc": f"compose, judge and publish the report for {request.label}"}
 
 
-def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None) -> dict:
-    """The task creators for validating `requests` (one: validate; several: a batch)."""
+# the namespace's record of the requests it validates (doit loads only task_ creators and DOIT_CONFIG)
+REQUESTS = "KVTASKS_REQUESTS"
+
+
+def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None,
+                     one_pr: bool = False) -> dict:
+    """The task creators for validating `requests` (one: validate; several: a batch, or with
+    `one_pr` the targets of one PR, whose `validate` is that batch)."""
     # --sandbox mounts this workspace (evidence and reports) read-only for every target
     requests = [request.model_copy(update={"readonly": (str(workspace.root),)}) if request.sandbox else request
                 for request in requests]
@@ -106,33 +115,19 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
     def task_sides():
         yield from side_tasks(requests, workspace, quiet, batch=batch_name is not None)
 
-    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config()}
+    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config(),
+                 REQUESTS: requests}
     if batch_name is None:
         namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["report"], "doc": "validate one PR"}
     else:
         def task_batch():
-            return {"actions": [(_write_index, [requests, workspace, batch_name])], "task_dep": ["report"],
+            return {"actions": [(_write_index, [requests, workspace, batch_name, one_pr])], "task_dep": ["report"],
                     "uptodate": [False], "verbosity": 2, "doc": "validate every PR of a manifest against one base"}
         namespace["task_batch"] = task_batch
+        if one_pr:
+            namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["batch"],
+                                                  "doc": "validate one PR on each of its targets"}
     return namespace
-
-
-FRONT_DOORS = {
-    "validate": "validate one PR (no variables: the embedded demo; demo=NAME picks another demo PR)",
-    "batch": "validate every PR of manifest=FILE against one base",
-    "report": "rebuild reports from stored evidence (label=L for one); runs no target, no git",
-    "cache": "list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
-    "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long",
-}
-
-
-def catalogue() -> dict:
-    """Task creators that only describe the front doors, for doit's own commands (list, help, info,
-    forget, ...): loading them builds no demo repository, takes no worktree and runs nothing."""
-    def described(name: str, doc: str):
-        return lambda: {"basename": name, "actions": None, "doc": doc}
-
-    return {f"task_{name.replace('-', '_')}": described(name, doc) for name, doc in FRONT_DOORS.items()}
 
 
 class _Workers:
@@ -150,6 +145,9 @@ class _Workers:
 _WORKERS: _Workers | None = None
 
 
+_HELD: list = []  # the worktrees this validator holds, released when its run ends
+
+
 def hold_worktrees(requests: list[Request]) -> None:
     """Take each worktree for this validator before anything runs (a busy one is refused at
     once), and start the validator's GPU lease owner before any worker forks."""
@@ -158,36 +156,43 @@ def hold_worktrees(requests: list[Request]) -> None:
         try:
             worktree.hold_exclusively(repo)
         except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
+            release_held()
             fail_usage(str(exc))
+        _HELD.append(repo)
     _WORKERS = _WORKERS or _Workers()
     signals.install()
     lease.start(picker.lock_dir())
 
 
-def run(request: Request, workspace: Workspace, quiet: bool = False) -> int:
-    """Execute the validation graph through doit's Python API; return the verdict's exit code."""
+def release_held() -> None:
+    picker.release_all()  # the claim is held until the report is written, and no longer
+    lease.stop()
+    while _HELD:
+        worktree.release_exclusive(_HELD.pop())
+
+
+def execute(build_namespace, command: str, quiet: bool = False, verbose: bool = False) -> int:
+    """Run one front door's task graph in this process through doit's Python API (its loader over
+    the namespace `build_namespace()` returns, built under the run's signal handlers); return
+    doit's exit code, 0 to 2 (doit's 3, could not start, is INCONCLUSIVE's 2 too)."""
     with signals.raising():  # for this run only: an in-process caller keeps its own handlers afterwards
-        hold_worktrees([request])
-        loader = ModuleTaskLoader(loader_namespace([request], workspace, quiet))
-        args = ["run", *(["--verbosity", "0", "--reporter", "zero"] if quiet else []), "validate"]
         try:
-            code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(args)
+            loader = ModuleTaskLoader(build_namespace())
+            output = ["--verbosity", "0", "--reporter", "zero"] if quiet else ["--verbosity", "2"] if verbose else []
+            code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(["run", *output, command])
         except signals.Interrupted as stopped:
             if not stopped.said:
                 print(f"kvtasks: interrupted by {stopped.name} while no tree was lent; the worktree is as supplied "
                       "and the run stopped", file=sys.__stderr__)
             raise
         finally:
-            picker.release_all()  # the claim is held until the report is written, and no longer
-            lease.stop()
-            worktree.release_exclusive(request.repo)
-    # doit: 0 success, 1 task failed, 2 task error, 3 could not start; the last is INCONCLUSIVE too
+            release_held()
     return code if code in (0, 1, 2) else 2
 
 
 def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
     """One regeneration per label; a label whose evidence is gone (cache-gc, or never stored) or
-    unreadable (another evidence schema) is said in one line: alone it is a usage error (exit 2), among all labels it is skipped."""
+    unreadable (another evidence schema) is said in one line: alone it is a usage error (exit 64), among all labels it is skipped."""
     labels = [label] if label else workspace.store.labels()
     for name in labels:
         fleet = (workspace.store.label(name) or {}).get("fleet")

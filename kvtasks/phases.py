@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtasks import keys, pages, report
+from kvtasks import comment, keys, pages, report
 from kvtasks.pipeline import run_group
 from kvtasks.request import Request
 from kvtasks.stages import Context, ReusedEvidence, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
@@ -59,7 +59,7 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
     if recovered is not None:
         facts = next(result for result in results if result.name == run_facts.NAME)
         facts.facts.recovered_run = recovered
-        facts.finding("note", _recovery_note(recovered))
+        facts.finding("run.recovered", "note", _recovery_note(recovered))
         print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
     learned = merged(Facts, (result.facts for result in results))
     record = {"halted": learned.halt, "base_key": None, "head_key": None, "finished_utc": None,
@@ -86,7 +86,7 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
     done = [result for name, result in ctx.earlier.items() if (loaded or {}).get(name) is not result]
     if group != "prepare":
         crash = StageResult(name=f"{group}_crash", facts=Facts(halt=detail))
-        return [*done, crash.finding("note", f"{detail}; no verdict rests on this run")]
+        return [*done, crash.finding("run.crashed", "note", f"{detail}; no verdict rests on this run")]
     crash = next((result for result in done if result.name == run_facts.NAME), None)
     if crash is None:
         crash = StageResult(name=run_facts.NAME, facts=Facts(started_utc=run_facts.utc_now(),
@@ -96,7 +96,7 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
     if not any(r.facts.repo for r in done):
         crash.facts.repo = Repo(worktree=str(ctx.worktree.path), base=None, head=ctx.request.head_sha, kind="unknown",
                                 patch_sha256=None)
-    crash.finding("note", f"{detail}; no verdict rests on this run")
+    crash.finding("run.crashed", "note", f"{detail}; no verdict rests on this run")
     return done
 
 
@@ -203,6 +203,8 @@ def publish(request: Request, workspace: Workspace, quiet: bool, draw_index: boo
     composed = compose(workspace, request.label)
     paths = workspace.report_paths(request)
     report.publish(composed, paths)
+    if draw_index:  # one PR's own run (a batch's PRs, or one PR's targets, are summed up after the last)
+        comment.append_to_step_summary((paths[0].parent / comment.COMMENT).read_text())
     page = pages.write_report_page(paths[0].parent)
     if draw_index:
         pages.write_index(workspace.reports)

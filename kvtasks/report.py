@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model
 
-from kvtasks import faults
+from kvtasks import __version__, comment, faults
 from kvtasks.pipeline import REPORTED
 from kvtasks.stages import PAYLOADS, Finding, Stage, StageResult
 from kvtasks.stages.records import CpuTier, Facts, RuntimeIdentity, Selection, merged
@@ -22,6 +22,9 @@ from kvtasks.store import write_atomic
 from kvtasks.harness.environment import TargetEnvironment
 from kvtasks.harness.receipts import PRODUCER
 
+# the report's shape for its consumers; bumped when a field is removed or changes meaning
+# (1: the first versioned report, with schema_version, kvtasks_version and every finding's rule)
+SCHEMA_VERSION = "1"
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
@@ -93,6 +96,8 @@ class ArchRun(BaseModel):
 
 
 class Report(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    kvtasks_version: str = __version__  # the kvtasks that composed this report
     label: str
     started_utc: str
     finished_utc: str
@@ -142,7 +147,7 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
             stages[name] = payload(status="skip", note=f"not run: {facts.halt}")
         else:
             stages[name] = payload(status="skip", note="validator internal error: stage did not record a result")
-            findings.append(Finding(severity="note", stage=name,
+            findings.append(Finding(rule="report.stage-missing", severity="note", stage=name,
                                     detail="stage result was missing; validation is inconclusive"))
 
     tier = facts.cpu_tier
@@ -173,7 +178,7 @@ def compose(label: str, results: list[StageResult], finished_utc: str | None = N
     if verdict == "PASS":
         violations = pass_gate(report)
         if violations:
-            report.findings.append(Finding(severity="note", stage="report",
+            report.findings.append(Finding(rule="report.pass-withheld", severity="note", stage="report",
                                            detail="PASS withheld: " + "; ".join(violations)))
             report.verdict, report.process_exit_code = "INCONCLUSIVE", 2
     return report
@@ -355,13 +360,20 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _beside(path: Path, name: str) -> Path:
+    """summary.md or comment.md beside a report; beside an --out of another name, <stem>.<name>."""
+    return path.with_name(name) if path.name == "validation_report.json" else path.with_name(f"{path.stem}.{name}")
+
+
 def publish(report: Report, destinations: list[Path]) -> None:
-    """Write validation_report.json (+ summary.md beside it) to each destination path."""
+    """Write validation_report.json (+ summary.md and comment.md beside it) to each destination
+    path."""
     body = json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
     summary = summary_markdown(report)
+    posted = comment.markdown(report.model_dump(mode="json"), comment.page_url(report.label))
     for path in destinations:
         faults.point("report")
         write_atomic(path, body.encode())
-        write_atomic(path.with_name("summary.md") if path.name == "validation_report.json"
-                      else path.with_name(f"{path.stem}.summary.md"), summary.encode())
+        write_atomic(_beside(path, "summary.md"), summary.encode())
+        write_atomic(_beside(path, comment.COMMENT), posted.encode())
         perf_chart(report, path.with_name("perf.png"))

@@ -32,8 +32,9 @@ from pydantic import BaseModel, ValidationError
 from kvtasks.stages import StageResult
 
 # the shape of stored stage results; a change to it bumps this, and older evidence runs again
-# (1: a bare list of results, before the version was stored; 2: facts and selection as free dictionaries)
-EVIDENCE_SCHEMA = 3
+# (1: a bare list of results, before the version was stored; 2: facts and selection as free dictionaries;
+# 4: every finding carries its rule id, kvtasks.rules)
+EVIDENCE_SCHEMA = 4
 
 
 class _Evidence(BaseModel):

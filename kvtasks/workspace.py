@@ -1,5 +1,5 @@
 """Where a front door keeps evidence (cache/) and publishes reports (reports/), and how a front door
-refuses bad input (one line, exit 2). It runs nothing and reads no evidence itself (store.py does).
+refuses bad input (one line, exit usage.USAGE_EXIT, 64). It runs nothing and reads no evidence itself (store.py does).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from kvtasks import pages
 from kvtasks.request import Request
 from kvtasks.store import Store
+from kvtasks.usage import USAGE_EXIT
 
 
 @dataclass(frozen=True)
@@ -47,4 +48,4 @@ class Workspace:
 
 def fail_usage(message: str) -> None:
     print(f"validate-kernel-pr: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(USAGE_EXIT)

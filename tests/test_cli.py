@@ -46,11 +46,11 @@ def usage(capsys, argv):
     ("python path missing", lambda r, p, o: ["--repo", r, "--target", "t.py", "--python-path", "lib", "--out", o],
      "--python-path 'lib' is not a folder of the checkout"),
 ])
-def test_usage_errors_exit_2_with_one_line_and_no_report(case, argv_of, message, repo, patch, home, tmp_path, capsys):
+def test_usage_errors_exit_64_with_one_line_and_no_report(case, argv_of, message, repo, patch, home, tmp_path, capsys):
     out = tmp_path / "report.json"
     before = snapshot(repo)
     code, err = usage(capsys, argv_of(str(repo), str(patch), str(out)))
-    assert code == 2, case
+    assert code == 64, case
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
     assert not (home / "reports").exists()
@@ -71,7 +71,7 @@ def test_bad_host_settings_are_usage_errors(variable, value, message, repo, home
     monkeypatch.setenv(variable, value)
     out = tmp_path / "report.json"
     code, err = usage(capsys, ["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out)])
-    assert code == 2 and len(err) == 1 and message in err[0]
+    assert code == 64 and len(err) == 1 and message in err[0]
     assert not out.exists()
 
 
@@ -80,7 +80,7 @@ def test_empty_and_non_patch_files_are_usage_errors(repo, home, tmp_path, capsys
         bogus = tmp_path / "bogus.patch"
         bogus.write_bytes(content)
         code, err = usage(capsys, ["--repo", str(repo), "--target", "t.py", "--patch", str(bogus)])
-        assert code == 2 and message in err[0]
+        assert code == 64 and message in err[0]
 
 
 def test_dash_led_values_are_accepted_both_ways(repo, home, tmp_path):
@@ -130,7 +130,7 @@ def test_the_default_out_from_inside_the_worktree_goes_only_to_the_workspace(rep
     assert snapshot(repo) == before
     # the caller naming that same path is still told no
     assert usage(capsys, ["--repo", str(repo), "--target", "tests/test_scale.py", "--out", "validation_report.json"]) \
-        == (2, ["validate-kernel-pr: error: --out 'validation_report.json' lies inside the worktree; the next run "
+        == (64, ["validate-kernel-pr: error: --out 'validation_report.json' lies inside the worktree; the next run "
                 "would find it dirty"])
 
 
@@ -183,3 +183,39 @@ def test_signal_mid_run_hands_the_tree_back_byte_identical(sig, phase, repo, hom
     assert not alive(int(reached.read_text()))  # the target did not outlive the validator
     assert snapshot(repo) == before
     assert not out.exists()
+
+
+def test_version_names_the_tool_and_the_report_schema(capsys):
+    from kvtasks import __version__, report
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"validate-kernel-pr {__version__} (report schema {report.SCHEMA_VERSION})"
+
+
+@pytest.mark.parametrize("verdicts,code,fail_on,gated", [
+    (["INCONCLUSIVE"], 2, "inconclusive", 2), (["INCONCLUSIVE"], 2, "needs_work", 0),
+    (["NEEDS_WORK"], 1, "needs_work", 1), (["NEEDS_WORK"], 1, "block", 0), (["BLOCK"], 1, "block", 1),
+    (["PASS", "BLOCK"], 1, "block", 1), (["PASS"], 0, "block", 0),
+])
+def test_fail_on_sets_the_least_severe_verdict_that_fails(verdicts, code, fail_on, gated):
+    assert cli.gate_code(verdicts, code, fail_on) == gated
+
+
+def test_doit_words_and_flags_are_one_spelling_and_a_flags_value_stays_a_value():
+    words, words_output = cli.parse_validation(["repo=/r", "no_network=1", "sandbox=0", "--tol-table", "f32=1e-5",
+                                                "quiet=1", "demo=clean-fix"], demo=True)
+    flags, flags_output = cli.parse_validation(["--repo", "/r", "--no-network", "--tol-table=f32=1e-5", "--quiet",
+                                                "--demo", "clean-fix"], demo=True)
+    assert words == flags and words_output == flags_output
+    assert (words["repo"], words["no_network"], words["sandbox"], words["tol_table"], words["demo"]) == \
+        ("/r", True, False, "f32=1e-5", "clean-fix") and words_output["quiet"]
+
+
+def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys):
+    code = cli.main(["validate", f"repo={repo}", "--target", "tests/test_scale.py", "--label", "machine",
+                     "--format", "json", "--fail-on", "needs_work"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["reports"][0]["verdict"] == "INCONCLUSIVE" and summary["exit"] == code == 0
+    assert summary["schema_version"] == json.loads((home / "reports" / "machine" / "validation_report.json")
+                                                   .read_text())["schema_version"]
+    assert all(set(finding) == {"rule", "severity", "stage"} for finding in summary["reports"][0]["findings"])

@@ -223,12 +223,12 @@ def test_a_forge_url_with_pull_refs_and_a_pr_behind_base_that_conflicts(repo, ho
     (["--base-ref", "main"], "--base-ref and --head-ref go together"),
     (["--base-ref", "main", "--head-ref", "main", "--head-sha", "a" * 40], "either by refs"),
 ])
-def test_refs_usage_errors_exit_2_with_one_line_and_no_report(flags, said, repo, home, tmp_path, capsys):
+def test_refs_usage_errors_exit_64_with_one_line_and_no_report(flags, said, repo, home, tmp_path, capsys):
     out = tmp_path / "report.json"
     before = caller_state(repo)
     code = cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--quiet", *flags])
     lines = capsys.readouterr().err.splitlines()
-    assert code == 2 and len(lines) == 1 and said in lines[0] and lines[0].startswith("validate-kernel-pr: error:")
+    assert code == 64 and len(lines) == 1 and said in lines[0] and lines[0].startswith("validate-kernel-pr: error:")
     assert not out.exists() and caller_state(repo) == before
 
 

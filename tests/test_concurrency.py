@@ -161,7 +161,7 @@ def test_a_second_validator_with_another_tmpdir_and_home_is_still_refused(tiled,
                                    "TMPDIR": str(tmp_path), "KVTASKS_LOCK_DIR": str(tmp_path)})
     finally:
         worktree.release_exclusive(tiled)
-    assert done.returncode == 2 and "is busy" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.returncode == 64 and "is busy" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_a_crashing_group_still_writes_a_report_and_a_crashed_base_is_not_reused(tiled, validate, home, tmp_path,

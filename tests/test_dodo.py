@@ -114,9 +114,9 @@ def test_doits_own_commands_build_no_demo_and_take_no_worktree(repo, tmp_path):
     assert not (tmp_path / "cache" / "demo").exists() and not (tmp_path / "reports").exists()
 
 
-def test_doit_usage_error_is_one_line_exit_2(repo, tmp_path):
+def test_doit_usage_error_is_one_line_exit_64(repo, tmp_path):
     done = doit(tmp_path, "validate", f"repo={repo}", "target=tests/test_scale.py", "head_sha=nothex")
-    assert done.returncode == 2
+    assert done.returncode == 64
     assert done.stderr.strip().splitlines()[-1].startswith("validate-kernel-pr: error: --head-sha")
     assert not (tmp_path / "reports").exists()
 
@@ -124,8 +124,8 @@ def test_doit_usage_error_is_one_line_exit_2(repo, tmp_path):
 def test_a_misspelt_doit_variable_is_a_usage_error(repo, tmp_path):
     # dropped without a word, no_netwrok=1 would run the targets with the network on
     done = doit(tmp_path, "validate", f"repo={repo}", "target=tests/test_scale.py", "no_netwrok=1")
-    assert done.returncode == 2
+    assert done.returncode == 64
     assert done.stderr.strip().splitlines()[-1].startswith("validate-kernel-pr: error: 'no_netwrok' is no variable")
     done = doit(tmp_path, "batch", f"manifest={tmp_path / 'none.toml'}", "no_network=1")
-    assert done.returncode == 2 and "'no_network' is no variable of `doit batch`" in done.stderr
+    assert done.returncode == 64 and "'no_network' is no variable of `batch`" in done.stderr
     assert not (tmp_path / "reports").exists()

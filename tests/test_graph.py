@@ -167,7 +167,7 @@ def test_batch_refuses_a_manifest_whose_base_is_not_head(tiled, home, tmp_path):
     manifest = write_manifest(tiled, tmp_path)
     manifest.write_text(manifest.read_text().replace("base = ", 'base = "' + "0" * 40 + '"\n# was '))
     done = doit(home, "batch", f"manifest={manifest}")
-    assert done.returncode == 2 and "is not the worktree's HEAD" in done.stderr
+    assert done.returncode == 64 and "is not the worktree's HEAD" in done.stderr
 
 
 def test_a_killed_batch_resumes_without_rerunning_the_base(tiled, home, tmp_path, idle_gpu):
@@ -217,9 +217,9 @@ def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
     assert "removed 3 evidence entries" in gone.stdout and Store(home / "cache").entries() == []
     assert Store(home / "cache").labels() == []  # label records go with their evidence
     report = doit(home, "report", f"label={label}")
-    assert report.returncode == 2 and len(report.stderr.strip().splitlines()) == 1
+    assert report.returncode == 64 and len(report.stderr.strip().splitlines()) == 1
     assert "stored evidence is gone" in report.stderr and "Traceback" not in report.stderr
-    assert doit(home, "cache-gc", "older=soon").returncode == 2
+    assert doit(home, "cache-gc", "older=soon").returncode == 64
 
 
 def test_parallel_batch_takes_turns_with_the_worktree_and_runs_the_base_once(tiled, home, tmp_path, gpu_host):
@@ -244,5 +244,5 @@ def test_a_second_validator_on_a_busy_worktree_is_refused(tiled, home, tmp_path)
                               env={**os.environ, "KVTASKS_HOME": str(home)})
     finally:
         worktree.release_exclusive(tiled)
-    assert done.returncode == 2 and f"pid {os.getpid()}" in done.stderr and "is busy" in done.stderr
+    assert done.returncode == 64 and f"pid {os.getpid()}" in done.stderr and "is busy" in done.stderr
     assert not (tmp_path / "r.json").exists()

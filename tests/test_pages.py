@@ -60,7 +60,7 @@ def grid_failing_one_cell() -> StageResult:
     grid = result("correctness_grid", "fail", "exit 1 on the grid", cells=CELLS, channel="env", exit=1,
                   stats={"executed": 3, "failures": 1, "failed_tests": ["tests.test_k::test_k[7-4097-f16]"]},
                   cpu_tier={"evidence": cpu_tier.EVIDENCE, "violations": [violation]})
-    return grid.finding("blocker", "out-of-bounds memory access on head and not on base")
+    return grid.finding("cpu-tier.out-of-bounds", "blocker", "out-of-bounds memory access on head and not on base")
 
 
 def measured_perf(ratios=(1.01, 0.97, 0.9)) -> StageResult:
@@ -132,7 +132,7 @@ def test_a_report_page_shows_the_sides_and_what_base_loaded(tmp_path):
 
 
 def test_a_report_page_says_what_did_not_run(tmp_path):
-    folder = publish(tmp_path, compose("halted", result("merge_sim", "fail", "conflict").finding("blocker", "conflict"),
+    folder = publish(tmp_path, compose("halted", result("merge_sim", "fail", "conflict").finding("merge.patch-does-not-apply", "blocker", "conflict"),
                                        halt="the patch does not apply"))
     html = (folder / pages.PAGE).read_text()
     assert "The sanitizer did not run" in html and "Not measured: not run: the patch does not apply" in html
@@ -194,7 +194,7 @@ def test_doit_serve_serves_the_pages_on_localhost_only(tmp_path):
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=20)
-    assert doit(home, "serve", "port=http").returncode == 2
+    assert doit(home, "serve", "port=http").returncode == 64  # a usage error
 
 
 # -- a real batch in a real browser ----------------------------------------------------------------

@@ -38,7 +38,8 @@ def test_halted_runs_say_why_the_rest_did_not_run():
 ])
 def test_findings_decide_before_completeness(severities, verdict, code):
     stage = passing("merge_sim")
-    stage.findings = [Finding(severity=s, stage="merge_sim", detail=s) for s in severities]
+    stage.findings = [Finding(rule="merge.patch-does-not-apply", severity=s, stage="merge_sim", detail=s)
+                      for s in severities]
     composed = report.compose("x", results(stage))
     assert (composed.verdict, composed.process_exit_code) == (verdict, code)
 
@@ -106,7 +107,7 @@ def test_pass_gate_needs_a_sensitivity_run_that_corrupted_and_failed(modes):
 
 def test_summary_lists_every_stage_and_finding():
     stage = result("merge_sim", "fail", "patch | conflict")
-    stage.finding("blocker", "does not apply")
+    stage.finding("merge.patch-does-not-apply", "blocker", "does not apply")
     text = report.summary_markdown(report.compose("x", results(stage, halt="the patch does not apply")))
     assert "**BLOCK**" in text and "patch \\| conflict" in text and "- **blocker** (merge_sim): does not apply" in text
     for name in report.PIPELINE_STAGES:

@@ -22,7 +22,7 @@ def arch_run(composed: Report, node: str | None, runtime_hash: str | None, repor
 
 def not_run(arch: str, why: str) -> ArchRun:
     """An arch with no result: INCONCLUSIVE, named, never dropped and never the PR's fault."""
-    return ArchRun(verdict="INCONCLUSIVE", findings=[Finding(severity="note", stage="fleet", detail=f"{arch}: {why}")])
+    return ArchRun(verdict="INCONCLUSIVE", findings=[Finding(rule="fleet.arch-not-run", severity="note", stage="fleet", detail=f"{arch}: {why}")])
 
 
 def merge(label: str, composed: dict[str, Report], runs: dict[str, ArchRun]) -> Report:
@@ -31,12 +31,12 @@ def merge(label: str, composed: dict[str, Report], runs: dict[str, ArchRun]) -> 
     verdict = min((run.verdict for run in runs.values()), key=WORST_FIRST.index)
     worst_arch = min(runs, key=lambda arch: WORST_FIRST.index(runs[arch].verdict))
     body = composed.get(worst_arch) or next(iter(composed.values()), None)
-    findings = [Finding(severity=f.severity, stage=f.stage, detail=f"[{arch}] {f.detail}")
+    findings = [Finding(rule=f.rule, severity=f.severity, stage=f.stage, detail=f"[{arch}] {f.detail}")
                 for arch, run in runs.items() for f in run.findings]
     runtimes = {arch: run.runtime_hash for arch, run in runs.items() if run.runtime_hash}
     if len(set(runtimes.values())) > 1:
         # the runtime hash is part of the base key: these archs could not share base evidence
-        findings.append(Finding(severity="note", stage="fleet", detail="the archs ran on different runtimes ("
+        findings.append(Finding(rule="fleet.different-runtimes", severity="note", stage="fleet", detail="the archs ran on different runtimes ("
                                 + ", ".join(f"{arch}: {runtime[:12]}" for arch, runtime in runtimes.items())
                                 + "), so each has base evidence of its own"))
     coverage = {arch: "not-covered" for arch in runs}

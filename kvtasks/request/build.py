@@ -1,7 +1,7 @@
 """build_request: every option a front door was given, checked and normalised into a Request.
 
 All usage errors are raised here, before anything touches the worktree, so a bad invocation exits
-2 with one line and writes no report. It reads the worktree's top level and the patch, never
+64 with one line and writes no report. It reads the worktree's top level and the patch, never
 changes either, and never launches anything but the namespace checks --no-network/--sandbox ask for.
 """
 from __future__ import annotations

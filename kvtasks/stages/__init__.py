@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, SerializerFunctionWrapHandler, field_validator, model_serializer
 
-from kvtasks import sources
+from kvtasks import rules, sources
 from kvtasks.stages.records import Facts, Selection, merged
 from kvtasks.request import Request
 from kvtasks.harness.launch import TargetRun
@@ -67,9 +67,16 @@ def payload(name: str):
 
 
 class Finding(BaseModel):
+    # the stable id of what was found (kvtasks.rules): consumers match on it, never on the wording
+    rule: str
     severity: Severity
     stage: str
     detail: str
+
+    @field_validator("rule")
+    @classmethod
+    def _listed(cls, rule: str) -> str:
+        return rules.known(rule)
 
 
 class StageResult(BaseModel):
@@ -91,8 +98,8 @@ class StageResult(BaseModel):
             return model.model_validate(value)
         return value
 
-    def finding(self, severity: Severity, detail: str) -> "StageResult":
-        self.findings.append(Finding(severity=severity, stage=self.name, detail=detail))
+    def finding(self, rule: str, severity: Severity, detail: str) -> "StageResult":
+        self.findings.append(Finding(rule=rule, severity=severity, stage=self.name, detail=detail))
         return self
 
 

@@ -149,10 +149,10 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
         stage = result(NAME, "fail", "base's tests do not import, collect or run against head's code", **fields)
         weakened = _weakened(ctx, kept)
         if weakened:  # a changed call must not be the way a weakened test escapes being judged
-            return stage.finding("blocker", f"base's tests cannot judge head's code ({_named(api_changed, said)}) and "
+            return stage.finding("oracle.cannot-judge-weakened", "blocker", f"base's tests cannot judge head's code ({_named(api_changed, said)}) and "
                                             f"the PR weakened the tests that judge it instead in "
                                             f"{', '.join(weakened)}: {_weakenings_in(ctx, weakened)}")
-        return stage.finding("should-fix", f"base's tests no longer fit head's code (an API the PR changed in its "
+        return stage.finding("oracle.api-changed", "should-fix", f"base's tests no longer fit head's code (an API the PR changed in its "
                                            f"kernel and tests together, or an error other than a wrong value), so "
                                            f"they cannot judge it, and a PR that changes its test side needs them to: "
                                            f"{_named(api_changed, said)}")
@@ -201,14 +201,14 @@ def _blame(ctx: Context, regressed: list[str], unproven: list[str], said: dict[s
     weakened = _weakened(ctx, kept)
     named = _named(failing, said)
     if regressed and weakened:
-        return stage.finding("blocker", f"head fails the tests base had, and the PR weakened those tests in "
+        return stage.finding("oracle.fails-weakened", "blocker", f"head fails the tests base had, and the PR weakened those tests in "
                                         f"{', '.join(weakened)}: {_weakenings_in(ctx, weakened)} — base's version "
                                         f"fails: {named}")
     if regressed:
-        return stage.finding("blocker", f"head's code fails tests and cells that pass on base once the PR's test-side "
+        return stage.finding("oracle.regression", "blocker", f"head's code fails tests and cells that pass on base once the PR's test-side "
                                         f"changes ({', '.join(kept)}) are held at base: what the PR changed there hid "
                                         f"the failure: {named}")
-    return stage.finding("should-fix", f"the new target's tests pass with the PR's test side and fail with base's "
+    return stage.finding("oracle.new-target-own-answer", "should-fix", f"the new target's tests pass with the PR's test side and fail with base's "
                                        f"({', '.join(kept)}): the PR's other test-side changes decide its outcome: "
                                        f"{named}")
 

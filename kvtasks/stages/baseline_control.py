@@ -79,12 +79,12 @@ def run(ctx: Context) -> StageResult:
         stage = result(NAME, "skip", f"base run left {len(artifacts)} artifacts in the worktree "
                                          f"({', '.join(artifacts[:5])}); they were removed and head tests were not run",
                        repo_tests=repo_tests, s1_grid=s1_grid, artifacts=artifacts)
-        stage.finding("note", "the base run did not leave a clean worktree, so head failures cannot be attributed")
+        stage.finding("baseline.dirty-after-base", "note", "the base run did not leave a clean worktree, so head failures cannot be attributed")
     else:
         stage = result(NAME, "pass", f"base control ran and left the tree clean ({_base_said(repo_tests, s1_grid)})",
                        repo_tests=repo_tests, s1_grid=s1_grid)
     if merged is not None and merged.unusable:
-        stage.finding("note", merged.unusable)
+        stage.finding("baseline.run-unusable", "note", merged.unusable)
     stage.runs = runs
     not_reusable = reusable(stage)
     if not_reusable:

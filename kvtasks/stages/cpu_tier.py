@@ -82,12 +82,12 @@ def run(ctx: Context) -> StageResult:
     missing = [name for name in ("triton", "torch", "numpy") if name not in installed]
     if missing:
         stage_result = _off(f"{why}, but {request.host.python_bin} has no {', '.join(missing)} installed")
-        return stage_result.finding("note", f"the Triton CPU tier was asked for and could not run: "
+        return stage_result.finding("cpu-tier.missing-packages", "note", f"the Triton CPU tier was asked for and could not run: "
                                             f"{', '.join(missing)} missing; install kvtasks[triton-cpu] into PYTHON_BIN")
     bad = known_bad(installed)
     if bad:
         stage_result = _off(f"{why}, but {bad}")
-        return stage_result.finding("note", f"the Triton CPU tier was asked for and could not run (an environment "
+        return stage_result.finding("cpu-tier.known-bad-environment", "note", f"the Triton CPU tier was asked for and could not run (an environment "
                                             f"fact, not the PR's): {bad}")
     capability = request.cpu_device_capability
     tier = CpuTier(interpreter="triton", evidence=EVIDENCE, reason=why, triton=installed["triton"],
@@ -138,13 +138,13 @@ def observe(stage: StageResult, run: TargetRun) -> None:
         return
     missing = sorted((seen["libdevice"] or {}).get("without_equivalent") or {})
     if missing:
-        stage.finding("note", f"{stage.name}: libdevice {', '.join(missing)} has no equivalent in the Triton "
+        stage.finding("cpu-tier.libdevice-missing", "note", f"{stage.name}: libdevice {', '.join(missing)} has no equivalent in the Triton "
                               "interpreter; kernels calling it cannot run on the CPU tier")
     if seen["autotuned"]:
         sweeps = "; ".join(f"{kernel}: {k['configs_run']} configs over {k['keys']} autotune keys"
                            + (f" ({k['duplicates_skipped']} differing only in launch options skipped)"
                               if k["duplicates_skipped"] else "") for kernel, k in seen["autotuned"].items())
-        stage.finding("note", f"{stage.name}: autotune ran every config once per kernel and key, "
+        stage.finding("cpu-tier.autotune-once", "note", f"{stage.name}: autotune ran every config once per kernel and key, "
                               f"{seen['autotune_seconds']:.2f}s in all ({sweeps})")
 
 
@@ -179,7 +179,7 @@ def blocker(ctx: Context, name: str, run: TargetRun, base: dict | None, fields: 
         return None
     stage = result(name, "fail", f"the bounds sanitizer raised on head: {describe(new[0])}", **fields)
     more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
-    return stage.finding("blocker", f"out-of-bounds memory access {where}: {describe(new[0])}{more}")
+    return stage.finding("cpu-tier.out-of-bounds", "blocker", f"out-of-bounds memory access {where}: {describe(new[0])}{more}")
 
 
 def sparse_skip(name: str, run: TargetRun, fields: dict) -> StageResult | None:
@@ -194,7 +194,7 @@ def sparse_skip(name: str, run: TargetRun, fields: dict) -> StageResult | None:
     stage = result(name, "skip", f"the script {ended} after sparse launches ({launches}): only their first and last "
                                  "programs ran, so its outputs were not computed in full and prove nothing; the bounds "
                                  "sanitizer found nothing", **fields)
-    return stage.finding("note", f"{name}: sparse-grid launches were checked for bounds only")
+    return stage.finding("cpu-tier.sparse-grid-bounds-only", "note", f"{name}: sparse-grid launches were checked for bounds only")
 
 
 def credit_fixes(stage: StageResult, head: TargetRun, base: dict | None) -> None:
@@ -205,7 +205,7 @@ def credit_fixes(stage: StageResult, head: TargetRun, base: dict | None) -> None
     on_head = {_signature(v) for v in seen["violations"]}
     fixed = {_signature(v): v for v in base["cpu_tier"].get("violations") or [] if _signature(v) not in on_head}
     for violation in fixed.values():
-        stage.finding("note", f"this PR fixes an out-of-bounds {violation['op']} that base has: {describe(violation)}")
+        stage.finding("cpu-tier.out-of-bounds-fixed", "note", f"this PR fixes an out-of-bounds {violation['op']} that base has: {describe(violation)}")
 
 
 def describe(violation: dict) -> str:

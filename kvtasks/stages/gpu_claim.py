@@ -48,7 +48,7 @@ class GpuClaim(Stage):
 def _no_gpu(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, **fields)
     stage.facts.degraded_mode = "NO_GPU"
-    stage.finding("note", "no GPU was claimed (see gpu_claim); no runtime correctness claim is made")
+    stage.finding("gpu.not-claimed", "note", "no GPU was claimed (see gpu_claim); no runtime correctness claim is made")
     return stage
 
 
@@ -81,7 +81,7 @@ def run(ctx: Context) -> StageResult:
     lease = next((lease for lease in map(picker.try_lock, ranked) if lease is not None), None)
     if lease is None:
         stage = _no_gpu(f"all {len(ranked)} verified-idle GPUs were already locked by another validator")
-        return stage.finding("note", "another validator holds every idle GPU; rerun when one frees up")
+        return stage.finding("gpu.all-busy", "note", "another validator holds every idle GPU; rerun when one frees up")
     return _claimed(lease, basis, windows, picker_name)
 
 
@@ -111,7 +111,7 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
         idleness_basis=basis, lock=str(lease.path), picker=picker_name, **({"smi_source": source} if source else {}),
     )
     if basis == "vram-only":
-        stage.finding("note", "GPU activity is unavailable on this host; the device was judged idle by VRAM only")
+        stage.finding("gpu.activity-unavailable", "note", "GPU activity is unavailable on this host; the device was judged idle by VRAM only")
     stage.facts.set(degraded_mode=None, visible_devices=visible)
     return stage
 

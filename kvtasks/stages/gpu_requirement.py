@@ -39,14 +39,14 @@ def run(ctx: Context) -> StageResult | None:
         basis = f"passed with no visible device, {executed} executed ({run.runner})"
         updated.selection.set(gpu_requirement="not-required", gpu_requirement_basis=basis)
         updated.stage.requirement_note = f"target does not need a GPU: {basis}; correctness runs, no arch is credited"
-        updated.finding("note", f"the target ran without a GPU ({basis}); its correctness evidence is CPU-only "
+        updated.finding("gpu.ran-without-gpu", "note", f"the target ran without a GPU ({basis}); its correctness evidence is CPU-only "
                                 "and PASS stays unreachable without a claimed GPU")
     else:
         updated.selection.set(gpu_requirement="required",
                                  gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "
                                                        f"observed_work {observed}")
     if unusable:
-        updated.finding("note", unusable)
+        updated.finding("gpu.probe-unusable", "note", unusable)
     if left:
         updated.stage.head_run_artifacts = left
     updated.runs += launched

@@ -55,14 +55,14 @@ def run(ctx: Context) -> StageResult:
         shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
         stage = result(NAME, "skip", f"worktree is not isolated-clean ({len(dirty)} entries: {shown}); "
                                      "the patch was not applied", dirty_entries=len(dirty))
-        stage.finding("note", "the supplied worktree has tracked, untracked or ignored files; "
+        stage.finding("merge.dirty-worktree", "note", "the supplied worktree has tracked, untracked or ignored files; "
                               "nothing was applied and nothing was run")
         stage.facts.set(repo=Repo(**{**repo, "head": None}), halt="the supplied worktree was not clean")
         return stage
 
     if applies is not None:
         stage = result(NAME, "fail", f"patch does not apply to the base: {applies}")
-        stage.finding("blocker", f"the patch does not apply to the current base {base[:12]}: {applies}")
+        stage.finding("merge.patch-does-not-apply", "blocker", f"the patch does not apply to the current base {base[:12]}: {applies}")
         stage.facts.set(repo=Repo(**{**repo, "head": None}), halt="the patch does not apply")
         return stage
 

@@ -38,5 +38,5 @@ def judge(stage: StageResult, head: TargetRun, base_outputs: list[dict] | None) 
     stage.stage.status = "fail"
     stage.stage.note = f"NaN/Inf in the route's outputs on head and not on base: {'; '.join(described[:3])}"
     for text in described:
-        stage.finding("blocker", f"NaN/Inf on head where base returned only finite values, whatever the test "
+        stage.finding("nonfinite.new-on-head", "blocker", f"NaN/Inf on head where base returned only finite values, whatever the test "
                                  f"asserted: {text}")

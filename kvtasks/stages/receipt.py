@@ -60,7 +60,7 @@ def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
 
 def _skip(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, **fields)
-    return stage.finding("note", f"execution receipt not established ({note}); PASS is not permitted")
+    return stage.finding("receipt.not-established", "note", f"execution receipt not established ({note}); PASS is not permitted")
 
 
 def run(ctx: Context) -> StageResult:
@@ -70,13 +70,13 @@ def run(ctx: Context) -> StageResult:
     replaced = sorted(_replaced([run for _, run in _head_runs(ctx)]) - on_base)
     if replaced:
         stage.stage.judges_replaced = replaced
-        stage.finding("blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
+        stage.finding("receipt.judged-by-checkout", "blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
                                  f"had untouched: {', '.join(replaced)}; its tests compared nothing")
     base_runs = [run for run in (baseline.runs if baseline else []) if "written_arguments" in (run.receipt or {})]
     written = sorted(_written([run for _, run in _head_runs(ctx)]) - _written(base_runs)) if base_runs else []
     if written:
         stage.stage.arguments_written = written
-        stage.finding("should-fix", f"head's route writes into arguments base's route left unchanged: "
+        stage.finding("receipt.arguments-written", "should-fix", f"head's route writes into arguments base's route left unchanged: "
                                     f"{', '.join(written)}; callers' inputs are overwritten, and a test that computes "
                                     "its expected values from them after the call compares the route with itself")
     return stage

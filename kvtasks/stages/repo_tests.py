@@ -55,7 +55,7 @@ def run(ctx: Context) -> StageResult:
             launched, artifacts, unusable = launch_head(ctx, NAME)
         except PatchRefused as refused:
             stage = result(NAME, "skip", str(refused))
-            return stage.finding("note", "head was not tested: the patch did not apply after the base run")
+            return stage.finding("tests.head-not-applied", "note", "head was not tested: the patch did not apply after the base run")
     run = next(made for made in launched if made.label == "head-repo")
 
     base = baseline.stage.repo_tests if baseline else None
@@ -65,13 +65,13 @@ def run(ctx: Context) -> StageResult:
     if request.has_patch and base is not None:
         nonfinite.judge(stage, run, base.get("route_outputs"))
     if run.addopts_dropped:
-        stage.finding("note", addopts_note(run))
+        stage.finding("tests.addopts-dropped", "note", addopts_note(run))
     if artifacts:
         stage.stage.artifacts = artifacts
-        stage.finding("note", f"the head run left {len(artifacts)} artifacts in the worktree "
+        stage.finding("tests.head-left-artifacts", "note", f"the head run left {len(artifacts)} artifacts in the worktree "
                               f"({', '.join(artifacts[:5])}); they were removed")
     if unusable:
-        stage.finding("note", unusable)
+        stage.finding("tests.run-unusable", "note", unusable)
     stage.runs = launched  # with a merged session's parts, which the grid stage reads its proof and cells from
     return stage
 
@@ -113,14 +113,14 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         return tiered
     if run.usage_error:
         stage = result(NAME, "skip", f"{run.stats.note}; nothing is attributed", **fields)
-        return stage.finding("note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
+        return stage.finding("tests.pytest-refused", "note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
     if run.timed_out:
         stage = result(NAME, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
     elif run.exit == 0 and executed > 0:
         return result(NAME, "pass", f"{executed} executed, all passed", **fields)
     elif run.exit == 0 or (run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED):
         stage = result(NAME, "skip", "target completed with no executed tests", **fields)
-        return stage.finding("note", "the head target executed no test; no correctness claim is made")
+        return stage.finding("tests.executed-nothing", "note", "the head target executed no test; no correctness claim is made")
     else:
         failed = run.stats.failures + run.stats.errors
         stage = result(NAME, "fail", f"exit {run.exit}: {failed} failed or errored of {run.stats.tests}", **fields)
@@ -128,6 +128,6 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
     verb = "times out" if run.timed_out else "fails"
     stage.finding(*attribute(ctx, base, "target", verb, run.log_tail()))
     if executed == 0:
-        stage.finding("note", f"the {run.runner} run executed nothing; the runner choice "
+        stage.finding("tests.runner-executed-nothing", "note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")
     return stage

@@ -122,7 +122,7 @@ def runtime_sources_changed(ctx: Context, module: str) -> list[str]:
 
 def _mismatch(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, reason=MISMATCH, **fields)
-    stage.finding("note", f"runtime compatibility was not established ({note}); the correctness stages are "
+    stage.finding("runtime.compat-not-established", "note", f"runtime compatibility was not established ({note}); the correctness stages are "
                           "skipped rather than blamed on the PR")
     return stage
 
@@ -185,7 +185,7 @@ def _broken_by_pr(chosen: Profile, seen: dict, fields: dict) -> StageResult:
     tail = " | ".join((seen.get("traceback") or seen["error"]).strip().splitlines()[-4:])[-600:]
     stage = result(NAME, "fail", f"import {chosen.module} fails on head and succeeds on base: {seen['error']}",
                    traceback_tail=tail, **fields)
-    return stage.finding("blocker", f"the PR breaks `import {chosen.module}` (base imports it from the same runtime): "
+    return stage.finding("runtime.import-broken", "blocker", f"the PR breaks `import {chosen.module}` (base imports it from the same runtime): "
                                     f"{tail}")
 
 

@@ -6,7 +6,7 @@ a failure). `--runner` overrides, and the report keeps what the structure said n
 """
 from __future__ import annotations
 
-from kvtasks import sources
+from kvtasks import repo_config, sources
 from kvtasks.sources.structure import argv_parsed_at_import, has_main_guard, test_definitions
 from kvtasks.stages import Context, StageResult
 from kvtasks.stages.records import Selection
@@ -54,6 +54,16 @@ def _provenance(ctx: Context) -> tuple[str, str]:
     return "pre-existing", "the patch does not touch the target"
 
 
+def _configuration_changes(ctx: Context) -> list[str]:
+    if ctx.head_view is None:
+        return []
+
+    def base_text(name: str) -> str | None:
+        path = ctx.worktree.path / name
+        return path.read_text(errors="replace") if path.is_file() else None
+    return repo_config.changed_by(ctx.head_view.changes, base_text, ctx.head_view.read)
+
+
 def run(ctx: Context) -> StageResult:
     request = ctx.request
     stage_result = StageResult(name=NAME)
@@ -70,7 +80,13 @@ def run(ctx: Context) -> StageResult:
     provenance, provenance_reason = _provenance(ctx)
     selection.update(test_provenance=provenance, test_provenance_reason=provenance_reason)
     if provenance in ("pr-added", "pr-modified"):
-        stage_result.finding("note", f"target is {provenance}: {provenance_reason}")
+        stage_result.finding("selection.provenance", "note", f"target is {provenance}: {provenance_reason}")
+
+    configuration = _configuration_changes(ctx)
+    if configuration:
+        stage_result.finding("config.changed-by-pr", "note",
+                             f"the PR changes kvtasks' configuration ({', '.join(configuration)}); it was validated "
+                             "with base's, and its own applies once it is merged")
 
     source = ctx.head_text(request.target_path)
     explicit_node = "::" in request.target

@@ -269,17 +269,17 @@ def base_evidence_name(mode: str) -> str:
 def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> StageResult:
     request = ctx.request
     if ctx.head_view is None:
-        return stage.finding("note", f"{detail}; there is no patch, so this is about the supplied checkout")
+        return stage.finding("sensitivity.insensitive-no-patch", "note", f"{detail}; there is no patch, so this is about the supplied checkout")
     suite_files = ctx.suite_sources()
     kernel_files = ctx.route_files()
     changes = ctx.head_view.changes
     changed = [path for path in suite_files if path in changes and path not in kernel_files]
     if not changed:
-        return stage.finding("note", f"{detail}; the PR changes neither the target nor its test helpers, so this "
+        return stage.finding("sensitivity.insensitive-untouched", "note", f"{detail}; the PR changes neither the target nor its test helpers, so this "
                                      "is about the repository, not the PR")
     stage.stage.test_changes = changed
     if not ctx.worktree.exists_on_base(request.target_path):
-        return stage.finding("should-fix", f"the PR adds this target and {detail}")
+        return stage.finding("sensitivity.insensitive-new-target", "should-fix", f"the PR adds this target and {detail}")
     status, reason, fields, runs, made = _base_outcome(ctx, modes)
     stage.stage.base = fields or {"status": status, "reason": reason}
     stage.runs += runs
@@ -290,11 +290,11 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
                              for path in changes)
         severity = "should-fix" if kernel_changed else "blocker"
         scope = "" if kernel_changed else " in a PR that changes no kernel code"
-        return stage.finding(severity, f"the suite detects a corrupted {request.expected_route} on base and not on "
+        return stage.finding("sensitivity.lost-on-head", severity, f"the suite detects a corrupted {request.expected_route} on base and not on "
                                        f"head{scope}: the PR's changes to {', '.join(changed)} made it insensitive; "
                                        f"{detail}")
     if status == "fail":
-        return stage.finding("note", f"{detail}; base's suite cannot detect it either ({reason}), so this is not "
+        return stage.finding("sensitivity.insensitive-on-base-too", "note", f"{detail}; base's suite cannot detect it either ({reason}), so this is not "
                                      "attributed to the PR")
-    return stage.finding("note", f"{detail}; base's sensitivity could not be established ({reason}), so this is "
+    return stage.finding("sensitivity.base-unknown", "note", f"{detail}; base's sensitivity could not be established ({reason}), so this is "
                                  "not attributed to the PR")

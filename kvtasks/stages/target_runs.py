@@ -44,23 +44,26 @@ def state(run: TargetRun) -> str:
 
 
 def attribute(ctx: Context, base: dict | None, what: str, verb: str, tail: str,
-              detail: str = "") -> tuple[Severity, str]:
+              detail: str = "") -> tuple[str, Severity, str]:
     """Whose a failing head run is, from the same run on base (`base`: its state, exit, timed_out):
     the PR's (a blocker) when base passed, when the PR adds the target or when there is no patch to
-    compare with; nobody's (a note) when base was red too or gave no result to compare."""
+    compare with; nobody's (a note) when base was red too or gave no result to compare. Returns
+    the finding's rule (`what` is target or grid), severity and detail."""
     base = base or {}
     if not ctx.request.has_patch:
-        return "blocker", f"on the supplied checkout, the {what} {verb}: {tail}"
+        return f"{what}.fails-on-checkout", "blocker", f"on the supplied checkout, the {what} {verb}: {tail}"
     if base.get("state") == "target-not-present":
-        return "blocker", f"the PR adds this target, and the {what} {verb} on head: {tail}"
+        return f"{what}.fails-new-target", "blocker", f"the PR adds this target, and the {what} {verb} on head: {tail}"
     if base.get("state") == "ran" and base.get("exit") == 0:
-        return "blocker", f"the {what} passes on base and {verb} on head{detail}: {tail}"
+        return f"{what}.regression", "blocker", f"the {what} passes on base and {verb} on head{detail}: {tail}"
     if base.get("timed_out"):
-        return "note", (f"the base run timed out (TIMEOUT {ctx.request.host.timeout}s), so there is no base result "
-                        f"to attribute this to; raise TIMEOUT to judge it: {tail}")
+        return f"{what}.base-timed-out", "note", (
+            f"the base run timed out (TIMEOUT {ctx.request.host.timeout}s), so there is no base result "
+            f"to attribute this to; raise TIMEOUT to judge it: {tail}")
     said = "all skipped" if base.get("state") == "all-skipped" else \
         f"exit {base['exit']}" if base.get("exit") is not None else base.get("state", "not run")
-    return "note", f"the {what} is red on both sides (base: {said}), so the failure is not attributed to the PR: {tail}"
+    return f"{what}.red-on-both-sides", "note", (
+        f"the {what} is red on both sides (base: {said}), so the failure is not attributed to the PR: {tail}")
 
 
 def run_fields(run: TargetRun) -> dict:

@@ -300,48 +300,48 @@ def run(ctx: Context) -> StageResult:
     stage.selection.set(loaded_files=split.loaded, route_side=split.route, test_side=split.test,
                         sides_basis=split.basis)
     if fields.get("reference_from_pr"):
-        stage.finding("note", f"the PR adds the target, and its comparisons take every side from code the PR "
+        stage.finding("policy.pr-supplies-answer-key", "note", f"the PR adds the target, and its comparisons take every side from code the PR "
                               f"supplies: {'; '.join(fields['reference_from_pr'][:3])}; nothing independent of the PR "
                               "says what the kernel should compute, so PASS is out of reach")
     for tampered in fields["tampering"]:
-        stage.finding("blocker", f"code outside the tests reaches into what judges it: {tampered}; the kernel's "
+        stage.finding("policy.tampers-with-judges", "blocker", f"code outside the tests reaches into what judges it: {tampered}; the kernel's "
                                  "result must be judged by the tests, not shape them")
     for path in fields["startup_files"]:
-        stage.finding("blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
+        stage.finding("policy.startup-code", "blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
                                  "a target before anything kvtasks controls, which could change what judges the "
                                  "kernel; targets never load a checkout's start-up modules")
     for path in fields["compiled_modules"]:
-        stage.finding("blocker", f"the PR adds or changes {path}, compiled code Python can import: it runs in the "
+        stage.finding("policy.compiled-module", "blocker", f"the PR adds or changes {path}, compiled code Python can import: it runs in the "
                                  "process that judges the kernel, and no reader can see what it does there")
     for path in fields["stdlib_shadows"]:
-        stage.finding("blocker", f"the PR adds or changes {path}, named like a standard-library module: the checkout "
+        stage.finding("policy.shadows-stdlib", "blocker", f"the PR adds or changes {path}, named like a standard-library module: the checkout "
                                  "is on the path ahead of the standard library, so it would stand in for that module "
                                  "in every target process, kvtasks' own probe included")
     widened = ", ".join(f"{item['where']} {item['base']:g} -> {item['head']:g}"
                         + (f" ({item['basis']})" if item.get("basis") else "") for item in loosened)
     if loosened and kernel_changed:
-        stage.finding("should-fix", f"tolerance widened alongside a kernel change; needs numerical justification: "
+        stage.finding("policy.tolerance-widened-with-kernel", "should-fix", f"tolerance widened alongside a kernel change; needs numerical justification: "
                                     f"{widened}")
     elif loosened:
-        stage.finding("blocker", f"test-only change widens tolerances, so the suite can no longer fail: {widened}")
+        stage.finding("policy.tolerance-widened-test-only", "blocker", f"test-only change widens tolerances, so the suite can no longer fail: {widened}")
     for uncomparable in fields["not_literal"]:
-        stage.finding("should-fix", f"tolerance cannot be compared with base: {uncomparable}")
+        stage.finding("policy.tolerance-uncomparable", "should-fix", f"tolerance cannot be compared with base: {uncomparable}")
     if fields["exceeds_reference"]:
-        stage.finding("should-fix", f"the suite accepts error above the loosest --tol-table reference ({ceiling:g}): "
+        stage.finding("policy.tolerance-above-table", "should-fix", f"the suite accepts error above the loosest --tol-table reference ({ceiling:g}): "
                                     f"{', '.join(f'{v:g}' for v in fields['exceeds_reference'])}")
     if fields["newly_commented_rows"]:
-        stage.finding("should-fix", f"{fields['commented_out_shape_rows_added']} more shape rows commented out: "
+        stage.finding("policy.shape-rows-commented-out", "should-fix", f"{fields['commented_out_shape_rows_added']} more shape rows commented out: "
                                     f"{'; '.join(fields['newly_commented_rows'][:5])}")
     if fields["target_deleted"]:
-        stage.finding("should-fix", f"the PR deletes the target test: {fields['target_deleted']}; head has nothing "
+        stage.finding("policy.target-deleted", "should-fix", f"the PR deletes the target test: {fields['target_deleted']}; head has nothing "
                                     "of it to run, so the PR is judged without it")
     for weakening in fields["weakened"]:
-        stage.finding("should-fix", f"comparison weakened without a number moving: {weakening}")
+        stage.finding("policy.comparison-weakened", "should-fix", f"comparison weakened without a number moving: {weakening}")
     for unknown in fields["added_with_unknown_default"]:
-        stage.finding("note", f"tolerance added where base passed none: {unknown}")
+        stage.finding("policy.tolerance-added", "note", f"tolerance added where base passed none: {unknown}")
     weakened_too = fields["weakened"] or fields["newly_commented_rows"]
     if not kernel_changed and weakened_too and (loosened or fields["not_literal"]):
-        stage.finding("blocker", "a test-only change both weakens the suite and widens its tolerances: "
+        stage.finding("policy.weakened-and-widened", "blocker", "a test-only change both weakens the suite and widens its tolerances: "
                                  f"{len(weakened_too)} weakenings with {len(loosened) + len(fields['not_literal'])} "
                                  "widened or uncomparable tolerances")
     return stage

@@ -49,7 +49,7 @@ def test_a_manifests_engine_and_archs_are_checked(manifest, said, tmp_path):
     path.write_text(json.dumps({"repo": str(tmp_path), "target": "t.py", "prs": [{"label": "a", "patch": "p"}],
                                 **manifest}))
     done = doit(tmp_path / "home", "batch", f"manifest={path}")
-    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.returncode == 64 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_an_arch_without_a_run_is_inconclusive_and_named():

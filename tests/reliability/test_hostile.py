@@ -56,7 +56,7 @@ def test_patch_outside_the_repository_is_refused(repo, home, tmp_path, capsys):
     outside.write_text("diff --git a/../escape.py b/../escape.py\nnew file mode 100644\n--- /dev/null\n"
                        "+++ b/../escape.py\n@@ -0,0 +1 @@\n+print('out')\n")
     code, report = run_cli(repo, tmp_path, "--patch", str(outside))
-    assert code == 2 and report is None
+    assert code == 64 and report is None
     assert "touches a path outside the worktree: '../escape.py'" in capsys.readouterr().err
     assert not (tmp_path / "escape.py").exists()
 
@@ -170,5 +170,5 @@ def test_any_patch_and_path_ends_in_a_report_or_a_usage_error_with_the_tree_rest
         else:
             os.environ["KVTASKS_HOME"] = previous_home
     assert snapshot(repo) == before
-    assert (code == 2 and not out.exists()) or json.loads(out.read_text())["verdict"] in (
+    assert (code == 64 and not out.exists()) or json.loads(out.read_text())["verdict"] in (
         "PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE")

@@ -52,8 +52,7 @@ def test_every_option_reaches_its_field_from_the_cli_and_from_doit(kind, repo, t
         else:
             argv += [declared.flags[-1], value]  # the last spelling: aliases such as --tests count too
             variables[declared.variables[-1]] = value
-    given = vars(cli.parser().parse_args(cli._normalise(argv)))
-    given.pop("quiet")
+    given, _ = cli.parse_validation(argv)
     clones_root = tmp_path / "clones"
     from_cli, from_doit = build_request(given, clones_root=clones_root), build_request(variables, clones_root=clones_root)
     assert from_cli == from_doit

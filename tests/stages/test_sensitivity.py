@@ -97,7 +97,7 @@ def test_what_the_route_produces_decides_what_is_corrupted(sens, validate, name,
     (["--sensitivity-output", "out[0]"], "--sensitivity-output must name one argument"),
 ])
 def test_bad_sensitivity_flags_are_usage_errors(sens, capsys, flags, message):
-    assert cli.main(["--repo", str(sens), "--target", "tests/test_good.py", *flags]) == 2
+    assert cli.main(["--repo", str(sens), "--target", "tests/test_good.py", *flags]) == 64
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 

@@ -57,16 +57,16 @@ def head(ctx: Context) -> StageResult:
     if not plan.channel:
         reason = plan.reason or "no channel"
         stage = result(NAME, "skip", f"{reason}; coverage is repo-default-only")
-        return stage.finding("note", "coverage is limited to repository defaults: no grid channel was established")
+        return stage.finding("grid.no-channel", "note", "coverage is limited to repository defaults: no grid channel was established")
     if not plan.rows and plan.interpreter_skipped:
         stage = result(NAME, "skip", f"every grid cell is an interpreter limitation ({triton_cpu.BF16_REASON}); "
                                      "coverage is repo-default-only", interpreter_skipped_cells=_limited(plan))
-        return stage.finding("note", f"grid cells {', '.join(plan.interpreter_skipped)} were not run: "
+        return stage.finding("grid.cells-interpreter-skipped", "note", f"grid cells {', '.join(plan.interpreter_skipped)} were not run: "
                                      f"{triton_cpu.BF16_REASON}")
     if not plan.rows:
         stage = result(NAME, "skip", "no --grid was supplied and none could be generated; coverage is "
                                      "repo-default-only")
-        return stage.finding("note", "coverage is limited to repository defaults: no grid cells")
+        return stage.finding("grid.no-cells", "note", "coverage is limited to repository defaults: no grid cells")
     if head_repo is None:
         return result(NAME, "skip", f"head repo tests did not run ({repo_tests.stage.note if repo_tests else ''}); "
                                     "the grid was not attempted")
@@ -91,7 +91,7 @@ def head(ctx: Context) -> StageResult:
                 unproven = "consumed" if probe.exit == 0 else "proven"
                 stage = result(NAME, "skip", f"the declared {plan.channel} channel was not {unproven}: {why}",
                                **probe_fields)
-                stage.finding("note", f"the {plan.channel} channel was not shown to reach the target ({why}); the grid "
+                stage.finding("grid.channel-not-shown", "note", f"the {plan.channel} channel was not shown to reach the target ({why}); the grid "
                                       "proves nothing")
                 stage.runs = runs
                 return stage
@@ -118,7 +118,7 @@ def head(ctx: Context) -> StageResult:
         stage.selection.set(axis_state=axis_state, axis_state_reason=axis_reason,
                                axes=list(plan.axes))
         if axis_state == "hook-not-consumed":
-            stage.finding("note", f"axis {axis_reason}; those axes were not run")
+            stage.finding("grid.axes-not-run", "note", f"axis {axis_reason}; those axes were not run")
     stage.runs = runs
     return stage
 
@@ -161,31 +161,31 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
         if on_base:  # whether or not head executed anything else
             stage = result(NAME, "fail", f"{len(on_base)} cells ran on base and not on head: {', '.join(on_base)}",
                            cells_skipped=unrun, **fields)
-            return stage.finding("blocker", "grid cells that ran on base are skipped or deselected on head, so the "
+            return stage.finding("grid.cells-skipped-on-head", "blocker", "grid cells that ran on base are skipped or deselected on head, so the "
                                             f"PR hides them from its own grid: {', '.join(on_base)} "
                                             f"({', '.join(cells[c] for c in on_base)} on head; {basis})")
         if unrun and executed > 0:
             stage = result(NAME, "skip", f"{len(unrun)} of {len(cells)} cells did not run ({', '.join(unrun)}), on "
                                          "base either: the grid falls short of a pass", cells_skipped=unrun, **fields)
-            return stage.finding("note", f"grid cells not executed on either side: {', '.join(unrun)} ({basis}); "
+            return stage.finding("grid.cells-unrun", "note", f"grid cells not executed on either side: {', '.join(unrun)} ({basis}); "
                                          "no correctness claim is made for them")
     if run.passed and executed > 0:
         if independence == "duplicates-target-defaults":
             stage = result(NAME, "skip", "the grid passed, but every cell is one of the target's own defaults: a "
                                          "duplicate proves only what the repo tests already said", **fields)
-            return stage.finding("note", "grid duplicates the target defaults; it earns no pass")
+            return stage.finding("grid.duplicates-defaults", "note", "grid duplicates the target defaults; it earns no pass")
         evidenced = f"every cell executed ({basis})" if cells is not None else basis
         return result(NAME, "pass", f"{executed} executed over {len(plan.rows)} cells via {plan.channel}; {evidenced}",
                       **fields)
     if run.passed:
         stage = result(NAME, "skip", "the grid run executed no test", **fields)
-        return stage.finding("note", "the grid executed nothing; no correctness claim is made")
+        return stage.finding("grid.executed-nothing", "note", "the grid executed nothing; no correctness claim is made")
 
     stage = result(NAME, "fail", f"exit {run.exit} on the grid ({', '.join(row_text(r) for r in plan.rows)})",
                    **fields)
     tail = run.log_tail()
     if observed == 0 and head_repo.stats.observed_work != 0:
-        return stage.finding("note", "the grid run failed without reaching routed work, so no defect is attributed "
+        return stage.finding("grid.failed-before-route", "note", "the grid run failed without reaching routed work, so no defect is attributed "
                                      f"(a missing channel or a crash before the route look the same): {tail}")
     cells = f" ({failing_cells(plan, run)})" if base.get("state") == "ran" and base.get("exit") == 0 else ""
     return stage.finding(*attribute(ctx, base, "grid", "fails", tail, cells))

@@ -64,7 +64,7 @@ class Perf(Stage):
 
 def _skip(note: str, **fields) -> StageResult:
     stage = result(NAME, "skip", note, **fields)
-    return stage.finding("note", f"no perf comparison was made: {note}")
+    return stage.finding("perf.not-compared", "note", f"no perf comparison was made: {note}")
 
 
 def run(ctx: Context) -> StageResult:
@@ -170,6 +170,6 @@ def _compose(ctx: Context, comparison: Comparison, fields: dict, transplanted: b
         stage = result(NAME, "fail", comparison.reason, **fields)
         shown = "; ".join(f"{r.row}: {best_round(r.base, r.kind):g} -> {best_round(r.head, r.kind):g}"
                           for r in worst[:3])
-        return stage.finding("should-fix", f"head is slower than base on the same locked GPU: {comparison.reason} "
+        return stage.finding("perf.slower", "should-fix", f"head is slower than base on the same locked GPU: {comparison.reason} "
                                            f"({shown})")
     return result(NAME, "pass", comparison.reason, **fields)

@@ -1,0 +1,151 @@
+"""The front doors as doit task creators: one table, FRONT_DOORS, of the commands `doit` (through the
+repository's dodo.py) and `validate-kernel-pr` (from the installed package, through doit's loader
+API) both run. Each row names the variables its command takes and builds the namespace of task
+creators doit loads; adding a command is adding a row.
+
+A door's variables arrive as a dict of strings, however they were spelt (doit's `name=value`, the
+CLI's `--name value`); a variable the door does not take is a usage error, since a misspelt one
+(no_netwrok=1) would otherwise be dropped without a word.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from kvtasks import batch, cache_commands, demo, graph, pages, pr_targets
+from kvtasks.request import UsageError, build_request, doit_variables
+from kvtasks.workspace import Workspace, fail_usage
+
+Namespace = dict[str, object]
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    doc: str
+    variables: tuple[str, ...]
+    # (workspace, the variables given, quiet) -> the task creators doit loads for this command
+    tasks: Callable[[Workspace, dict[str, str], bool], Namespace]
+
+
+def build(options: dict, workspace: Workspace):
+    try:
+        return build_request(options, clones_root=workspace.clones)
+    except UsageError as exc:
+        fail_usage(str(exc))
+
+
+def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = True):
+    """The Request of one validation: the variables given, on the embedded demo when no repo is
+    (unless the front door's form requires --repo)."""
+    options = {name: value for name, value in given.items() if name not in ("demo", "quiet")}
+    if "repo" not in options and demo_without_repo:
+        try:
+            options = {**demo.options(workspace.store.root, given.get("demo") or demo.DEFAULT_PR), **options}
+        except demo.UnknownDemo as exc:
+            fail_usage(str(exc))
+    return build(options, workspace)
+
+
+def validation(workspace: Workspace, given: dict, quiet: bool, demo_without_repo: bool = True) -> Namespace:
+    """One PR: on one target, or on each target the repository's configuration maps its changes to."""
+    requests = [single_request(workspace, options, demo_without_repo)
+                for options in pr_targets.target_options(workspace, given)]
+    graph.hold_worktrees(requests)
+    if len(requests) == 1:
+        return graph.loader_namespace(requests, workspace, quiet)
+    return graph.loader_namespace(requests, workspace, quiet, batch_name=pr_targets.pr_label(
+        [request.label for request in requests]), one_pr=True)
+
+
+def _validate(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    return validation(workspace, given, quiet)
+
+
+def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    manifest = given.get("manifest") or fail_usage("batch needs manifest=FILE (TOML or JSON)")
+    engine, archs = batch.manifest_engine(manifest, given.get("engine"))
+    name, requests = batch.manifest_requests(manifest, lambda options: build(options, workspace))
+    if engine == "ray":
+        def task_batch():
+            """Validate every PR of a manifest on a Ray cluster, on each of its archs."""
+            from kvtasks.fleet import engine as fleet_engine
+            return {"actions": [(graph.fleet_action, [fleet_engine.run_batch, requests, workspace, name, archs, quiet])],
+                    "uptodate": [False], "verbosity": 2}
+        return {"task_batch": task_batch, "DOIT_CONFIG": workspace.doit_config()}
+    graph.hold_worktrees(requests)
+    return graph.loader_namespace(requests, workspace, quiet, batch_name=name)
+
+
+def _report(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    def task_report():
+        """Rebuild reports from stored evidence (label=L for one); runs no target, no git."""
+        yield from graph.report_tasks(workspace, given.get("label"))
+    return {"task_report": task_report, "DOIT_CONFIG": workspace.doit_config()}
+
+
+def _serve(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    port = given.get("port") or "8000"
+    if not port.isdigit() or int(port) > 65535:
+        fail_usage(f"port= takes a port number, e.g. port=8000; got {port!r}")
+
+    def task_serve():
+        """Serve reports/ (the HTML pages and JSON) on localhost; port=0 picks a free port."""
+        return {"actions": [(pages.serve, [workspace.reports, int(port)])], "uptodate": [False], "verbosity": 2}
+    return {"task_serve": task_serve, "DOIT_CONFIG": workspace.doit_config()}
+
+
+def _cache(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    def task_cache():
+        """List stored evidence: key, kind, labels, size, age (base=OID: only that commit's)."""
+        return {"actions": [(cache_commands.list_cache, [workspace, given.get("base")])], "uptodate": [False],
+                "verbosity": 2}
+    return {"task_cache": task_cache, "DOIT_CONFIG": workspace.doit_config()}
+
+
+def _cache_gc(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    older = given.get("older") or fail_usage("cache-gc needs older=AGE, e.g. older=30d")
+
+    def task_cache_gc():
+        """Remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long; never one in use."""
+        return {"basename": "cache-gc", "actions": [(cache_commands.collect, [workspace, older])],
+                "uptodate": [False], "verbosity": 2}
+    return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": workspace.doit_config()}
+
+
+FRONT_DOORS: dict[str, FrontDoor] = {
+    "validate": FrontDoor("validate one PR (no variables: the embedded demo; demo=NAME picks another demo PR)",
+                          (*doit_variables(), "demo", "quiet"), _validate),
+    "batch": FrontDoor("validate every PR of manifest=FILE against one base", ("manifest", "engine", "quiet"), _batch),
+    "report": FrontDoor("rebuild reports from stored evidence (label=L for one); runs no target, no git",
+                        ("label", "quiet"), _report),
+    "serve": FrontDoor("serve reports/ (the HTML pages and JSON) on localhost (port=8000; 0 picks a free port)",
+                       ("port", "quiet"), _serve),
+    "cache": FrontDoor("list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
+                       ("base", "quiet"), _cache),
+    "cache-gc": FrontDoor("remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees "
+                          "unused that long", ("older", "quiet"), _cache_gc),
+}
+# the doors doit's own commands list (serve only serves; it has nothing to describe as a task)
+LISTED = ("batch", "cache", "cache-gc", "report", "validate")
+
+
+def namespace(command: str, workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    """The task creators of `command` with the variables `given`; a command that is no front door
+    (doit's own list, help, info, forget, ...) gets the catalogue, which builds and takes nothing."""
+    door = FRONT_DOORS.get(command)
+    if door is None:
+        return catalogue(workspace)
+    unknown = sorted(set(given) - set(door.variables))
+    if unknown:
+        fail_usage(f"{unknown[0]!r} is no variable of `{command}`; it takes {', '.join(door.variables)}")
+    return door.tasks(workspace, given, quiet)
+
+
+def catalogue(workspace: Workspace) -> Namespace:
+    """Task creators that only describe the front doors, for doit's own commands (list, help, info,
+    forget, ...): loading them builds no demo repository, takes no worktree and runs nothing."""
+    def described(name: str, doc: str):
+        return lambda: {"basename": name, "actions": None, "doc": doc}
+
+    return {**{f"task_{name.replace('-', '_')}": described(name, FRONT_DOORS[name].doc) for name in LISTED},
+            "DOIT_CONFIG": workspace.doit_config()}

@@ -1,0 +1,115 @@
+"""Which targets validate a PR, from the kernel repository's configuration (kvtasks.repo_config), and
+the PR's own report when there are several: one report per target and, beside them, the worst
+verdict with each target's, as a fleet PR has per architecture.
+
+With refs (or a patch) and no --target, the targets are those the configuration's map sends the
+PR's changed files to; a PR that changes no mapped file is a usage error naming the files and the
+map, never a pass. `--target NAME` picks a named target. Options given by the caller win.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtasks import __version__, clones, comment
+from kvtasks.repo_config import RepoConfig, load
+from kvtasks.request import patch_paths
+from kvtasks.store import write_atomic
+from kvtasks.usage import UsageError
+from kvtasks.workspace import Workspace, fail_usage
+
+PR_REPORT = "pr_report.json"
+# worst first, as a fleet PR's archs are merged
+WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
+EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
+
+
+def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, list[str] | None]:
+    """Base's checkout (the private one of a PR given by refs) and the files the PR changes (None: no PR change)."""
+    repo = str(given["repo"])
+    if given.get("base_ref") and given.get("head_ref"):
+        try:
+            refs = clones.prepare(repo, str(given["base_ref"]), str(given["head_ref"]), workspace.clones)
+        except clones.RefsError as exc:
+            fail_usage(str(exc))
+        return refs.worktree, sorted(set(patch_paths(refs.patch.read_bytes())))
+    patch = given.get("patch")
+    tree = Path(repo).expanduser()
+    if not patch:
+        return tree, None
+    try:
+        return tree, sorted(set(patch_paths(Path(str(patch)).expanduser().read_bytes())))
+    except OSError:
+        return tree, None  # build_request says what is wrong with the patch
+
+
+def target_options(workspace: Workspace, given: dict) -> list[dict]:
+    """The options of each validation the caller's options ask for: one, unless base's configuration
+    maps the PR's changed files to several targets."""
+    by_refs, by_patch = given.get("base_ref") or given.get("head_ref"), given.get("patch") or given.get("head_sha")
+    if not given.get("repo") or (by_refs and by_patch):  # build_request says what is wrong with the PR's naming
+        return [given]
+    tree, changed = _base_tree_and_changes(workspace, given)
+    try:
+        config = load(tree) if tree.is_dir() else None
+    except UsageError as exc:
+        fail_usage(str(exc))
+    if config is None:
+        return [given]
+    named = given.get("target")
+    if named in config.targets:
+        return [{**config.options(named), **{key: value for key, value in given.items() if key != "target"}}]
+    if named or given.get("tests") or changed is None:
+        return [{**config.defaults, **given}]
+    return _mapped(config, changed, given)
+
+
+def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
+    names = config.targets_for(changed)
+    if not names:
+        globs = "; ".join(f"{pattern} -> {', '.join(targets)}" for pattern, targets in config.map.items())
+        fail_usage(f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no glob of "
+                   f"the map in base's {config.file} matches any of them ({globs or 'the map is empty'}); "
+                   "give --target to validate it anyway")
+    if len(names) == 1:
+        return [{**config.options(names[0]), **given}]
+    if given.get("out"):
+        fail_usage(f"--out names one report, and this PR needs {len(names)} targets ({', '.join(names)}); "
+                   "their reports go to the workspace's reports/<label>.<target>/")
+    label = str(given.get("label") or "pr")
+    shared = {key: value for key, value in given.items() if key != "default_out"}
+    return [{**config.options(name), **shared, "label": f"{label}.{name}"} for name in names]
+
+
+def pr_label(labels: list[str]) -> str:
+    """The PR's own label, from its targets' (`<label>.<target>`)."""
+    return labels[0].rsplit(".", 1)[0]
+
+
+def write_pr_report(reports: Path, labels: list[str]) -> tuple[int, Path]:
+    """reports/<PR label>/pr_report.json and comment.md: the worst verdict first, then each target's;
+    return the worst verdict's exit code and the PR report's path."""
+    label = pr_label(labels)
+    targets = {}
+    for target_label in labels:
+        body = json.loads((reports / target_label / "validation_report.json").read_text())
+        targets[target_label.rsplit(".", 1)[1]] = {"label": target_label, "verdict": body["verdict"],
+                                                   "report": str(reports / target_label / "validation_report.json"),
+                                                   "body": body}
+    verdict = min((entry["verdict"] for entry in targets.values()), key=WORST_FIRST.index)
+    summary = {"schema_version": targets[next(iter(targets))]["body"]["schema_version"], "kvtasks_version": __version__,
+               "label": label, "verdict": verdict, "process_exit_code": EXIT_CODES[verdict],
+               "targets": {name: {key: entry[key] for key in ("label", "verdict", "report")}
+                           for name, entry in targets.items()}}
+    folder = reports / label
+    write_atomic(folder / PR_REPORT, (json.dumps(summary, indent=2) + "\n").encode())
+    lines = [f"## kvtasks: **{verdict}** for {comment.inline(label)}, the worst of {len(targets)} targets", "",
+             "| target | verdict |", "| --- | --- |",
+             *(f"| {comment.inline(name)} | {entry['verdict']} |" for name, entry in targets.items()), ""]
+    for name, entry in targets.items():
+        own = comment.markdown(entry["body"], comment.page_url(entry["label"]))
+        lines += [own.replace("## kvtasks:", "### Target:", 1).replace("\n### ", "\n#### "), ""]
+    posted = "\n".join(lines).rstrip() + "\n"
+    write_atomic(folder / comment.COMMENT, posted.encode())
+    comment.append_to_step_summary(posted)
+    return EXIT_CODES[verdict], folder / PR_REPORT

@@ -1,0 +1,132 @@
+"""The GitHub Actions recipe (examples/github-actions/): its workflows parse and hold no secrets, and
+their validation and comment steps run as written against a local bare repository, with a stand-in
+`gh` that records what it would post: one comment, created and then updated."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kernel_repos import git
+from tests.test_repo_config import configured  # noqa: F401 (the fixture: a repository with [tool.kvtasks])
+
+yaml = pytest.importorskip("yaml")
+RECIPES = Path(__file__).resolve().parent.parent / "examples" / "github-actions"
+EXPRESSION = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
+BOT = "github-actions[bot]"
+# the stand-in gh: the few calls the comment step makes, against a JSON file of the PR's comments
+STAND_IN_GH = '''import json, sys
+from pathlib import Path
+state_path = Path(__file__).with_name("gh-state.json")
+state = json.loads(state_path.read_text())
+args = sys.argv[1:]
+state["calls"].append(args)
+if args[:2] == ["pr", "view"]:
+    print(state["heads"][args[2]])
+elif args[:1] == ["api"] and "--paginate" in args:  # the PR's comments, filtered as the step's --jq filters them
+    marker = "<!-- kvtasks verdict -->"
+    number = args[1].split("/")[-2]
+    for comment in state["comments"]:
+        if comment["pr"] == number and comment["user"] == "%s" and comment["body"].startswith(marker):
+            print(comment["id"])
+elif args[:2] == ["pr", "comment"]:
+    body = Path(args[args.index("--body-file") + 1]).read_text()
+    state["comments"].append({"id": len(state["comments"]) + 1, "pr": args[2], "user": "%s", "body": body})
+elif args[:3] == ["api", "--method", "PATCH"]:
+    number = int(args[3].rsplit("/", 1)[1])
+    body = Path(args[args.index("-F") + 1].removeprefix("body=@")).read_text()
+    next(c for c in state["comments"] if c["id"] == number)["body"] = body
+else:
+    sys.exit(f"the stand-in gh does not know {args}")
+state_path.write_text(json.dumps(state))
+''' % (BOT, BOT)
+
+
+def workflow(name: str) -> dict:
+    return yaml.safe_load((RECIPES / name).read_text())
+
+
+def step(job: dict, name: str) -> dict:
+    return next(found for found in job["steps"] if found.get("name") == name)
+
+
+def run_step(found: dict, job_env: dict, expressions: dict, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """A `run:` step as the runner runs it: its expressions substituted (every one must be known
+    here), the job's and the step's env, bash -eo pipefail, in its working-directory."""
+    def substitute(text: str) -> str:
+        return EXPRESSION.sub(lambda match: expressions[match.group(1)], str(text))
+
+    environment = {**env, **{key: substitute(value) for key, value in {**job_env, **found.get("env", {})}.items()}}
+    folder = Path(substitute(found["working-directory"])) if "working-directory" in found else cwd
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", substitute(found["run"])],
+                          cwd=folder, env=environment, capture_output=True, text=True, timeout=900)
+
+
+def test_the_workflows_parse_hold_no_secrets_and_keep_pr_code_away_from_the_token():
+    validate, posting = workflow("kvtasks-validate.yml"), workflow("kvtasks-comment.yml")
+    said = json.dumps([validate, posting], default=str)  # what the workflows do, their comments aside
+    assert "secrets." not in said and "pull_request_target" not in said
+    # yaml reads the key `on` as True
+    assert set(validate[True]) == {"pull_request"} and validate["permissions"] == {"contents": "read"}
+    assert {"gpu", "cpu-tier"} == set(validate["jobs"])
+    for job in validate["jobs"].values():
+        checkout = next(found for found in job["steps"] if str(found.get("uses", "")).startswith("actions/checkout"))
+        assert checkout["with"]["persist-credentials"] is False
+        assert any(str(found.get("uses", "")).startswith("actions/upload-artifact") for found in job["steps"])
+    assert "--sandbox --no-network" in validate["jobs"]["gpu"]["env"]["KVTASKS_ISOLATION"]
+    assert set(posting[True]) == {"workflow_run"} and posting["permissions"]["pull-requests"] == "write"
+    assert not [found for found in posting["jobs"]["comment"]["steps"] if "checkout" in str(found.get("uses", ""))]
+
+
+def test_the_validation_and_comment_steps_run_against_a_bare_repository(configured, tmp_path, idle_gpu):  # noqa: F811
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(configured), str(origin))
+    checkout = tmp_path / "workspace"
+    git(tmp_path, "clone", "-q", str(origin), str(checkout))
+    base_sha = git(checkout, "rev-parse", "origin/main").strip()
+    head_sha = git(checkout, "rev-parse", "origin/tail-bug").strip()
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    tools = Path(sys.executable).parent
+    # this process's environment carries the stand-in GPU host (idle_gpu) and the private GPU locks
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "RUNNER_TEMP": str(runner_temp),
+           "GITHUB_WORKSPACE": str(checkout)}
+    gpu = workflow("kvtasks-validate.yml")["jobs"]["gpu"]
+    event = {"runner.temp": str(runner_temp), "github.event.pull_request.number": "7",
+             "github.event.pull_request.base.sha": base_sha, "github.event.pull_request.head.sha": head_sha}
+    validated = run_step(step(gpu, "Validate the PR"), gpu["env"], event, env, checkout)
+    assert validated.returncode == 1, validated.stdout[-2000:] + validated.stderr[-2000:]  # BLOCK fails the gate
+    reports = runner_temp / "kvtasks" / "reports"
+    assert json.loads((reports / "pr-7" / "validation_report.json").read_text())["verdict"] == "BLOCK"
+    assert git(checkout, "status", "--porcelain", "--ignored") == ""  # the checkout stays as fetched
+
+    # the artifact, downloaded by the comment job; the stand-in gh is first on its PATH
+    job = tmp_path / "comment-job"
+    shutil.copytree(reports, job / "reports")
+    bin_dir = job / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(f"#!{sys.executable}\n{STAND_IN_GH}")
+    (bin_dir / "gh").chmod(0o755)
+    state = bin_dir / "gh-state.json"
+    state.write_text(json.dumps({"heads": {"7": head_sha}, "comments": [], "calls": []}))
+    posting = workflow("kvtasks-comment.yml")["jobs"]["comment"]
+    run_event = {"github.token": "not-a-token", "github.repository": "kernels/kernels",
+                 "github.event.workflow_run.head_sha": head_sha}
+    comment_env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
+    for _ in range(2):  # posted once, then updated in place
+        done = run_step(step(posting, "Post or update the comment"), {}, run_event, comment_env, job)
+        assert done.returncode == 0, done.stdout + done.stderr
+    recorded = json.loads(state.read_text())
+    assert [c["pr"] for c in recorded["comments"]] == ["7"]
+    posted = (reports / "pr-7" / "comment.md").read_text()
+    assert recorded["comments"][0]["body"] == "<!-- kvtasks verdict -->\n" + posted
+    assert [call[:3] for call in recorded["calls"] if call[0] != "pr" or call[1] != "view"][-1] == \
+        ["api", "--method", "PATCH"]
+    # an artifact naming a PR whose head is not the validated commit is not posted
+    state.write_text(json.dumps({"heads": {"7": "0" * 40}, "comments": [], "calls": []}))
+    refused = run_step(step(posting, "Post or update the comment"), {}, run_event, comment_env, job)
+    assert refused.returncode == 1 and json.loads(state.read_text())["comments"] == []

@@ -1,0 +1,131 @@
+"""A kernel repository that says how it is validated ([tool.kvtasks] in its pyproject.toml): a PR given
+by refs with no --target gets the targets its changed files map to, one report each and a PR report
+with the worst verdict; a PR touching no mapped file is the usage error; base's configuration is the
+one used, and a PR that changes it is told so."""
+import json
+
+import pytest
+
+from kvtasks import cli, repo_config
+from kvtasks.usage import UsageError
+from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_repo, write_files
+
+CONFIG = '''[project]
+name = "kernels"
+
+[tool.kvtasks]
+no_perf = true
+
+[tool.kvtasks.targets.scale]
+target = "tests/test_scale.py"
+
+[tool.kvtasks.targets.double]
+target = "tests/test_double.py"
+runner = "pytest"
+
+[tool.kvtasks.map]
+"kernels/scale.py" = ["scale"]
+"kernels/double.py" = "double"
+"kernels/common.py" = ["scale", "double"]
+'''
+DOUBLE_TESTS = TESTS.replace("scale_rows(x, 2.0)", "double_rows(x)").replace(
+    "from kernels.scale import scale_rows", "from kernels.double import double_rows").replace("test_scale", "test_double")
+DOUBLE = "from kernels.scale import scale_rows\nfrom kernels.common import FACTOR\n\n\ndef double_rows(x):\n" \
+         "    return scale_rows(x, FACTOR)\n"
+
+
+def branch(repo, name: str, files: dict) -> None:
+    git(repo, "checkout", "-q", "-b", name, "main")
+    write_files(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", name)
+    git(repo, "checkout", "-q", "main")
+
+
+@pytest.fixture
+def configured(tmp_path):
+    repo = make_repo(tmp_path / "configured", {
+        "pyproject.toml": CONFIG, "kernels/__init__.py": "", "kernels/scale.py": KERNEL,
+        "kernels/common.py": "FACTOR = 2.0\n", "kernels/double.py": DOUBLE,
+        "tests/test_scale.py": TESTS, "tests/test_double.py": DOUBLE_TESTS, "README.md": "kernels\n"})
+    branch(repo, "tail-bug", {"kernels/scale.py": KERNEL_TAIL_BUG})
+    branch(repo, "common", {"kernels/common.py": "FACTOR = 2.0  # the factor both kernels use\n",
+                            "kernels/scale.py": KERNEL_TAIL_BUG})
+    branch(repo, "docs", {"README.md": "kernels, documented\n"})
+    branch(repo, "own-config", {"README.md": "docs\n",
+                                "pyproject.toml": CONFIG.replace('"kernels/scale.py" = ["scale"]', '"nothing" = []')})
+    return repo
+
+
+def by_refs(repo, head_ref: str, *flags: str) -> int:
+    return cli.main(["--repo", str(repo), "--base-ref", "main", "--head-ref", head_ref, "--label", head_ref,
+                     "--quiet", *flags])
+
+
+def report(home, label: str) -> dict:
+    return json.loads((home / "reports" / label / "validation_report.json").read_text())
+
+
+def test_the_target_comes_from_the_changed_files(configured, home, idle_gpu, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = by_refs(configured, "tail-bug")
+    chosen = report(home, "tail-bug")
+    assert chosen["test_selection"]["target"] == "tests/test_scale.py"
+    assert chosen["stages"]["perf"]["status"] == "skip"  # the configuration's default (no_perf) applied
+    assert chosen["verdict"] == "BLOCK" and code == 1
+
+
+def test_two_targets_give_two_reports_and_the_worst_verdict(configured, home, idle_gpu, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = by_refs(configured, "common", "--format", "json")
+    scale, double = report(home, "common.scale"), report(home, "common.double")
+    assert scale["test_selection"]["target"] == "tests/test_scale.py" and scale["verdict"] == "BLOCK"
+    assert double["test_selection"]["target"] == "tests/test_double.py"
+    pr = json.loads((home / "reports" / "common" / "pr_report.json").read_text())
+    assert pr["verdict"] == "BLOCK" and set(pr["targets"]) == {"scale", "double"} and code == 1
+    posted = (home / "reports" / "common" / "comment.md").read_text()
+    assert posted.startswith("## kvtasks: **BLOCK** for common, the worst of 2 targets")
+    assert posted.count("### Target: **BLOCK** for common") == 2  # double_rows calls the tail-bugged scale_rows
+
+
+def test_a_pr_touching_no_mapped_file_is_the_usage_error(configured, home, idle_gpu, tmp_path, capsys):
+    code = by_refs(configured, "docs")
+    said = capsys.readouterr().err.strip().splitlines()
+    assert code == 64 and len(said) == 1
+    assert "the PR changes README.md" in said[0] and "kernels/scale.py -> scale" in said[0]
+    assert not (home / "reports").exists()
+
+
+def test_base_configuration_is_used_and_a_pr_changing_it_is_told_so(configured, home, idle_gpu, tmp_path):
+    # head's own map would send README.md nowhere and scale.py to no target: base's is the one read
+    code = by_refs(configured, "own-config", "--target", "scale")
+    chosen = report(home, "own-config")
+    assert chosen["test_selection"]["target"] == "tests/test_scale.py" and code in (0, 1, 2)
+    told = [f for f in chosen["findings"] if f["rule"] == "config.changed-by-pr"]
+    assert told and "pyproject.toml" in told[0]["detail"]
+
+
+def test_flags_win_over_the_configuration(configured, home, idle_gpu, tmp_path):
+    by_refs(configured, "tail-bug", "--target", "tests/test_double.py")
+    assert report(home, "tail-bug")["test_selection"]["target"] == "tests/test_double.py"
+
+
+@pytest.mark.parametrize("text,said", [
+    ('[tool.kvtasks]\nrepo = "elsewhere"\n', "sets 'repo'"),
+    ('[tool.kvtasks.targets.a]\nrunner = "pytest"\n', "target 'a' names no `target`"),
+    ('[tool.kvtasks.targets.a]\ntarget = "t.py"\n[tool.kvtasks.map]\n"k/*" = ["b"]\n', "'b', which is no named target"),
+])
+def test_a_configuration_mistake_is_a_usage_error_naming_the_file(text, said, tmp_path):
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(UsageError, match="pyproject.toml"):
+        try:
+            repo_config.load(tmp_path)
+        except UsageError as exc:
+            assert said in str(exc)
+            raise
+
+
+def test_kvtasks_toml_is_read_at_its_top_level(tmp_path):
+    (tmp_path / "kvtasks.toml").write_text('[targets.a]\ntarget = "t.py"\n[map]\n"k/**" = ["a"]\n')
+    config = repo_config.load(tmp_path)
+    assert config.file == "kvtasks.toml" and config.targets_for(["k/x/y.py", "README.md"]) == ["a"]
