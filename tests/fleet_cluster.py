@@ -34,10 +34,17 @@ def fake_gpu(arch: str, index: int) -> dict:
             "market_name": f"Fake MI-{arch}", "target_graphics_version": arch}
 
 
+def fake_gpus(archs: list[str], every_arch: list[str]) -> list[dict]:
+    """A host's fake GPUs, one per arch, each at the HIP index its arch has in `every_arch`: an
+    arch's GPU has one index on every host, so a kernel that misbehaves on one index misbehaves
+    on that arch wherever it runs (the sequential host with every arch included)."""
+    return [fake_gpu(arch, sorted(every_arch).index(arch)) for arch in archs]
+
+
 @dataclass
 class SimulatedNode:
     name: str  # the folder of its world, for the test's eyes only
-    archs: list[str]  # one fake GPU per entry, at HIP index = its position
+    archs: list[str]  # one fake GPU of each
     home: Path
     handle: object = None  # Ray's Node
     node_id: str = ""
@@ -100,8 +107,8 @@ class SimulatedFleet:
 
     def _node_args(self, node: SimulatedNode, **extra) -> dict:
         (node.home / "locks").mkdir(parents=True, exist_ok=True)
-        (node.home / "amdsmi.json").write_text(json.dumps({"devices": [fake_gpu(arch, index) for index, arch
-                                                                       in enumerate(node.archs)]}))
+        every_arch = sorted({arch for archs in self.node_archs for arch in archs})
+        (node.home / "amdsmi.json").write_text(json.dumps({"devices": fake_gpus(node.archs, every_arch)}))
         env = {**os.environ, **COMMON_ENV, **node.env, "PYTHONPATH": fakes_path()}
         env.pop("RAY_ADDRESS", None)
         return {"num_cpus": len(node.archs), "num_gpus": len(node.archs), "resources": node.resources(),

@@ -182,11 +182,19 @@ class _Scheduler:
         try:
             self._dispatch()
             while self.running:
-                [ref], _ = self.ray.wait(list(self.running), num_returns=1)
-                kind, chain, fleet_node = self.running.pop(ref)
-                fleet_node.busy[chain.resource] -= 1
-                self._settle(ref, kind, chain, fleet_node)
+                self.ray.wait(list(self.running), num_returns=1)
+                done, _ = self.ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
+                settled = []
+                for ref in done:
+                    kind, chain, fleet_node = self.running.pop(ref)
+                    fleet_node.busy[chain.resource] -= 1
+                    run = self._settle(ref, kind, chain, fleet_node)
+                    if run is not None:
+                        settled.append((kind, chain, run))
+                # the freed nodes get their next tasks before the driver stores and composes
                 self._dispatch()
+                for kind, chain, run in settled:
+                    self._record(kind, chain, run)
         except KeyboardInterrupt:
             for ref in self.running:
                 self.ray.cancel(ref, force=True)  # each node's guardian hands its tree back
@@ -229,7 +237,10 @@ class _Scheduler:
         self.running[ref] = (kind, chain, fleet_node)
         print(f"fleet: {chain.shown}: {kind} on {fleet_node.name}", file=sys.stderr, flush=True)
 
-    def _settle(self, ref, kind: str, chain: Chain, fleet_node: FleetNode) -> None:
+    def _settle(self, ref, kind: str, chain: Chain, fleet_node: FleetNode) -> node.GroupRun | None:
+        """What a finished task means for the schedule: the next tasks of its chain (and for a base,
+        of every chain waiting on it) pinned to their nodes; a lost task run again. Returns its run
+        to record, None when it failed."""
         ray = self.ray
         try:
             run = ray.get(ref)
@@ -237,29 +248,32 @@ class _Scheduler:
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             self._failed(kind, chain, f"kvtasks' {kind} task raised on {fleet_node.name}: "
                                       f"{type(cause).__name__}: {cause}")
-            return
+            return None
         except (ray.exceptions.RayError, OSError) as exc:
             if isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.TaskUnschedulableError)):
                 self._lose_node(fleet_node)
             said = str(exc).splitlines()[0] if str(exc) else ""
             self._retry(kind, chain, fleet_node, f"{type(exc).__name__}: {said}")
-            return
-        request = chain.shipment.request
-        _store(self.workspace, run, request)
+            return None
         if kind == "prepare":
-            self.workspace.store.set_label(request.label, run.record)
             chain.prepared = run
-            if run.record.get("halted"):
-                self._compose(chain)
-                return
-            self._after_prepare(chain)
+            if not run.record.get("halted"):
+                self._after_prepare(chain)
         elif kind == "base":
             base = self.bases[run.key]
             base.result, base.runner = ref, None
             for waiting in [chain, *base.waiting]:
                 self.pinned[waiting.node.node_id].append(("head", waiting))
             base.waiting.clear()
-        else:
+        return run
+
+    def _record(self, kind: str, chain: Chain, run: node.GroupRun) -> None:
+        """Store a task's run in the driver's store; a chain that ended gets its report."""
+        request = chain.shipment.request
+        _store(self.workspace, run, request)
+        if kind == "prepare":
+            self.workspace.store.set_label(request.label, run.record)
+        if kind == "head" or run.record.get("halted"):
             self._compose(chain)
 
     def _after_prepare(self, chain: Chain) -> None:

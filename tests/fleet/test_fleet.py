@@ -14,12 +14,9 @@ import ray  # noqa: F401  (the test extra installs it: a fleet test never skips)
 
 from tests.batches import PROJECT, base_runs_per_key, doit
 from tests.conftest import FAKES, IDLE_AMD
-from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, kernel_repo, make_patch, snapshot
+from tests.kernel_repos import KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, kernel_repo, make_patch, snapshot
 
 RAY = str(Path(sys.executable).with_name("ray"))
-# the kernel misbehaves only on the second arch's GPU (HIP index 1): a bug one arch shows
-KERNEL_ARCH_BUG = KERNEL.replace("    return out\n", "    if __import__('os').environ.get('HIP_VISIBLE_DEVICES') == '1':\n"
-                                                   "        out[:, -1] += 1\n    return out\n")
 GPUS = [{**IDLE_AMD, "hip_id": 0, "bdf": "0000:a0:00.0", "market_name": "Fake MI-A", "target_graphics_version": "gfx-a"},
         {**IDLE_AMD, "hip_id": 1, "bdf": "0000:b0:00.0", "market_name": "Fake MI-B", "target_graphics_version": "gfx-b"}]
 PRS = {"clean": {"README.md": "docs\n"}, "tail": {"kernels/scale.py": KERNEL_TAIL_BUG},

@@ -17,9 +17,8 @@ import pytest
 from kvtasks.fleet.node import node_name
 from kvtasks.worktree import Worktree
 from tests.batches import PROJECT, base_runs_per_key, doit
-from tests.fleet.test_fleet import KERNEL_ARCH_BUG
-from tests.fleet_cluster import COMMON_ENV, SimulatedFleet, fake_gpu, fakes_path
-from tests.kernel_repos import KERNEL_TAIL_BUG, git, kernel_repo, make_patch
+from tests.fleet_cluster import COMMON_ENV, SimulatedFleet, fake_gpus, fakes_path
+from tests.kernel_repos import KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, git, kernel_repo, make_patch
 
 ARCHS = ["gfx-a", "gfx-b"]
 PRS = {"tail": {"kernels/scale.py": KERNEL_TAIL_BUG}, "arch-bug": {"kernels/scale.py": KERNEL_ARCH_BUG}}
@@ -46,7 +45,7 @@ def batch(tmp_path_factory):
     local_manifest.write_text(json.dumps(shared))
     host = root / "host"
     (host / "locks").mkdir(parents=True)
-    (host / "amdsmi.json").write_text(json.dumps({"devices": [fake_gpu(arch, i) for i, arch in enumerate(ARCHS)]}))
+    (host / "amdsmi.json").write_text(json.dumps({"devices": fake_gpus(ARCHS, ARCHS)}))
     sequential = {}
     with pytest.MonkeyPatch.context() as env:
         for name, value in {**COMMON_ENV, "KVTASKS_FAKE_AMDSMI": str(host / "amdsmi.json"), "PYTHONPATH": fakes_path(),
