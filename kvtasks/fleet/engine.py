@@ -205,10 +205,9 @@ class _Scheduler:
         return [n for n in self.nodes.values() if n.alive and n.slots.get(resource, 0) > 0]
 
     def _dispatch(self) -> None:
-        """Fill every free slot: a node's pinned base and head tasks first, then a chain to prepare."""
-        for fleet_node in self.nodes.values():
-            if not fleet_node.alive:
-                continue
+        """Fill every free slot: a node's pinned base and head tasks first, then a chain to prepare;
+        a slot still free then takes over a head another node of its arch has queued behind others."""
+        for fleet_node in self._live_nodes():
             for resource, count in fleet_node.slots.items():
                 queue = self.pinned[fleet_node.node_id]
                 while fleet_node.busy[resource] < count:
@@ -222,6 +221,31 @@ class _Scheduler:
                         self._submit("prepare", chain, fleet_node)
                     else:
                         break
+        for fleet_node in self._live_nodes():
+            for resource, count in fleet_node.slots.items():
+                while fleet_node.busy[resource] < count and self._take_over(fleet_node, resource):
+                    pass
+
+    def _live_nodes(self) -> list[FleetNode]:
+        return [n for n in self.nodes.values() if n.alive]
+
+    def _take_over(self, idle: FleetNode, resource: str) -> bool:
+        """The last of the heads queued on the busiest node of the arch, when it queues two or more:
+        it would start after a whole head and the rest of the running task, so it is prepared again
+        on the idle node (its GPU claim is its prepare node's) and runs there."""
+        queued = {n.node_id: [item for item in self.pinned[n.node_id] if item[0] == "head"
+                              and item[1].resource == resource] for n in self._live_nodes() if n is not idle}
+        busiest = max(queued, key=lambda node_id: len(queued[node_id]), default=None)
+        if busiest is None or len(queued[busiest]) < 2:
+            return False
+        item = queued[busiest][-1]
+        self.pinned[busiest].remove(item)
+        chain = item[1]
+        print(f"fleet: {chain.shown}: moves from {chain.node.name}, where its head waits, to idle {idle.name}",
+              file=sys.stderr, flush=True)
+        chain.node, chain.prepared = idle, None
+        self._submit("prepare", chain, idle)
+        return True
 
     def _submit(self, kind: str, chain: Chain, fleet_node: FleetNode) -> None:
         placed = self.affinity(node_id=fleet_node.node_id, soft=False)
