@@ -4,12 +4,12 @@ the same batch run sequentially on one host that has both GPUs (`doit batch` onc
 
 The kernel repository's target runs are sleep-bound: each sleeps at least three times its own CPU
 time and at least --gpu-s seconds, standing for GPU work, so this machine's cores are not what is
-measured. Ray's start (the cluster's nodes) is measured and reported apart and is not in the
+measured (unless other work loads them: the load average per core is printed after each batch). Ray's start (the cluster's nodes) is measured and reported apart and is not in the
 speed-up; the driver's connection to the cluster is (every batch pays it). Prints both walls,
 whether every verdict agrees, the base runs per arch, the node time the fleet added per task, and
 last `fleet: S.SSx speed-up on 4 nodes (base runs: B per arch, ideal 4.00x)`.
 
-    python bench/fleet.py [--gpu-s 3.0]
+    python bench/fleet.py [--gpu-s 5.0] [--timeline]
 """
 import argparse
 import json
@@ -58,9 +58,15 @@ def verdicts(home: Path, labels, arch: str | None) -> dict[str, str]:
     return found
 
 
+def load() -> str:
+    """The 1-minute load average over this machine's cores: the walls mean little when it is above 1."""
+    return f"{os.getloadavg()[0] / os.cpu_count():.1f} per core"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu-s", type=float, default=3.0, help="the least GPU work (sleep) of one target run")
+    parser.add_argument("--gpu-s", type=float, default=5.0, help="the least GPU work (sleep) of one target run")
+    parser.add_argument("--timeline", action="store_true", help="print the driver's progress lines with their times")
     args = parser.parse_args()
     os.environ.update(COMMON_ENV, PYTHONPATH=fakes_path())
     os.environ.pop("RAY_ADDRESS", None)
@@ -90,7 +96,7 @@ def main() -> None:
             if done.returncode not in (0, 1, 2):
                 sys.exit(f"the sequential batch on {arch} did not finish: {done.stderr[-2000:]}")
             sequential[arch] = verdicts(work / f"sequential-{arch}", prs, None)
-            print(f"sequential on {arch}: {sequential_s[arch]:.1f}s", flush=True)
+            print(f"sequential on {arch}: {sequential_s[arch]:.1f}s (load average after: {load()})", flush=True)
         for name in ("KVTASKS_GPU_ARCH", "KVTASKS_FAKE_AMDSMI", "KVTASKS_LOCK_DIR", "KVTASKS_SCRATCH"):
             os.environ.pop(name)
 
@@ -108,10 +114,14 @@ def main() -> None:
             lines = [(time.perf_counter() - started, line.rstrip("\n")) for line in driver.stderr]
             driver.wait()
             fleet_s = time.perf_counter() - started
+            print(f"fleet batch: {fleet_s:.1f}s (load average after: {load()})", flush=True)
         finally:
             fleet.shutdown()
         if driver.returncode not in (0, 1, 2) or not (work / "driver" / "reports" / "fleet" / "index.md").exists():
             sys.exit("the fleet batch did not finish: " + "\n".join(line for _, line in lines[-30:]))
+        if args.timeline:
+            for at, line in lines:
+                print(f"{at:7.1f}s {line}")
         got = {arch: verdicts(work / "driver", prs, arch) for arch in ARCHS}
         base_runs = base_runs_per_arch(work / "driver")
         started_at = [at for at, line in lines if TASK_STARTED.match(line)]
