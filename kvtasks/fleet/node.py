@@ -4,10 +4,10 @@ pipeline group there (phases.py, as a local validation does) and returns the gro
 and the logs its runs kept, capped. It never holds the driver's evidence store: the driver stores
 what it returns under the same keys.
 
-A node has one workspace (private clones, a node-side store) at one path for every worker, so the
-base tree of a commit lies at the same place on every node built alike and the content keys, which
-name the runtime module's path, agree across them: their base evidence is shared. Tasks on one
-node take turns with a tree as a local parallel batch's workers do. The GPU is claimed through the
+A node has one workspace (private clones, a node-side store) at one path for every worker. The
+content keys name the runtime module's path relative to the checked-out tree, so nodes built alike
+agree on them wherever their workspaces lie: their base evidence is shared. Tasks on one node take
+turns with a tree as a local parallel batch's workers do. The GPU is claimed through the
 same picker and locks as a local validation, restricted to the task's architecture.
 """
 from __future__ import annotations
