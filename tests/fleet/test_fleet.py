@@ -14,6 +14,7 @@ import ray  # noqa: F401  (the test extra installs it: a fleet test never skips)
 
 from tests.batches import PROJECT, base_runs_per_key, doit
 from tests.conftest import FAKES, IDLE_AMD
+from tests.fleet_cluster import stop_processes_of
 from tests.kernel_repos import KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, kernel_repo, make_patch, snapshot
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -46,26 +47,6 @@ def cluster(tmp_path_factory):
     yield {"address": address, "env": env}
     stop_processes_of(temp)
     shutil.rmtree(temp, ignore_errors=True)
-
-
-def stop_processes_of(temp: Path) -> None:
-    """End this module's Ray processes only (their command lines name its temp dir), never another's."""
-    ours = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
-            and str(temp).encode() in _cmdline(entry)]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in ours:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        time.sleep(2)
-
-
-def _cmdline(entry: Path) -> bytes:
-    try:
-        return (entry / "cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def kill_one_worker_running(task: str, within_s: float) -> int | None:
