@@ -4,8 +4,9 @@ the same batch run sequentially on one host that has both GPUs (`doit batch` onc
 
 The kernel repository's target runs are sleep-bound: each sleeps at least three times its own CPU
 time and at least --gpu-s seconds, standing for GPU work, so this machine's cores are not what is
-measured (unless other work loads them: the load average per core is printed after each batch). Ray's start (the cluster's nodes) is measured and reported apart and is not in the
-speed-up; the driver's connection to the cluster is (every batch pays it). Prints both walls,
+measured (unless other work loads them: the load average per core is printed after each batch).
+Ray's start (the cluster's nodes) is measured and reported apart and is not in the speed-up; the
+driver's start and connection to the cluster are (every batch pays them). Prints both walls,
 whether every verdict agrees, the base runs per arch, the node time the fleet added per task, and
 last `fleet: S.SSx speed-up on 4 nodes (base runs: B per arch, ideal 4.00x)`.
 

@@ -76,7 +76,8 @@ def scale_rows(x, factor):
 '''
 
 KERNEL_TAIL_BUG = KERNEL.replace("range(0, N, TILE)", "range(0, N - N % TILE, TILE)")
-# the kernel misbehaves only on the GPU at HIP index 1 (the fleet tests' second arch): a bug one arch shows
+# the kernel misbehaves only on the GPU at HIP index 1 (the fleet tests' second arch): a bug one arch
+# shows
 KERNEL_ARCH_BUG = KERNEL.replace("    return out\n", "    if __import__('os').environ.get('HIP_VISIBLE_DEVICES') == '1':\n"
                                                    "        out[:, -1] += 1\n    return out\n")
 

@@ -15,15 +15,16 @@ WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
 def arch_run(composed: Report, node: str | None, runtime_hash: str | None, report_path: str,
              retried: list[Retry] = ()) -> ArchRun:
     claim = composed.stages.gpu_claim
-    return ArchRun(verdict=composed.verdict, node=node, retried=list(retried), gpu_model=getattr(claim, "model", None),
-                   runtime_hash=runtime_hash, report=report_path,
+    return ArchRun(verdict=composed.verdict, node=node, retried=list(retried),
+                   gpu_model=getattr(claim, "model", None), runtime_hash=runtime_hash, report=report_path,
                    stages={name: stage.status for name, stage in composed.stages if stage is not None},
                    findings=composed.findings)
 
 
 def not_run(arch: str, why: str, retried: list[Retry] = ()) -> ArchRun:
     """An arch with no result: INCONCLUSIVE, named, never dropped and never the PR's fault."""
-    return ArchRun(verdict="INCONCLUSIVE", retried=list(retried), findings=[Finding(severity="note", stage="fleet", detail=f"{arch}: {why}")])
+    return ArchRun(verdict="INCONCLUSIVE", retried=list(retried),
+                   findings=[Finding(severity="note", stage="fleet", detail=f"{arch}: {why}")])
 
 
 def merge(label: str, composed: dict[str, Report], runs: dict[str, ArchRun]) -> Report:

@@ -61,7 +61,7 @@ def node_name(hostname: str, node_id: str) -> str:
 
 
 def _this_node() -> str:
-    import ray
+    import ray  # only ever on a node, inside a Ray worker: the fleet extra is there
     return node_name(socket.gethostname(), ray.get_runtime_context().get_node_id())
 
 
