@@ -83,11 +83,20 @@ class TestSelection(BaseModel):
     test_provenance_reason: str = "provenance was not established"
 
 
+class Retry(BaseModel):
+    """An attempt of a fleet task that did not finish, so the (PR, arch) ran again."""
+
+    node: str  # the node the attempt ran on
+    task: str  # prepare, base or head
+    why: str
+
+
 class ArchRun(BaseModel):
     """One architecture's run of a PR in a fleet batch (kvtasks.fleet)."""
 
     verdict: Verdict
-    node: str | None = None  # the host that ran it; None when no node of the arch ran it
+    node: str | None = None  # the node that ran it (host:Ray node id); None when no node of the arch ran it
+    retried: list[Retry] = []  # the attempts lost before it, oldest first
     gpu_model: str | None = None
     runtime_hash: str | None = None
     stages: dict[str, str] = {}  # stage -> status

@@ -76,6 +76,10 @@ def scale_rows(x, factor):
 '''
 
 KERNEL_TAIL_BUG = KERNEL.replace("range(0, N, TILE)", "range(0, N - N % TILE, TILE)")
+# the kernel misbehaves only on the GPU at HIP index 1 (the fleet tests' second arch): a bug one arch
+# shows
+KERNEL_ARCH_BUG = KERNEL.replace("    return out\n", "    if __import__('os').environ.get('HIP_VISIBLE_DEVICES') == '1':\n"
+                                                   "        out[:, -1] += 1\n    return out\n")
 
 TESTS = '''import numpy as np
 import pytest
@@ -95,6 +99,35 @@ def test_scale(M, N):
 def kernel_repo(path: Path) -> Path:
     return make_repo(path, {
         "kernels/__init__.py": "",
+        "kernels/scale.py": KERNEL,
+        "tests/test_scale.py": TESTS,
+        ".gitignore": "*.log\nbuild/\n",
+    })
+
+
+# A kernel package whose every import stands for GPU work: the process sleeps at its exit at least
+# three times its own CPU time, and at least GPU_S seconds, so a batch of them is bound by the
+# (simulated) GPUs, not by this machine's cores.
+SLEEP_BOUND_INIT = '''import atexit
+import os
+import time
+
+GPU_S = {gpu_s!r}
+
+
+def _gpu_work():
+    spent = os.times()
+    time.sleep(max(GPU_S, 3 * (spent.user + spent.system + spent.children_user + spent.children_system)))
+
+
+atexit.register(_gpu_work)
+'''
+
+
+def sleep_bound_kernel_repo(path: Path, gpu_s: float) -> Path:
+    """kernel_repo whose every target run sleeps as GPU work (SLEEP_BOUND_INIT)."""
+    return make_repo(path, {
+        "kernels/__init__.py": SLEEP_BOUND_INIT.format(gpu_s=gpu_s),
         "kernels/scale.py": KERNEL,
         "tests/test_scale.py": TESTS,
         ".gitignore": "*.log\nbuild/\n",

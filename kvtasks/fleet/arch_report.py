@@ -5,24 +5,26 @@ arch, and the worst verdict. It runs nothing and reads no evidence (the driver h
 from __future__ import annotations
 
 from kvtasks import pages, phases, report
-from kvtasks.report import EXIT_CODES, ArchRun, Finding, Report
+from kvtasks.report import EXIT_CODES, ArchRun, Finding, Report, Retry
 from kvtasks.workspace import Workspace
 
 # the PR's verdict is the worst of its archs' in this order; PASS needs every requested arch
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
 
 
-def arch_run(composed: Report, node: str | None, runtime_hash: str | None, report_path: str) -> ArchRun:
+def arch_run(composed: Report, node: str | None, runtime_hash: str | None, report_path: str,
+             retried: list[Retry] = ()) -> ArchRun:
     claim = composed.stages.gpu_claim
-    return ArchRun(verdict=composed.verdict, node=node, gpu_model=getattr(claim, "model", None),
-                   runtime_hash=runtime_hash, report=report_path,
+    return ArchRun(verdict=composed.verdict, node=node, retried=list(retried),
+                   gpu_model=getattr(claim, "model", None), runtime_hash=runtime_hash, report=report_path,
                    stages={name: stage.status for name, stage in composed.stages if stage is not None},
                    findings=composed.findings)
 
 
-def not_run(arch: str, why: str) -> ArchRun:
+def not_run(arch: str, why: str, retried: list[Retry] = ()) -> ArchRun:
     """An arch with no result: INCONCLUSIVE, named, never dropped and never the PR's fault."""
-    return ArchRun(verdict="INCONCLUSIVE", findings=[Finding(rule="fleet.arch-not-run", severity="note", stage="fleet", detail=f"{arch}: {why}")])
+    return ArchRun(verdict="INCONCLUSIVE", retried=list(retried),
+                   findings=[Finding(rule="fleet.arch-not-run", severity="note", stage="fleet", detail=f"{arch}: {why}")])
 
 
 def merge(label: str, composed: dict[str, Report], runs: dict[str, ArchRun]) -> Report:
@@ -66,7 +68,7 @@ def regenerate(workspace: Workspace, label: str, fleet: dict) -> None:
             runs[arch] = stored
             continue
         composed[arch] = phases.compose(workspace, arch_label)
-        runs[arch] = arch_run(composed[arch], stored.node, stored.runtime_hash, stored.report or "")
+        runs[arch] = arch_run(composed[arch], stored.node, stored.runtime_hash, stored.report or "", stored.retried)
     merged = merge(label, composed, runs)
     folder = workspace.reports / label
     report.publish(merged, [folder / pages.REPORT])

@@ -40,11 +40,11 @@ def arch_resources(archs: Counter) -> dict[str, int]:
     return {ARCH_RESOURCE.format(arch): count for arch, count in sorted(archs.items())}
 
 
-def ray_start_command(address: str, archs: Counter) -> list[str]:
+def ray_start_command(address: str, archs: Counter, block: bool = False) -> list[str]:
     resources = arch_resources(archs)
     ray = shutil.which("ray") or "ray"
     return [ray, "start", f"--address={address}", f"--num-gpus={sum(archs.values())}",
-            f"--resources={json.dumps(resources, separators=(',', ':'))}"]
+            f"--resources={json.dumps(resources, separators=(',', ':'))}", *(["--block"] if block else [])]
 
 
 def main(argv: list[str]) -> int:
@@ -52,12 +52,14 @@ def main(argv: list[str]) -> int:
                                      description="join a kvtasks fleet (a Ray cluster) as a GPU host")
     parser.add_argument("--address", required=True, help="the Ray head, HOST:PORT")
     parser.add_argument("--dry-run", action="store_true", help="print the ray start command instead of running it")
+    parser.add_argument("--block", action="store_true",
+                        help="stay in the foreground while the node runs (a Slurm step, a container's command)")
     args = parser.parse_args(argv)
     archs, reason = host_archs()
     if not archs:
         print(f"validate-kernel-pr: error: this host has no GPU to offer the fleet: {reason}", file=sys.stderr)
         return 2
-    command = ray_start_command(args.address, archs)
+    command = ray_start_command(args.address, archs, args.block)
     if args.dry_run:
         print(" ".join(command))
         return 0

@@ -4,10 +4,10 @@ pipeline group there (phases.py, as a local validation does) and returns the gro
 and the logs its runs kept, capped. It never holds the driver's evidence store: the driver stores
 what it returns under the same keys.
 
-A node has one workspace (private clones, a node-side store) at one path for every worker, so the
-base tree of a commit lies at the same place on every node built alike and the content keys, which
-name the runtime module's path, agree across them: their base evidence is shared. Tasks on one
-node take turns with a tree as a local parallel batch's workers do. The GPU is claimed through the
+A node has one workspace (private clones, a node-side store) at one path for every worker. The
+content keys name the runtime module's path relative to the checked-out tree, so nodes built alike
+agree on them wherever their workspaces lie: their base evidence is shared. Tasks on one node take
+turns with a tree as a local parallel batch's workers do. The GPU is claimed through the
 same picker and locks as a local validation, restricted to the task's architecture.
 """
 from __future__ import annotations
@@ -50,8 +50,19 @@ class GroupRun:
     record: dict  # the node's label record after prepare (keys, halt); empty for base/head
     logs: dict[str, bytes]  # artifact path under the run folder -> bytes (cut at LOG_CAP_BYTES)
     run_root: str  # where the node kept them: results name paths under it
-    node: str
+    node: str  # node_name()
     runtime_hash: str | None
+
+
+def node_name(hostname: str, node_id: str) -> str:
+    """How reports and progress lines name a node: its host and its Ray node id (several nodes may
+    share a host: containers, a simulated cluster)."""
+    return f"{hostname}:{node_id[:8]}"
+
+
+def _this_node() -> str:
+    import ray  # only ever on a node, inside a Ray worker: the fleet extra is there
+    return node_name(socket.gethostname(), ray.get_runtime_context().get_node_id())
 
 
 def workspace() -> Workspace:
@@ -86,7 +97,7 @@ def _returned(space: Workspace, kind: str, key: str, record: dict) -> GroupRun:
     store = space.store
     return GroupRun(kind=kind, key=key, results=[r.model_dump(mode="json") for r in store.read(kind, key)],
                     record=record, logs=_logs(store.run_dir(kind, key)), run_root=str(store.run_dir(kind, key)),
-                    node=socket.gethostname(), runtime_hash=record.get("runtime_hash"))
+                    node=_this_node(), runtime_hash=record.get("runtime_hash"))
 
 
 def _claim_again(prepare: GroupRun) -> None:

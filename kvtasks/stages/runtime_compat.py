@@ -163,9 +163,21 @@ def run(ctx: Context) -> StageResult:
     stage.facts.pytest_module = seen.get("pytest")
     # what the cache keys need about the interpreter, whether or not the runtime matched
     stage.facts.runtime_fingerprint = RuntimeFingerprint(
-        **{key: seen.get(key) for key in ("python_executable", "python_version", "distributions", "module_path")},
+        **{key: seen.get(key) for key in ("python_executable", "python_version", "distributions")},
+        module_path=keyed_module_path(ctx, seen.get("module_path")),
         editable_sources=editable_sources(ctx, seen.get("editable") or {}))
     return stage
+
+
+def keyed_module_path(ctx: Context, module_path: str | None) -> str | None:
+    """The module's path as the cache keys name it: inside the worktree, relative to it (the base
+    OID and the patch already name what is there, wherever the tree lies, so fleet nodes with
+    homes of their own share base evidence); outside it, as imported."""
+    if not module_path:
+        return module_path
+    tree = ctx.worktree.path.resolve()
+    path = Path(module_path).resolve()
+    return f"<worktree>/{path.relative_to(tree)}" if path.is_relative_to(tree) else module_path
 
 
 def editable_sources(ctx: Context, editable: dict[str, str]) -> dict[str, str]:

@@ -14,12 +14,10 @@ import ray  # noqa: F401  (the test extra installs it: a fleet test never skips)
 
 from tests.batches import PROJECT, base_runs_per_key, doit
 from tests.conftest import FAKES, IDLE_AMD
-from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, kernel_repo, make_patch, snapshot
+from tests.fleet_cluster import stop_processes_of
+from tests.kernel_repos import KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, kernel_repo, make_patch, snapshot
 
 RAY = str(Path(sys.executable).with_name("ray"))
-# the kernel misbehaves only on the second arch's GPU (HIP index 1): a bug one arch shows
-KERNEL_ARCH_BUG = KERNEL.replace("    return out\n", "    if __import__('os').environ.get('HIP_VISIBLE_DEVICES') == '1':\n"
-                                                   "        out[:, -1] += 1\n    return out\n")
 GPUS = [{**IDLE_AMD, "hip_id": 0, "bdf": "0000:a0:00.0", "market_name": "Fake MI-A", "target_graphics_version": "gfx-a"},
         {**IDLE_AMD, "hip_id": 1, "bdf": "0000:b0:00.0", "market_name": "Fake MI-B", "target_graphics_version": "gfx-b"}]
 PRS = {"clean": {"README.md": "docs\n"}, "tail": {"kernels/scale.py": KERNEL_TAIL_BUG},
@@ -49,26 +47,6 @@ def cluster(tmp_path_factory):
     yield {"address": address, "env": env}
     stop_processes_of(temp)
     shutil.rmtree(temp, ignore_errors=True)
-
-
-def stop_processes_of(temp: Path) -> None:
-    """End this module's Ray processes only (their command lines name its temp dir), never another's."""
-    ours = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
-            and str(temp).encode() in _cmdline(entry)]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in ours:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        time.sleep(2)
-
-
-def _cmdline(entry: Path) -> bytes:
-    try:
-        return (entry / "cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def kill_one_worker_running(task: str, within_s: float) -> int | None:

@@ -22,6 +22,9 @@ def test_fleet_node_advertises_one_resource_per_arch(gpu_host, capsys):
     command = capsys.readouterr().out.splitlines()[-1].split()
     assert command[1:4] == ["start", "--address=head:6379", "--num-gpus=3"]
     assert json.loads(command[4].split("=", 1)[1]) == {"kvtasks-arch:gfx-b": 1, "kvtasks-arch:gfx-test": 2}
+    assert len(command) == 5
+    assert cli.main(["fleet-node", "--address", "head:6379", "--dry-run", "--block"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split()[1:] == [*command[1:], "--block"]
 
 
 def test_fleet_node_without_a_gpu_refuses_with_the_pickers_reason(capsys):

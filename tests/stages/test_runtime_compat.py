@@ -127,3 +127,19 @@ def test_a_pr_that_breaks_the_package_import_is_blamed(tmp_path, validate, init)
     assert any("the PR breaks `import kernels`" in f["detail"] and error in f["detail"]
                for f in result.findings("blocker"))
     assert result.verdict == "BLOCK"
+
+
+def test_the_keys_name_a_module_inside_the_tree_relative_to_it_and_one_outside_as_imported(tmp_path):
+    """Two fleet nodes with homes of their own check the same base out at two paths: the same key."""
+    from types import SimpleNamespace
+
+    from kvtasks.stages.runtime_compat import keyed_module_path
+    named = {}
+    for node in ("node-1", "node-2"):
+        tree = tmp_path / node / "clones" / "repo" / "base"
+        (tree / "kernels").mkdir(parents=True)
+        ctx = SimpleNamespace(worktree=SimpleNamespace(path=tree))
+        named[node] = keyed_module_path(ctx, str(tree / "kernels" / "__init__.py"))
+    assert named == {"node-1": "<worktree>/kernels/__init__.py", "node-2": "<worktree>/kernels/__init__.py"}
+    outside = str(tmp_path / "site-packages" / "kernels" / "__init__.py")
+    assert keyed_module_path(ctx, outside) == outside  # another package than the tree's: its own key
