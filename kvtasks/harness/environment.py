@@ -53,10 +53,10 @@ def refusal(name: str) -> str | None:
     what a run is, the device masks which device it may touch, and a credential never reaches a target."""
     if not _NAME.fullmatch(name):
         return "is not a variable name"
-    if name in _OWNED or name in ("TRITON_INTERPRET", "GIT_CEILING_DIRECTORIES") or name.startswith("KVTASKS"):
-        return "is set by kvtasks itself"
     if name.endswith("_VISIBLE_DEVICES"):
         return "is a device mask: the claimed device decides it"
+    if name in _OWNED or name in ("TRITON_INTERPRET", "GIT_CEILING_DIRECTORIES") or name.startswith("KVTASKS"):
+        return "is set by kvtasks itself"
     if _CREDENTIAL.search(name):
         return "looks like a credential, and credentials never reach a target"
     return None
