@@ -6,6 +6,7 @@
     doit report [label=L]               rebuild reports and their HTML pages from stored evidence; runs nothing
     doit serve [port=8000]              serve reports/ on localhost
     doit cache [base=OID] | doit cache-gc older=30d
+    doit check [repo=W target=T ...] [json=F]   run a target once as a base run would; what a PR could reach
 Only validate and batch build requests (the demo repository, the worktree lock); doit's own
 commands (list, help, info, forget) see the front doors described and touch nothing.
 The variables validate takes are the Request's options (kvtasks/request/model.py), never listed here.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from doit import get_var
 
-from kvtasks import batch, cache_commands, demo, graph, pages, worktree
+from kvtasks import batch, cache_commands, check, demo, graph, pages, worktree
 from kvtasks.request import UsageError, build_request, doit_variables
 from kvtasks.workspace import Workspace, fail_usage
 
@@ -92,6 +93,15 @@ elif COMMAND == "batch":
     else:
         graph.hold_worktrees(_requests)
         globals().update(graph.loader_namespace(_requests, WORKSPACE, QUIET, batch_name=_name))
+elif COMMAND == "check":
+    _only_known_variables((*OPTIONS, "quiet", "json"))
+    _given = {name: get_var(name) for name in OPTIONS if get_var(name) is not None}
+    _check_request = _request(_given if "repo" in _given else {**check.demo_options(WORKSPACE.store.root), **_given})
+
+    def task_check():
+        """Run the target once as a validation's base run would and say what a PR could reach (no variables: the demo)."""
+        return {"actions": [lambda: check.said(_check_request, get_var("json"), QUIET) == 0], "uptodate": [False],
+                "verbosity": 2}
 elif COMMAND == "validate":
     _only_known_variables((*OPTIONS, "demo", "quiet"))
     _requests = [_single_request()]

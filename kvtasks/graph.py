@@ -123,6 +123,7 @@ FRONT_DOORS = {
     "report": "rebuild reports from stored evidence (label=L for one); runs no target, no git",
     "cache": "list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
     "cache-gc": "remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long",
+    "check": "run a target once as a validation's base run would and say what a PR could reach (no variables: the demo)",
 }
 
 
