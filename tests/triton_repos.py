@@ -300,8 +300,9 @@ GAPS = {
     "loop_casts": {"start": "(i_t * BT).to(tl.int64) + i_t.to(tl.int64) * 0"},
     # test utilities that seed the device at import, through torch's _lazy_call
     "cuda_seeding": {"seeding": "from seeding import SEED\n",
-                     "files": {"tests/seeding.py": "import torch\n\nSEED = 42\ntorch.cuda.manual_seed(SEED)\n"
-                                                   "torch.cuda.manual_seed_all(SEED)\n"
+                     # and torch._dynamo, which reads torch._C's CUDA entry points at import
+                     "files": {"tests/seeding.py": "import torch\nimport torch._dynamo.device_interface\n\nSEED = 42\n"
+                                                   "torch.cuda.manual_seed(SEED)\ntorch.cuda.manual_seed_all(SEED)\n"
                                                    "assert torch.cuda.initial_seed() == SEED\n"}},
     # a repository switch its kernels need, which only --env passes to the target
     "env_switch": {"switch": 'BACKEND = os.environ["TINY_BACKEND"]  # KeyError without the switch'},

@@ -666,9 +666,10 @@ def _answer_cuda_queries(torch):
         setattr(cuda, name, counted(name, function))
     cuda.set_rng_state_all = lambda states, *_, **__: torch.set_rng_state(list(states)[0])
     cuda.default_generators = (generator,)
-    for name, value in (("_cuda_getDevice", 0), ("_cuda_getDeviceCount", 1), ("_cuda_isInBadFork", False)):
-        if not hasattr(torch._C, name):
-            setattr(torch._C, name, answered(name, value))
+    # torch's own helpers that reach torch._C for the current device; torch._C._cuda_getDeviceCount is
+    # left absent, since torch (and torch._dynamo at import) reads its presence as a CUDA build
+    if not hasattr(torch._C, "_cuda_getDevice"):
+        torch._C._cuda_getDevice = answered("_cuda_getDevice", 0)
     cuda.Stream, cuda.Event, cuda.device = _Stream, _Event, _DeviceContext
     cuda.stream = lambda stream=None: stream if stream is not None else _DeviceContext()
 
