@@ -261,7 +261,7 @@ def scale_kernel(out_ptr, in_ptr, n, factor, BT: tl.constexpr):
     for i_t in range(tl.cdiv(n, BT)):
         offs = {start} + tl.arange(0, BT)
         x = tl.load(in_ptr + row * n + offs, mask=offs < n, other=0.0)
-        tl.store(out_ptr + row * n + offs, x * factor, mask=offs < n)
+        tl.store(out_ptr + row * n + offs, x * {factor}, mask=offs < n)
 
 
 def scale_rows(x, factor):
@@ -270,8 +270,8 @@ def scale_rows(x, factor):
     scale_kernel[(M,)](out, x, N, factor)
     return out
 '''
-MASKED_STORE = "tl.store(out_ptr + row * n + offs, x * factor, mask=offs < n)"
-UNMASKED_STORE = "tl.store(out_ptr + row * n + offs, x * factor)"
+MASKED_STORE = ", mask=offs < n)\n\n\ndef scale_rows"  # the store's mask, the last thing in the kernel
+UNMASKED_STORE = ")\n\n\ndef scale_rows"
 
 GAP_TEST = '''import pytest
 import torch
@@ -296,8 +296,9 @@ def test_tail_bug(M, N):
 GAPS = {
     # flash-linear-attention turns the autotune disk cache on by default
     "autotune_cache": {"cache": ", cache_results=True"},
-    # int64 indexing fixes cast loop indices; the interpreter's loop indices are Python ints
-    "loop_casts": {"start": "(i_t * BT).to(tl.int64) + i_t.to(tl.int64) * 0"},
+    # int64 indexing fixes cast loop indices, and kernels cast float arguments; the interpreter has both
+    # as Python numbers
+    "scalar_casts": {"start": "(i_t * BT).to(tl.int64) + i_t.to(tl.int64) * 0", "factor": "factor.to(tl.float32)"},
     # test utilities that seed the device at import, through torch's _lazy_call
     "cuda_seeding": {"seeding": "from seeding import SEED\n",
                      # and torch._dynamo, which reads torch._C's CUDA entry points at import
@@ -310,8 +311,9 @@ GAPS = {
 
 
 def gap_kernel(gap: str = "", masked: bool = True, **features: str) -> str:
-    chosen = {"switch": "", "cache": "", "start": "i_t * BT", **{k: v for k, v in GAPS.get(gap, {}).items()
-                                                                 if k in ("switch", "cache", "start")}, **features}
+    chosen = {"switch": "", "cache": "", "start": "i_t * BT", "factor": "factor",
+              **{k: v for k, v in GAPS.get(gap, {}).items() if k in ("switch", "cache", "start", "factor")},
+              **features}
     kernel = GAP_KERNEL.format(**chosen)
     return kernel if masked else kernel.replace(MASKED_STORE, UNMASKED_STORE)
 
@@ -327,7 +329,7 @@ def gap_repo(path: Path, gap: str) -> Path:
 
 # Every gap at once in a src layout whose package is a namespace package (no __init__.py anywhere) and
 # no packaging file: src/ and the runtime module are found from the tree alone.
-ALL_GAPS_KERNEL = gap_kernel(**{k: v for gap in ("autotune_cache", "loop_casts", "env_switch")
+ALL_GAPS_KERNEL = gap_kernel(**{k: v for gap in ("autotune_cache", "scalar_casts", "env_switch")
                                 for k, v in GAPS[gap].items()})
 ALL_GAPS_TEST = '''import torch
 

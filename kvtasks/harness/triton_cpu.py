@@ -26,10 +26,11 @@ already in the environment. It installs these:
   is kept; the sanitizer checks each. The receipt records the sweeps and what they cost. The disk
   cache of timings (`cache_results=True`) is never read or written: the interpreter's kernels are
   not JIT functions, so Triton cannot key it, and interpreter timings are worth nothing.
-- loop indices as the compiler sees them: the interpreter runs `for i in range(...)` (and tl.range,
+- scalars as the compiler sees them: the interpreter runs `for i in range(...)` (and tl.range,
   tl.static_range) over plain Python ints, where compiled code has int32 scalars; a loop index there
   is an int that also answers `.to(dtype)`, and so is arithmetic on it, so `(i * BLOCK).to(tl.int64)`
-  runs as it compiles.
+  runs as it compiles. A float kernel argument (not constexpr) is an fp32 scalar, as compiled code
+  has it, where the interpreter passes a Python float (`eps.to(tl.float32)`).
 - a sparse grid: a launch of more than `sparse_programs` programs runs only the first and last
   program of each axis, so a > 2^31-element shape runs in seconds on tensors whose untouched pages
   are never committed. A test that ran a sparse launch claims only what the sanitizer checked: if it
@@ -452,6 +453,20 @@ def loop_indices(iterable):
 _LOOP_INDICES = "kvtasks_loop_indices"
 
 
+def _install_scalar_arguments(interpreter):
+    import numpy as np
+
+    implicit = interpreter._implicit_cvt
+
+    def _implicit_cvt(arg):
+        if type(arg) is float:  # bool and int are the interpreter's own; a float was left a Python float
+            return interpreter.tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32),
+                                                                  interpreter.tl.float32), interpreter.tl.float32)
+        return implicit(arg)
+
+    interpreter._implicit_cvt = _implicit_cvt
+
+
 def _install_loop_indices(interpreter):
     import ast
 
@@ -799,6 +814,7 @@ def install(settings):
     _install_libdevice(interpreter)
     _install_autotune()
     _install_loop_indices(interpreter)
+    _install_scalar_arguments(interpreter)
     _install_device_redirect()
 
 
