@@ -43,6 +43,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 # --kvtasks DIR measures another kvtasks source tree (main's, for the numbers before): imported first
 KVTASKS = sys.argv[sys.argv.index("--kvtasks") + 1] if "--kvtasks" in sys.argv[:-1] else str(PROJECT)
 sys.path.insert(0, KVTASKS)
+if KVTASKS != str(PROJECT):
+    # an editable install's finder would still answer for kvtasks' submodules the other tree lacks
+    sys.meta_path[:] = [finder for finder in sys.meta_path if "__editable__" not in getattr(finder, "__module__", "")]
 
 from kvtasks import harness  # noqa: E402
 from kvtasks.request import build_request  # noqa: E402
