@@ -21,6 +21,8 @@ An item is one pytest node. Its classes:
   tier crash         the tier could not run it (kvtasks' hooks, the interpreter, Triton, an unanswered
                      CUDA query): named with its cause
   timed out          past --timeout: the interpreter was too slow for it (named)
+  sparse grid        its launches were past --cpu-sparse-grid, so only their first and last programs
+                     ran and the tier reported it skipped: bounds-checked, no outcome (named)
   repository skip    skipped by the repository's own guard: counted apart, outside N
 Last line: `tier coverage: P% of N items reached a test outcome (tier crashes C)`.
 
@@ -245,6 +247,8 @@ def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked) -
     if executed:
         return {"class": "passed", "cause": ""}
     skipped = [case for case in outcomes if case["outcome"] == "skipped"]
+    if any("sparse grid" in case.get("message", "") for case in skipped):
+        return {"class": "sparse grid", "cause": "launches past the sparse grid: bounds-checked, outputs not computed"}
     if skipped and not any(_REPO_SKIP.search(case.get("message", "")) for case in skipped):
         return {"class": "repository skip", "cause": skipped[0].get("message", "")[:200]}
     return {"class": "tier crash", "cause": f"no test outcome ({skipped[0]['message'][:200] if skipped else 'nothing ran'})"}
@@ -305,10 +309,10 @@ def main() -> int:
         every += results
     crashes: dict[str, list[str]] = {}
     for result in every:
-        if result["class"] in ("tier crash", "timed out"):
+        if result["class"] in ("tier crash", "timed out", "sparse grid"):
             crashes.setdefault(result["cause"], []).append(f"{result['repo']}: {result['item']}")
     if crashes:
-        print("remaining crashes and time-outs, by cause:")
+        print("items that reached no test outcome, by cause:")
         for cause, items in sorted(crashes.items(), key=lambda entry: -len(entry[1])):
             print(f"  {len(items)} x {cause}\n      first: {items[0]}")
     if options.json:
