@@ -720,10 +720,18 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 
 def _innermost(exc: BaseException) -> str | None:
-    traceback = exc.__traceback__
-    while traceback is not None and traceback.tb_next is not None:
+    """The file of the innermost frame `exc` passed through, the device redirect's pass-through left
+    out: a torch operation the code under test called raises from there, and is the code's own."""
+    frames, traceback = [], exc.__traceback__
+    while traceback is not None:
+        frames.append(traceback.tb_frame.f_code)
         traceback = traceback.tb_next
-    return os.path.abspath(traceback.tb_frame.f_code.co_filename) if traceback is not None else None
+    hooks = os.path.abspath(__file__)
+    for code in reversed(frames):
+        path = os.path.abspath(code.co_filename)
+        if not (path == hooks and code.co_name == "__torch_function__"):
+            return path
+    return None
 
 
 def crash_cause(exc: BaseException) -> str | None:

@@ -183,3 +183,13 @@ def test_a_crash_inside_the_tier_is_named_and_an_assertion_or_a_bounds_violation
     assert triton_cpu.crash_cause(raised_in(kernel, "assert 1 == 2, 'values differ'")) is None
     assert triton_cpu.crash_cause(raised_in(autotuner, "raise triton_cpu.BoundsViolation('store')")) is None
     assert triton_cpu.crash_cause(raised_in(kernel, "raise ValueError('the repository refuses this shape')")) is None
+    # a torch operation the test calls raises through the device redirect's pass-through: the test's own
+    redirect = {}
+    exec(compile("def __torch_function__():\n    raise RuntimeError('linalg.inv: the input matrix is singular')",
+                 triton_cpu.__file__, "exec"), redirect)
+    through_redirect = None
+    try:
+        exec(compile("torch_call()", kernel, "exec"), {"torch_call": redirect["__torch_function__"]})
+    except RuntimeError as exc:
+        through_redirect = exc
+    assert triton_cpu.crash_cause(through_redirect) is None
