@@ -6,7 +6,8 @@
     doit report [label=L]               rebuild reports and their HTML pages from stored evidence; runs nothing
     doit serve [port=8000]              serve reports/ on localhost
     doit cache [base=OID] | doit cache-gc older=30d
-The installed `validate-kernel-pr validate|batch|report|serve|cache|cache-gc` runs the same task
+    doit check [repo=W target=T ...] [json=F]   run a target once as a base run would; what a PR could reach
+The installed `validate-kernel-pr validate|batch|report|serve|cache|cache-gc|check` runs the same task
 creators. Only validate and batch build requests (the demo repository, the worktree lock); doit's
 own commands (list, help, info, forget) see the front doors described and touch nothing.
 """

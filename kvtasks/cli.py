@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import __version__, comment, front_doors, graph, report, worktree
+from kvtasks import __version__, check, comment, front_doors, graph, report, worktree
 from kvtasks.request import declared_options
 from kvtasks.usage import USAGE_EXIT
 from kvtasks.workspace import Workspace, fail_usage
@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it
         return join.main(argv[1:])
     try:
+        if argv[:1] == ["check"]:  # the validation's flags, not a door's variables as flags
+            return check.main(argv[1:])
         if argv[:1] == ["validate"]:
             return _validate(argv[1:], demo=True)
         if argv and argv[0] in front_doors.FRONT_DOORS:

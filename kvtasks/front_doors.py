@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from kvtasks import batch, cache_commands, demo, graph, pages, pr_targets
+from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets
 from kvtasks.request import UsageError, build_request, doit_variables
 from kvtasks.workspace import Workspace, fail_usage
 
@@ -112,6 +112,16 @@ def _cache_gc(workspace: Workspace, given: dict[str, str], quiet: bool) -> Names
     return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": workspace.doit_config()}
 
 
+def _check(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+    request = check.request_of(workspace, given)
+
+    def task_check():
+        """Run the target once as a validation's base run would and say what a PR could reach (no repo: the demo)."""
+        return {"actions": [lambda: check.said(request, given.get("json"), quiet) == 0], "uptodate": [False],
+                "verbosity": 2}
+    return {"task_check": task_check, "DOIT_CONFIG": workspace.doit_config()}
+
+
 FRONT_DOORS: dict[str, FrontDoor] = {
     "validate": FrontDoor("validate one PR (no variables: the embedded demo; demo=NAME picks another demo PR)",
                           (*doit_variables(), "demo", "quiet"), _validate),
@@ -122,11 +132,13 @@ FRONT_DOORS: dict[str, FrontDoor] = {
                        ("port", "quiet"), _serve),
     "cache": FrontDoor("list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
                        ("base", "quiet"), _cache),
+    "check": FrontDoor("run a target once as a validation's base run would and say what a PR could reach "
+                       "(json=FILE also writes it as JSON)", (*doit_variables(), "quiet", "json"), _check),
     "cache-gc": FrontDoor("remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees "
                           "unused that long", ("older", "quiet"), _cache_gc),
 }
 # the doors doit's own commands list (serve only serves; it has nothing to describe as a task)
-LISTED = ("batch", "cache", "cache-gc", "report", "validate")
+LISTED = ("batch", "cache", "cache-gc", "check", "report", "validate")
 
 
 def namespace(command: str, workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:

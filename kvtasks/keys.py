@@ -111,6 +111,7 @@ def base_key(request: Request, base_oid: str, selection: Selection, runtime: str
         "shape_arg": request.shape_arg,
         "shape_argnames": request.shape_argnames,
         "python_path": list(request.python_path),
+        "env": list(request.env),
         "runtime_hash": runtime,
     })
 

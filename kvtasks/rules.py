@@ -45,6 +45,8 @@ RULES: dict[str, str] = {
     'grid.no-channel': "no grid channel was established; coverage is the repository's defaults",
     'grid.red-on-both-sides': 'the grid is red on both sides, so the failure is not attributed to the PR',
     'grid.regression': 'the grid passes on base and fails on head',
+    'grid.tier-crash-on-head': 'the CPU tier could not run the grid on head only: INCONCLUSIVE, never the PR\'s fault',
+    'grid.tier-limitation': 'the CPU tier could not run the grid on either side',
     # merge
     'merge.dirty-worktree': 'the supplied worktree has tracked, untracked or ignored changes',
     'merge.patch-does-not-apply': 'the patch does not apply to the current base',
@@ -102,6 +104,8 @@ RULES: dict[str, str] = {
     'target.fails-on-checkout': 'the target fails on the supplied checkout (no patch to compare with)',
     'target.red-on-both-sides': 'the target is red on both sides, so the failure is not attributed to the PR',
     'target.regression': 'the target passes on base and fails on head',
+    'target.tier-crash-on-head': 'the CPU tier could not run the target on head only: INCONCLUSIVE, never the PR\'s fault',
+    'target.tier-limitation': 'the CPU tier could not run the target on either side',
     # tests
     'tests.addopts-dropped': "pytest options the repository's configuration adds were dropped from the run",
     'tests.executed-nothing': 'the head target executed no test; no correctness claim is made',

@@ -109,7 +109,7 @@ def test_doits_own_commands_build_no_demo_and_take_no_worktree(repo, tmp_path):
     finally:
         worktree.release_exclusive(repo)
     assert [done.returncode for done in [listing, *answers]] == [0] * 4, [done.stderr for done in answers]
-    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["batch", "cache", "cache-gc", "report",
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["batch", "cache", "cache-gc", "check", "report",
                                                                           "validate"]
     assert not (tmp_path / "cache" / "demo").exists() and not (tmp_path / "reports").exists()
 

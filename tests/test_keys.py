@@ -37,6 +37,7 @@ def test_each_input_of_a_base_run_changes_the_base_key(request_, monkeypatch):
         "--no-network": base_key(request_.model_copy(update={"no_network": ("unshare", "--net", "--")})),
         "--sandbox": base_key(request_.model_copy(update={"sandbox": ("unshare", "--mount")})),
         "per-PR cpu tier": base_key(request_.model_copy(update={"cpu_tier": "triton"})),
+        "--env": base_key(request_.model_copy(update={"env": ("FLA_CACHE_RESULTS=0",)})),
         "PYTEST_ADDOPTS value": base_key(request_, environment={"PATH": "/usr/bin", "PYTEST_ADDOPTS": "-x"}),
         "LD_LIBRARY_PATH value": base_key(request_, environment={"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/lib"}),
         "HIP_ variable value": base_key(request_, environment={"PATH": "/usr/bin", "HIP_FORCE_DEV_KERNARG": "1"}),

@@ -242,3 +242,107 @@ def packaged_repo(path: Path, kernel: str = RMS_NORM) -> Path:
                             "src/tiny_kernels/norm.py": kernel, "benchmark/__init__.py": "",
                             "benchmark/bench_norm.py": "from tiny_kernels import rms_norm\n",
                             "tests/test_norm.py": PACKAGED_TEST})
+
+
+# The gaps real repositories fell into on the tier, one feature each, every one with a tail bug behind it:
+# `tiny/scale.py` masks its store, `tiny/scale_tail.py` does not, so the last row writes past the output.
+GAP_KERNEL = '''import os
+
+import torch
+import triton
+import triton.language as tl
+
+{switch}
+
+@triton.autotune(configs=[triton.Config({{"BT": 16}}), triton.Config({{"BT": 32}})], key=["n"]{cache})
+@triton.jit
+def scale_kernel(out_ptr, in_ptr, n, factor, BT: tl.constexpr):
+    row = tl.program_id(0)
+    for i_t in range(tl.cdiv(n, BT)):
+        offs = {start} + tl.arange(0, BT)
+        x = tl.load(in_ptr + row * n + offs, mask=offs < n, other=0.0)
+        tl.store(out_ptr + row * n + offs, x * {factor}, mask=offs < n)
+
+
+def scale_rows(x, factor):
+    M, N = x.shape
+    out = torch.empty_like(x)
+    scale_kernel[(M,)](out, x, N, factor)
+    return out
+'''
+MASKED_STORE = ", mask=offs < n)\n\n\ndef scale_rows"  # the store's mask, the last thing in the kernel
+UNMASKED_STORE = ")\n\n\ndef scale_rows"
+
+GAP_TEST = '''import pytest
+import torch
+
+{seeding}from {package}.scale import scale_rows
+from {package}.scale_tail import scale_rows as scale_rows_tail
+
+
+@pytest.mark.parametrize("M,N", [(4, 100)])
+def test_fixed(M, N):
+    x = torch.randn(M, N, device="cuda")
+    torch.testing.assert_close(scale_rows(x, 2.0), x * 2)
+
+
+@pytest.mark.parametrize("M,N", [(4, 100)])
+def test_tail_bug(M, N):
+    x = torch.randn(M, N, device="cuda")
+    torch.testing.assert_close(scale_rows_tail(x, 2.0), x * 2)
+'''
+
+# what each gap adds to the kernel module, the test and the repository
+GAPS = {
+    # flash-linear-attention turns the autotune disk cache on by default
+    "autotune_cache": {"cache": ", cache_results=True"},
+    # int64 indexing fixes cast loop indices, and kernels cast float arguments; the interpreter has both
+    # as Python numbers
+    "scalar_casts": {"start": "(i_t * BT).to(tl.int64) + i_t.to(tl.int64) * 0", "factor": "factor.to(tl.float32)"},
+    # test utilities that seed the device at import, through torch's _lazy_call
+    "cuda_seeding": {"seeding": "from seeding import SEED\n",
+                     # and torch._dynamo, which reads torch._C's CUDA entry points at import
+                     "files": {"tests/seeding.py": "import torch\nimport torch._dynamo.device_interface\n\nSEED = 42\n"
+                                                   "torch.cuda.manual_seed(SEED)\ntorch.cuda.manual_seed_all(SEED)\n"
+                                                   "assert torch.cuda.initial_seed() == SEED\n"}},
+    # a repository switch its kernels need, which only --env passes to the target
+    "env_switch": {"switch": 'BACKEND = os.environ["TINY_BACKEND"]  # KeyError without the switch'},
+}
+
+
+def gap_kernel(gap: str = "", masked: bool = True, **features: str) -> str:
+    chosen = {"switch": "", "cache": "", "start": "i_t * BT", "factor": "factor",
+              **{k: v for k, v in GAPS.get(gap, {}).items() if k in ("switch", "cache", "start", "factor")},
+              **features}
+    kernel = GAP_KERNEL.format(**chosen)
+    return kernel if masked else kernel.replace(MASKED_STORE, UNMASKED_STORE)
+
+
+def gap_repo(path: Path, gap: str) -> Path:
+    """One gap's repository: tests/test_scale.py runs the fixed kernel and the tail bug."""
+    spec = GAPS[gap]
+    return make_repo(path, {"tiny/__init__.py": "", "tiny/scale.py": gap_kernel(gap),
+                            "tiny/scale_tail.py": gap_kernel(gap, masked=False),
+                            "tests/test_scale.py": GAP_TEST.format(seeding=spec.get("seeding", ""), package="tiny"),
+                            **spec.get("files", {})})
+
+
+# Every gap at once in a src layout whose package is a namespace package (no __init__.py anywhere) and
+# no packaging file: src/ and the runtime module are found from the tree alone.
+ALL_GAPS_KERNEL = gap_kernel(**{k: v for gap in ("autotune_cache", "scalar_casts", "env_switch")
+                                for k, v in GAPS[gap].items()})
+ALL_GAPS_TEST = '''import torch
+
+import seeding  # noqa: F401 - seeds the device at import
+from tiny_ns.scale import scale_rows
+
+
+def test_scale_rows():
+    x = torch.randn(4, 100, device="cuda")
+    torch.testing.assert_close(scale_rows(x, 2.0), x * 2)
+'''
+
+
+def namespace_repo(path: Path, kernel: str = ALL_GAPS_KERNEL) -> Path:
+    return make_repo(path, {"src/tiny_ns/scale.py": kernel, "tests/test_scale.py": ALL_GAPS_TEST,
+                            **GAPS["cuda_seeding"]["files"]})

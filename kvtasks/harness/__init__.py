@@ -69,6 +69,7 @@ def target_env(request: Request, run_dir: Path, phase: str, label: str,
         python_path=[*first, str(startup_shield(run_dir)), *python_path(request)], visible_devices=visible_devices,
     )
     env["GIT_CEILING_DIRECTORIES"] = str(Path(request.repo).resolve().parent)
+    env.update(environment.given_pairs(request.env))
     return env
 
 
@@ -233,7 +234,8 @@ def isolation_facts(request: Request) -> dict:
         "reason": "targets run in the supplied worktree under a constructed environment with private per-phase "
                   "caches in a scratch folder outside the evidence store",
         "target_environment": environment.TargetEnvironment(
-            passed_through=environment.passed_through(os.environ)).model_dump(),
+            passed_through=environment.passed_through(os.environ),
+            given=list(environment.given_pairs(request.env))).model_dump(),
     }
 
 

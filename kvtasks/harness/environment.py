@@ -38,10 +38,33 @@ _OWNED = set(_PHASE_CACHES) | {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONN
                                "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class TargetEnvironment(BaseModel):
     policy: str = POLICY
     passed_through: list[str]
+    given: list[str] = []  # names --env set, on both sides
     note: str = "credential-like names are never passed, even when a prefix allows them"
+
+
+def refusal(name: str) -> str | None:
+    """Why --env may not set `name`, or None: kvtasks' own variables and the CPU tier's switch decide
+    what a run is, the device masks which device it may touch, and a credential never reaches a target."""
+    if not _NAME.fullmatch(name):
+        return "is not a variable name"
+    if name.endswith("_VISIBLE_DEVICES"):
+        return "is a device mask: the claimed device decides it"
+    if name in _OWNED or name in ("TRITON_INTERPRET", "GIT_CEILING_DIRECTORIES") or name.startswith("KVTASKS"):
+        return "is set by kvtasks itself"
+    if _CREDENTIAL.search(name):
+        return "looks like a credential, and credentials never reach a target"
+    return None
+
+
+def given_pairs(pairs) -> dict[str, str]:
+    """NAME=VALUE strings as a mapping (checked by the request's builder)."""
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def passed_through(environ: Mapping[str, str]) -> list[str]:

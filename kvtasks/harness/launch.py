@@ -82,6 +82,11 @@ class TargetRun(BaseModel):
         return self.runner == "pytest" and self.exit == PYTEST_USAGE_ERROR
 
     @property
+    def target_absent(self) -> bool:
+        """pytest refused the run because the target node is not in the file (exit 4, "not found")."""
+        return self.usage_error and bool(_NOT_FOUND.search(self.stats.note or ""))
+
+    @property
     def passed(self) -> bool:
         return self.exit == 0 and not self.timed_out
 

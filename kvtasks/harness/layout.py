@@ -83,10 +83,19 @@ def _declared_roots(checkout: Path) -> list[str]:
     return roots
 
 
+def is_package(folder: Path) -> bool:
+    """A folder `import` finds as a package: a regular one (__init__.py) or an implicit namespace
+    package (PEP 420: an importable name holding Python modules, directly or in subpackages)."""
+    if not folder.name.isidentifier() or not folder.is_dir():
+        return False
+    return (folder / "__init__.py").is_file() or next(folder.rglob("*.py"), None) is not None
+
+
 def import_roots(checkout: Path) -> list[str]:
     """Folders of the checkout (relative to it, never the checkout itself) its packaging imports from."""
     roots = _declared_roots(checkout)
-    if any((checkout / "src").glob("*/__init__.py")):
+    src = checkout / "src"
+    if src.is_dir() and any(is_package(folder) for folder in src.iterdir()):
         roots.append("src")
     found = []
     for root in roots:

@@ -1057,11 +1057,13 @@ def run_script(argv):
         else:
             print(exc.code, file=sys.stderr)
             status = 1
-    except BaseException:
+    except BaseException as exc:
         import traceback
 
         traceback.print_exc()
         status = 1
+        if _state.get("tier") is not None:
+            _state["tier"].record_crash(None, exc)
     finally:
         _state["exit"] = status
         write_receipt(status)

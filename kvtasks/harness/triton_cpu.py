@@ -2,7 +2,7 @@
 
 kvtasks copies this file next to the probe (under a random name) when a run is on the CPU tier;
 the probe imports it and calls `install(settings)` before the target starts, with TRITON_INTERPRET=1
-already in the environment. It installs four things:
+already in the environment. It installs these:
 
 - a bounds sanitizer: every active lane of every interpreted load, store and atomic must fall
   inside the allocation (the tensor argument's storage) it points into; otherwise it raises,
@@ -23,13 +23,24 @@ already in the environment. It installs four things:
 - autotune on the interpreter: every config runs once per kernel and autotune key (Triton's own
   cache decides when a key is new); configs that differ only in num_warps, num_stages or other
   launch options the interpreter ignores run once. There is no GPU timer, all tie, the first config
-  is kept; the sanitizer checks each. The receipt records the sweeps and what they cost.
+  is kept; the sanitizer checks each. The receipt records the sweeps and what they cost. The disk
+  cache of timings (`cache_results=True`) is never read or written: the interpreter's kernels are
+  not JIT functions, so Triton cannot key it, and interpreter timings are worth nothing.
+- scalars as the compiler sees them: the interpreter runs `for i in range(...)` (and tl.range,
+  tl.static_range) over plain Python ints, where compiled code has int32 scalars; a loop index there
+  is an int that also answers `.to(dtype)`, and so is arithmetic on it, so `(i * BLOCK).to(tl.int64)`
+  runs as it compiles. A float kernel argument (not constexpr) is an fp32 scalar, as compiled code
+  has it, where the interpreter passes a Python float (`eps.to(tl.float32)`).
 - a sparse grid: a launch of more than `sparse_programs` programs runs only the first and last
   program of each axis, so a > 2^31-element shape runs in seconds on tensors whose untouched pages
   are never committed. A test that ran a sparse launch claims only what the sanitizer checked: if it
   does not raise, the test is reported skipped.
 
-Everything it saw goes into the run's receipt under "cpu_tier" through `report()`.
+Everything it saw goes into the run's receipt under "cpu_tier" through `report()`, with each test
+or collection the tier itself could not run (`crashes`): an exception raised inside the interpreter,
+Triton's runtime, these hooks or torch.cuda, an interpreter value that lacks what compiled code has,
+or a CUDA query a CPU build cannot answer. A bounds violation or an assertion is a test outcome, never
+a crash.
 """
 import os
 import time
@@ -41,7 +52,7 @@ BF16_REASON = "interpreter limitation: bf16 arithmetic is wrong in the Triton in
 DEFAULT_CAPABILITY = "8.0"  # Ampere: the oldest architecture current Triton kernel repositories target
 
 _state = {"settings": {}, "launch": None, "test": None, "violations": [], "sparse": [], "autotune": {},
-          "bf16_skipped": [], "redirected": 0, "launches": 0, "versions": {}, "cuda_queries": {},
+          "bf16_skipped": [], "crashes": [], "redirected": 0, "launches": 0, "versions": {}, "cuda_queries": {},
           "libdevice": {"forwarded": {}, "without_equivalent": {}}}
 
 
@@ -394,8 +405,80 @@ def _install_autotune():
             return [0.0] * len(quantiles) if quantiles else 0.0
         return bench
 
+    def check_disk_cache(self, tuning_key, configs, bench_fn):
+        # Triton keys the cache on the JIT function under the autotuner, which the interpreter replaces
+        # with a plain function ('function' object has no attribute 'fn'); all configs tie anyway
+        bench_fn()
+        return False
+
     autotuner.Autotuner.prune_configs = prune_configs
     autotuner.Autotuner.do_bench = property(run_each_config_once)
+    autotuner.Autotuner.check_disk_cache = check_disk_cache
+
+
+# -- loop indices ----------------------------------------------------------------------------------
+
+class LoopIndex(int):
+    """A loop index in an interpreted kernel: the int the interpreter iterates over, with the
+    `.to(dtype)` a compiled int32 scalar has; arithmetic with ints stays a LoopIndex."""
+
+    def to(self, dtype, *args, **kwargs):
+        from triton.runtime.interpreter import interpreter_semantic
+
+        return interpreter_semantic.to_tensor(int(self), False).to(dtype, *args, **kwargs)
+
+
+def _closed(name):
+    method = getattr(int, name)
+
+    def arithmetic(self, *args):
+        value = method(self, *args)
+        return LoopIndex(value) if type(value) is int else value
+    arithmetic.__name__ = name
+    return arithmetic
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__",
+              "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__neg__", "__pos__", "__abs__"):
+    setattr(LoopIndex, _name, _closed(_name))
+
+
+def loop_indices(iterable):
+    """What `for` in an interpreted kernel iterates over: ints become LoopIndex, the rest stay."""
+    for item in iterable:
+        yield LoopIndex(item) if type(item) is int else item
+
+
+_LOOP_INDICES = "kvtasks_loop_indices"
+
+
+def _install_scalar_arguments(interpreter):
+    import numpy as np
+
+    implicit = interpreter._implicit_cvt
+
+    def _implicit_cvt(arg):
+        if type(arg) is float:  # bool and int are the interpreter's own; a float was left a Python float
+            return interpreter.tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32),
+                                                                  interpreter.tl.float32), interpreter.tl.float32)
+        return implicit(arg)
+
+    interpreter._implicit_cvt = _implicit_cvt
+
+
+def _install_loop_indices(interpreter):
+    import ast
+
+    class LoopIndexTransformer(interpreter.ASTTransformer):
+        def visit_For(self, node):
+            self.generic_visit(node)
+            node.iter = ast.Call(func=ast.Name(id=_LOOP_INDICES, ctx=ast.Load()), args=[node.iter], keywords=[])
+            return node
+
+    # the rewriter adds the interpreter module's globals to the kernel's globals (when absent there)
+    setattr(interpreter, _LOOP_INDICES, loop_indices)
+    interpreter.FunctionRewriter.ast_transformer = LoopIndexTransformer()
 
 
 # -- the device redirect ---------------------------------------------------------------------------
@@ -558,11 +641,14 @@ def _answer_cuda_queries(torch):
         warp_size=32, max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
         L2_cache_size=0, gcnArchName="", uuid="kvtasks-cpu-tier")
 
-    def answered(name, value):
-        def query(*_, **__):
+    def counted(name, function):
+        def query(*args, **kwargs):
             _state["cuda_queries"][name] = _state["cuda_queries"].get(name, 0) + 1
-            return value() if callable(value) else value
+            return function(*args, **kwargs)
         return query
+
+    def answered(name, value):
+        return counted(name, lambda *_, **__: value() if callable(value) else value)
 
     answers = {
         "is_available": True, "device_count": 1, "current_device": 0, "is_initialized": True,
@@ -579,8 +665,101 @@ def _answer_cuda_queries(torch):
     for name, value in answers.items():
         setattr(cuda, name, answered(name, value))
     cuda.set_rng_state = lambda state, *_, **__: torch.set_rng_state(state)
+    # tensors made on "cuda" come from the CPU generator here, so seeding the device seeds it; torch's
+    # own seeding goes through _lazy_call, which runs at once (CUDA reports initialised) and asks
+    # torch._C for a CUDA device a CPU build does not have
+    generator = torch.default_generator
+
+    def seed_with(seed, *_, **__):
+        generator.manual_seed(int(seed))
+
+    seeding = {"manual_seed": seed_with, "manual_seed_all": seed_with,
+               "seed": lambda *_, **__: generator.seed() and None, "seed_all": lambda *_, **__: generator.seed() and None,
+               "initial_seed": lambda *_, **__: generator.initial_seed(),
+               "get_rng_state_all": lambda *_, **__: [torch.get_rng_state()]}
+    for name, function in seeding.items():
+        setattr(cuda, name, counted(name, function))
+    cuda.set_rng_state_all = lambda states, *_, **__: torch.set_rng_state(list(states)[0])
+    cuda.default_generators = (generator,)
+    # torch's own helpers that reach torch._C for the current device; torch._C._cuda_getDeviceCount is
+    # left absent, since torch (and torch._dynamo at import) reads its presence as a CUDA build
+    if not hasattr(torch._C, "_cuda_getDevice"):
+        torch._C._cuda_getDevice = answered("_cuda_getDevice", 0)
     cuda.Stream, cuda.Event, cuda.device = _Stream, _Event, _DeviceContext
     cuda.stream = lambda stream=None: stream if stream is not None else _DeviceContext()
+
+
+# -- tier crashes ----------------------------------------------------------------------------------
+
+# said by torch or a test helper when the CUDA build it expects is absent, wherever it is raised
+_NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "no CUDA GPUs are available",
+            "has no attribute '_cuda_", "CUDA driver", "libcuda")
+# an interpreter value (a Python scalar where compiled code has a tensor) missing a tensor's method
+_INTERPRETER_VALUE = ("'int' object has no attribute", "'float' object has no attribute",
+                      "'bool' object has no attribute", "'NoneType' object has no attribute")
+
+
+def _tier_folders() -> list[str]:
+    """Where code that is the tier's, not the repository's, lives: Triton's runtime and backends
+    (the interpreter, the autotuner, the driver), torch.cuda and these hooks."""
+    import torch
+    import triton
+
+    triton_root = os.path.dirname(triton.__file__)
+    return [os.path.join(triton_root, "runtime"), os.path.join(triton_root, "backends"),
+            os.path.dirname(torch.cuda.__file__), os.path.abspath(__file__)]
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The exception under Triton's InterpreterError wrappers (raised `from` the kernel's own)."""
+    seen = set()
+    while exc.__cause__ is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return exc
+
+
+def _innermost(exc: BaseException) -> str | None:
+    """The file of the innermost frame `exc` passed through, the device redirect's pass-through left
+    out: a torch operation the code under test called raises from there, and is the code's own."""
+    frames, traceback = [], exc.__traceback__
+    while traceback is not None:
+        frames.append(traceback.tb_frame.f_code)
+        traceback = traceback.tb_next
+    hooks = os.path.abspath(__file__)
+    for code in reversed(frames):
+        path = os.path.abspath(code.co_filename)
+        if not (path == hooks and code.co_name == "__torch_function__"):
+            return path
+    return None
+
+
+def crash_cause(exc: BaseException) -> str | None:
+    """What the tier could not do when `exc` ended a test or collection, or None when `exc` is a test
+    outcome (an assertion, a bounds violation, an error of the repository's own code)."""
+    root = _root_cause(exc)
+    if isinstance(root, BoundsViolation) or isinstance(exc, BoundsViolation):
+        return None
+    message = str(root).strip().splitlines()[0][:300] if str(root).strip() else ""
+    said = f"{type(root).__name__}: {message}" if message else type(root).__name__
+    if any(marker in message for marker in _NO_CUDA):
+        return f"an unanswered CUDA query ({said})"
+    where = _innermost(root) or ""
+    if isinstance(root, AssertionError) and "torch" + os.sep + "cuda" not in where:
+        return None
+    for folder in _tier_folders():
+        if where == folder or where.startswith(folder + os.sep):
+            shown = where.split("site-packages" + os.sep)[-1] if folder != os.path.abspath(__file__) else "kvtasks hooks"
+            return f"{said} (in {shown})"
+    if any(marker in message for marker in _INTERPRETER_VALUE):
+        return f"an interpreter value lacks what compiled code has ({said})"
+    return None
+
+
+def record_crash(test, exc) -> None:
+    cause = crash_cause(exc)
+    if cause is not None:
+        _state["crashes"].append({"test": test, "cause": cause})
 
 
 # -- pytest: bf16 cells and sparse tests -----------------------------------------------------------
@@ -616,8 +795,14 @@ def _pytest_plugin(pytest):
                                "Skipped: sparse grid: only the first and last programs ran; the bounds sanitizer "
                                "found nothing, and outputs were not computed in full")
 
+    def pytest_exception_interact(node, call, report):
+        # a failing test or collection (pytest calls it for neither skips nor xfails)
+        if call.excinfo is not None:
+            record_crash(getattr(node, "nodeid", None) or None, call.excinfo.value)
+
     return types.SimpleNamespace(pytest_collection_modifyitems=pytest_collection_modifyitems,
                                  pytest_runtest_setup=pytest_runtest_setup,
+                                 pytest_exception_interact=pytest_exception_interact,
                                  pytest_runtest_makereport=pytest_runtest_makereport)
 
 
@@ -636,6 +821,8 @@ def install(settings):
     _install_launches(interpreter)
     _install_libdevice(interpreter)
     _install_autotune()
+    _install_loop_indices(interpreter)
+    _install_scalar_arguments(interpreter)
     _install_device_redirect()
 
 
@@ -652,5 +839,5 @@ def report():
             "sparse_programs": _state["settings"].get("sparse_programs"),
             "versions": _state["versions"], "launches": _state["launches"], "violations": _state["violations"],
             "sparse_launches": _state["sparse"], "autotuned": _state["autotune"],
-            "bf16_skipped": _state["bf16_skipped"], "redirected_device_calls": _state["redirected"],
+            "bf16_skipped": _state["bf16_skipped"], "crashes": _state["crashes"], "redirected_device_calls": _state["redirected"],
             "cuda_queries": _state["cuda_queries"], "libdevice": _state["libdevice"]}

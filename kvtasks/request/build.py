@@ -140,6 +140,17 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         if not resolved.is_dir():
             raise UsageError(f"--python-path {folder!r} is not a folder of the checkout")
 
+    from kvtasks.harness import environment  # the harness package imports this one's Request
+
+    env = repeated(options, "env")
+    for pair in env:
+        name, equals, _ = pair.partition("=")
+        why = environment.refusal(name) if equals else "is not NAME=VALUE"
+        if why is None and name == text("shape_env"):
+            why = "is --shape-env's: the grid sets it"
+        if why:
+            raise UsageError(f"--env {pair!r}: {name or pair!r} {why}")
+
     shape_argnames = text("shape_argnames")
     grid = text("grid")
     if grid.count("(") != grid.count(")") or grid.count("[") != grid.count("]"):
@@ -175,6 +186,7 @@ def build_request(options: Mapping[str, object], environ: Mapping[str, str] | No
         cpu_sparse_grid=int(sparse),
         cpu_device_capability=capability,
         python_path=tuple(folder.rstrip("/") for folder in python_path),
+        env=env,
         no_network=no_network,
         sensitivity_error=sensitivity_error,
         sensitivity_mode=sensitivity_mode,

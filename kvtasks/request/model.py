@@ -113,6 +113,11 @@ class Request(BaseModel):
     python_path: Annotated[tuple[str, ...], Option(
         "repeatable: a checkout folder (relative to it) put on the target's import path after the roots its "
         "packaging declares", repeated=True, joined_by=os.pathsep)] = ()
+    # NAME=VALUE pairs set in every target's environment on both sides (a repository's own switches)
+    env: Annotated[tuple[str, ...], Option(
+        "repeatable NAME=VALUE: a variable set in both sides' targets and recorded in the base key; never a name "
+        "kvtasks sets, TRITON_INTERPRET, *_VISIBLE_DEVICES or a credential-like name", repeated=True,
+        joined_by="|")] = ()
     # the command prefix that gives targets no network; () = host network
     no_network: Annotated[tuple[str, ...], Option("run targets in a fresh network namespace (refused if impossible)",
                                                   switch=True)] = ()

@@ -127,7 +127,8 @@ def run_evidence(run: TargetRun) -> dict | None:
             "sparse_launches": seen.get("sparse_launches", []), "bf16_skipped": seen.get("bf16_skipped", []),
             "autotuned": autotuned, "autotune_seconds": round(sum(k.get("seconds", 0) for k in autotuned.values()), 3),
             "launches": seen.get("launches", 0), "device_capability": seen.get("device_capability"),
-            "cuda_queries": seen.get("cuda_queries", {}), "libdevice": seen.get("libdevice", {})}
+            "cuda_queries": seen.get("cuda_queries", {}), "libdevice": seen.get("libdevice", {}),
+            "crashes": seen.get("crashes", [])}
 
 
 def observe(stage: StageResult, run: TargetRun) -> None:
@@ -146,6 +147,34 @@ def observe(stage: StageResult, run: TargetRun) -> None:
                               if k["duplicates_skipped"] else "") for kernel, k in seen["autotuned"].items())
         stage.finding("cpu-tier.autotune-once", "note", f"{stage.name}: autotune ran every config once per kernel and key, "
                               f"{seen['autotune_seconds']:.2f}s in all ({sweeps})")
+
+
+def crashes(evidence: dict | None) -> list[dict]:
+    """The tests (None: the collection or the script) the tier itself could not run, with their cause."""
+    return list((evidence or {}).get("crashes") or [])
+
+
+def crash_summary(found: list[dict]) -> str:
+    """The distinct causes, most frequent first, with the first test each ended."""
+    by_cause: dict[str, list] = {}
+    for crash in found:
+        by_cause.setdefault(crash["cause"], []).append(crash.get("test"))
+    ordered = sorted(by_cause.items(), key=lambda item: -len(item[1]))
+    return "; ".join(f"{cause} ({len(tests)} {'test' if len(tests) == 1 else 'tests'}, first "
+                     f"{tests[0] or 'at collection'})" for cause, tests in ordered[:3]) + \
+        (f"; and {len(ordered) - 3} more causes" if len(ordered) > 3 else "")
+
+
+def tier_failure(run: TargetRun) -> list[dict]:
+    """The run's tier crashes when they account for every failed or errored test (a collection crash
+    accounts for all): the run's red is then the tier's, not the code's. Empty otherwise."""
+    found = crashes(run_evidence(run))
+    if not found or run.passed:
+        return []
+    tests = {crash.get("test") for crash in found}
+    if None in tests or run.stats.failures + run.stats.errors <= len(tests):
+        return found
+    return []
 
 
 def _signature(violation: dict) -> tuple:
@@ -168,7 +197,7 @@ def blocker(ctx: Context, name: str, run: TargetRun, base: dict | None, fields: 
     base = base or {}
     if not ctx.request.has_patch:
         where = "in the supplied checkout"
-    elif base.get("state") == "target-not-present":
+    elif base.get("state") in ("target-not-present", "target-absent"):
         where = "in a target the PR adds"
     elif base.get("state") in ("ran", "all-skipped") and base.get("cpu_tier"):
         where = "on head and not on base"

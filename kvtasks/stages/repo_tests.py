@@ -126,7 +126,7 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         stage = result(NAME, "fail", f"exit {run.exit}: {failed} failed or errored of {run.stats.tests}", **fields)
 
     verb = "times out" if run.timed_out else "fails"
-    stage.finding(*attribute(ctx, base, "target", verb, run.log_tail()))
+    stage.finding(*attribute(ctx, base, "target", verb, run.log_tail(), run))
     if executed == 0:
         stage.finding("tests.runner-executed-nothing", "note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")

@@ -65,14 +65,14 @@ class Profile:
 def _infer_module(ctx: Context) -> str | None:
     """The first checkout package the target imports; else the package the checkout's packaging
     declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
-    tests, examples or scripts."""
+    tests, examples or scripts. A package may be a namespace package (no __init__.py)."""
     worktree = ctx.worktree.path
     roots = [worktree / root for root in harness.import_roots(ctx.request)]
     bases = [*roots, *([worktree / "python"] if (worktree / "python").is_dir() else []), worktree]
 
     def in_checkout(name: str) -> bool:
         return not layout.is_tooling(name) and any(
-            (base / name / "__init__.py").is_file() or (base / f"{name}.py").is_file() for base in bases)
+            layout.is_package(base / name) or (base / f"{name}.py").is_file() for base in bases)
 
     for name in sources.imported_modules(sources.parse(ctx.head_text(ctx.request.target_path))):
         if in_checkout(name.split(".")[0]):
@@ -81,6 +81,9 @@ def _infer_module(ctx: Context) -> str | None:
     if declared:
         return declared[0]
     packages = [p.parent.name for base in bases for p in base.glob("*/__init__.py") if in_checkout(p.parent.name)]
+    if not packages:  # no regular package: a namespace package in an import root (a src/ layout) is the one
+        packages = [folder.name for root in roots if root.is_dir() for folder in root.iterdir()
+                    if in_checkout(folder.name)]
     packages = list(dict.fromkeys(packages))
     return packages[0] if len(packages) == 1 else None
 

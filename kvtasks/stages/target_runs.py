@@ -38,22 +38,41 @@ def pytest_unavailable(ctx: Context) -> str | None:
 
 
 def state(run: TargetRun) -> str:
+    if run.target_absent:
+        return "target-absent"
     if run.usage_error:
         return "usage-error"
     return "all-skipped" if run.exit == 0 and run.stats.executed == 0 else "ran"
 
 
-def attribute(ctx: Context, base: dict | None, what: str, verb: str, tail: str,
+def attribute(ctx: Context, base: dict | None, what: str, verb: str, tail: str, run: TargetRun,
               detail: str = "") -> tuple[str, Severity, str]:
-    """Whose a failing head run is, from the same run on base (`base`: its state, exit, timed_out):
-    the PR's (a blocker) when base passed, when the PR adds the target or when there is no patch to
-    compare with; nobody's (a note) when base was red too or gave no result to compare. Returns
-    the finding's rule (`what` is target or grid), severity and detail."""
+    """Whose a failing head run (`run`) is, from the same run on base (`base`: its state, exit,
+    timed_out, tier evidence): nobody's (a note) when the CPU tier itself could not run what failed,
+    on both sides (a tier limitation) or on head only (INCONCLUSIVE); the PR's (a blocker) when base
+    passed, when the PR adds the target (base has no such file, or pytest finds no such test there) or
+    when there is no patch to compare with; nobody's when base was red too or gave no result to compare.
+    Returns the finding's rule (`what` is target or grid), severity and detail."""
     base = base or {}
+    crashed = cpu_tier.tier_failure(run)
+    if crashed:
+        on_base = cpu_tier.crashes(base.get("cpu_tier"))
+        if on_base:
+            return f"{what}.tier-limitation", "note", (
+                f"a CPU tier limitation: the tier could not run the {what} on either side (head: "
+                f"{cpu_tier.crash_summary(crashed)}; base: {cpu_tier.crash_summary(on_base)}), so nothing "
+                "is attributed to the PR")
+        return f"{what}.tier-crash-on-head", "note", (
+            f"the CPU tier crashed on head only ({cpu_tier.crash_summary(crashed)}): the {what} could not "
+            "run there, so its failure is INCONCLUSIVE and not attributed to the PR")
     if not ctx.request.has_patch:
         return f"{what}.fails-on-checkout", "blocker", f"on the supplied checkout, the {what} {verb}: {tail}"
     if base.get("state") == "target-not-present":
         return f"{what}.fails-new-target", "blocker", f"the PR adds this target, and the {what} {verb} on head: {tail}"
+    if base.get("state") == "target-absent":
+        return f"{what}.fails-new-target", "blocker", (
+            f"the target is absent on base (pytest found no such test there: exit 4), so the PR adds it, and the "
+            f"{what} {verb} on head: {tail}")
     if base.get("state") == "ran" and base.get("exit") == 0:
         return f"{what}.regression", "blocker", f"the {what} passes on base and {verb} on head{detail}: {tail}"
     if base.get("timed_out"):

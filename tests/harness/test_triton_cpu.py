@@ -139,3 +139,57 @@ def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path)
     assert {"get_device_capability", "get_device_properties", "mem_get_info", "get_current_target",
             "synchronize", "max_memory_allocated", "reset_peak_memory_stats"} <= set(tier["cuda_queries"])
     assert tier["libdevice"] == {"forwarded": {"rsqrt": 1, "tanh": 1}, "without_equivalent": {"j0": 1}}
+
+
+@pytest.mark.parametrize("gap", sorted(triton_repos.GAPS))
+def test_each_closed_gap_reaches_the_tail_bug_behind_it_and_passes_the_fix(tmp_path, gap):
+    repo = triton_repos.gap_repo(tmp_path / "repo", gap)
+    options = {"repo": str(repo), "target": "tests/test_scale.py"}
+    if gap == "env_switch":
+        options["env"] = ["TINY_BACKEND=triton"]
+    request = build_request(options)
+    run = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-tier", cpu_tier=TIER)
+    tier = run.receipt["cpu_tier"]
+    log = Path(run.log).read_text()
+    assert tier["crashes"] == [], log[-3000:]
+    assert run.exit == 1 and run.stats.executed == 2 and run.stats.failures == 1, log[-3000:]
+    [violation] = tier["violations"]
+    assert (violation["kernel"], violation["op"], violation["argument"]) == ("scale_kernel", "store", "out_ptr")
+    assert violation["test"] == "tests/test_scale.py::test_tail_bug[4-100]"
+    if gap == "cuda_seeding":
+        assert {"manual_seed", "manual_seed_all", "initial_seed"} <= set(tier["cuda_queries"])
+
+
+def test_a_crash_inside_the_tier_is_named_and_an_assertion_or_a_bounds_violation_is_not(tmp_path):
+    import os
+
+    import triton
+
+    def raised_in(path, statement):
+        try:
+            exec(compile(statement, path, "exec"), {"triton_cpu": triton_cpu})
+        except BaseException as exc:  # the exception as pytest would hand it over
+            return exc
+
+    autotuner = os.path.join(os.path.dirname(triton.__file__), "runtime", "autotuner.py")
+    crash = raised_in(autotuner, "raise AttributeError(\"'function' object has no attribute 'fn'\")")
+    assert triton_cpu.crash_cause(crash) == ("AttributeError: 'function' object has no attribute 'fn' "
+                                             "(in triton/runtime/autotuner.py)")
+    kernel = str(tmp_path / "kernel.py")
+    assert triton_cpu.crash_cause(raised_in(kernel, "(3).to")) == (
+        "an interpreter value lacks what compiled code has (AttributeError: 'int' object has no attribute 'to')")
+    assert triton_cpu.crash_cause(raised_in(kernel, "raise AssertionError('Torch not compiled with CUDA enabled')")) \
+        == "an unanswered CUDA query (AssertionError: Torch not compiled with CUDA enabled)"
+    assert triton_cpu.crash_cause(raised_in(kernel, "assert 1 == 2, 'values differ'")) is None
+    assert triton_cpu.crash_cause(raised_in(autotuner, "raise triton_cpu.BoundsViolation('store')")) is None
+    assert triton_cpu.crash_cause(raised_in(kernel, "raise ValueError('the repository refuses this shape')")) is None
+    # a torch operation the test calls raises through the device redirect's pass-through: the test's own
+    redirect = {}
+    exec(compile("def __torch_function__():\n    raise RuntimeError('linalg.inv: the input matrix is singular')",
+                 triton_cpu.__file__, "exec"), redirect)
+    through_redirect = None
+    try:
+        exec(compile("torch_call()", kernel, "exec"), {"torch_call": redirect["__torch_function__"]})
+    except RuntimeError as exc:
+        through_redirect = exc
+    assert triton_cpu.crash_cause(through_redirect) is None

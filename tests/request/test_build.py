@@ -16,7 +16,7 @@ def given_values(repo, tmp_path) -> dict:
         "shape_argnames": "M,N", "grid": "1,2;3,4", "axis": ["X=--x:1;2", "Y=--y:3"], "runner": "script",
         "tol_table": "f32=1e-5", "runtime_module": "kernels", "perf_args": "--bench", "perf_control_column": "ref",
         "no_perf": True, "cpu_tier": "triton", "cpu_sparse_grid": "0", "cpu_device_capability": "9.0",
-        "python_path": ["kernels", "tests"], "no_network": True, "sensitivity_error": "1e-3",
+        "python_path": ["kernels", "tests"], "env": ["FLA_CACHE_RESULTS=0", "MY_MODE=a=b"], "no_network": True, "sensitivity_error": "1e-3",
         "sensitivity_mode": "both", "sensitivity_output": "out", "sandbox": True, "label": "spelt",
         "out": str(tmp_path / "report.json"), "base_ref": "main", "head_ref": "pr",
     }
@@ -64,6 +64,20 @@ def test_every_option_reaches_its_field_from_the_cli_and_from_doit(kind, repo, t
         assert from_cli.head_sha == git(repo, "rev-parse", "pr").strip() and from_cli.patch.startswith(str(clones_root))
     assert from_cli.axis == ("X=--x:1;2", "Y=--y:3") and from_cli.python_path == ("kernels", "tests")
     assert from_cli.shape_arg == "--shapes" and from_cli.no_network == ("net-prefix",)
+    assert from_cli.env == ("FLA_CACHE_RESULTS=0", "MY_MODE=a=b")
+
+
+@pytest.mark.parametrize("pair,why", [
+    ("HOME=/tmp", "is set by kvtasks itself"), ("PYTHONPATH=x", "is set by kvtasks itself"),
+    ("TRITON_INTERPRET=0", "is set by kvtasks itself"), ("TRITON_CACHE_DIR=/tmp", "is set by kvtasks itself"),
+    ("CUDA_VISIBLE_DEVICES=1", "is a device mask"), ("ROCR_VISIBLE_DEVICES=1", "is a device mask"),
+    ("MY_VISIBLE_DEVICES=0", "is a device mask"), ("HF_TOKEN=x", "looks like a credential"),
+    ("AWS_REGION=x", "looks like a credential"), ("NOEQUALS", "is not NAME=VALUE"), ("1BAD=x", "is not a variable"),
+    ("SHAPES=1,2", "is --shape-env's"),
+])
+def test_env_refuses_what_kvtasks_decides_and_credentials(pair, why, repo):
+    with pytest.raises(UsageError, match=f"--env {pair!r}: .*{why}"):
+        build_request({"repo": str(repo), "target": "tests/test_scale.py", "shape_env": "SHAPES", "env": [pair]})
 
 
 @pytest.mark.parametrize("misspelt", ["no_netwrok", "sensitivty_mode", "Label"])

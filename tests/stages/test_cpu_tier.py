@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvtasks import cli
-from kvtasks.stages import Stage, StageResult, cpu_tier
+from kvtasks.stages import Stage, StageResult, cpu_tier, target_runs
 from kvtasks.stages.records import Facts, RuntimeFingerprint
 from kvtasks.harness import triton_cpu
 from kvtasks.harness.launch import ExecutionStats, TargetRun
@@ -103,11 +103,11 @@ def test_a_bad_cpu_tier_is_a_usage_error(tmp_path, capsys):
 
 # -- judging, on recorded runs ---------------------------------------------------------------------
 
-def _run(runner="pytest", exit_code=1, violations=(), sparse=()):
+def _run(runner="pytest", exit_code=1, violations=(), sparse=(), crashes=(), failures=0):
     receipt = {"cpu_tier": {"violations": list(violations), "sparse_launches": list(sparse), "bf16_skipped": [],
-                            "autotuned": {}, "launches": 1}}
+                            "autotuned": {}, "launches": 1, "crashes": list(crashes)}}
     return TargetRun(label="head-grid", runner=runner, command=[], exit=exit_code, duration_s=0.0, log="",
-                     stats=ExecutionStats(), receipt=receipt)
+                     stats=ExecutionStats(failures=failures), receipt=receipt)
 
 
 OOB = {"kernel": "k", "op": "store", "argument": "out_ptr", "element_offset": 70, "extent_elements": 64,
@@ -133,6 +133,44 @@ def test_a_head_only_sanitizer_violation_is_a_blocker(base, has_patch, blocks):
     if blocks:
         assert stage.stage.status == "fail" and stage.findings[0].severity == "blocker"
         assert "store out of bounds in kernel k: argument out_ptr at element offset 70" in stage.findings[0].detail
+
+
+AUTOTUNE_CRASH = {"test": "t.py::test_a", "cause": "AttributeError: 'function' object has no attribute 'fn' "
+                                                   "(in triton/runtime/autotuner.py)"}
+
+
+def _attributed(base, run, has_patch=True):
+    ctx = SimpleNamespace(request=SimpleNamespace(has_patch=has_patch, host=SimpleNamespace(timeout=60)))
+    return target_runs.attribute(ctx, base, "target", "fails", "(log tail)", run)
+
+
+def test_a_tier_crash_is_never_blamed_and_is_named_on_either_side():
+    crashed = _run(crashes=[AUTOTUNE_CRASH], failures=1)
+    base_crashed = {"state": "ran", "exit": 1, "cpu_tier": cpu_tier.run_evidence(crashed)}
+    severity, detail = _attributed(base_crashed, crashed)
+    assert severity == "note" and detail.startswith("a CPU tier limitation: the tier could not run the target on "
+                                                    "either side (head: AttributeError: 'function' object has no "
+                                                    "attribute 'fn' (in triton/runtime/autotuner.py) (1 test, first "
+                                                    "t.py::test_a)")
+    for base in ({"state": "ran", "exit": 0, "cpu_tier": {"crashes": []}}, {"state": "target-not-present"}, None):
+        severity, detail = _attributed(base, crashed, has_patch=base is not None)
+        assert severity == "note" and detail.startswith("the CPU tier crashed on head only (AttributeError: ")
+        assert "INCONCLUSIVE and not attributed to the PR" in detail
+    # a value failure beside the crash is still the code's
+    severity, _ = _attributed({"state": "ran", "exit": 0, "cpu_tier": {"crashes": []}},
+                              _run(crashes=[AUTOTUNE_CRASH], failures=2))
+    assert severity == "blocker"
+
+
+def test_a_target_absent_on_base_says_so_and_red_on_both_sides_stays_for_real_failures():
+    severity, detail = _attributed({"state": "target-absent", "exit": 4}, _run(failures=1))
+    assert severity == "blocker" and detail.startswith("the target is absent on base (pytest found no such test "
+                                                       "there: exit 4), so the PR adds it")
+    severity, detail = _attributed({"state": "ran", "exit": 1, "cpu_tier": {"crashes": []}}, _run(failures=1))
+    assert severity == "note" and detail.startswith("the target is red on both sides (base: exit 1)")
+    absent = _run(exit_code=4)
+    absent.stats.note = "pytest usage error (exit 4), no test ran: ERROR: not found: t.py::test_new"
+    assert target_runs.state(absent) == "target-absent"
 
 
 def test_a_script_that_only_ran_sparse_launches_is_no_evidence_whether_it_failed_or_passed():
@@ -236,3 +274,22 @@ def test_no_missing_packages_are_claimed_when_the_runtime_probe_never_ran():
     refused = cpu_tier.run(_tier_ctx(None, "PYLIB holds a prebuilt runtime but the patch changes runtime sources"))
     assert refused.findings == [] and "missing" not in refused.selection.cpu_tier_reason
     assert "the runtime probe did not run (PYLIB holds a prebuilt runtime" in refused.selection.cpu_tier_reason
+
+
+def test_every_closed_gap_at_once_in_a_namespace_package_blocks_its_tail_bug(tmp_path, validate, no_gpu):
+    # autotune disk cache, loop-index casts, device seeding at import, a switch only --env passes, and a
+    # src/ namespace package with no packaging file: one validation for the set
+    repo = triton_repos.namespace_repo(tmp_path / "ns")
+    patch = make_patch(repo, {"src/tiny_ns/scale.py": triton_repos.ALL_GAPS_KERNEL.replace(
+        triton_repos.MASKED_STORE, triton_repos.UNMASKED_STORE)}, tmp_path / "bug.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py", "--cpu-tier", "triton",
+                      "--no-perf", "--env", "TINY_BACKEND=triton")
+    assert result.verdict == "BLOCK", result.findings("note")
+    [blocker] = result.findings("blocker")
+    assert blocker["stage"] == "correctness_repo_tests"
+    assert "store out of bounds in kernel scale_kernel" in blocker["detail"]
+    identity = result.report["runtime_identity"]
+    assert identity["module"] == "tiny_ns" and identity["import_roots"] == ["src"]
+    base = result.stage("baseline_control")["repo_tests"]
+    assert base["exit"] == 0 and base["cpu_tier"]["crashes"] == []
+    assert result.report["isolation"]["target_environment"]["given"] == ["TINY_BACKEND"]

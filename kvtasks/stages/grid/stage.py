@@ -188,4 +188,4 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
         return stage.finding("grid.failed-before-route", "note", "the grid run failed without reaching routed work, so no defect is attributed "
                                      f"(a missing channel or a crash before the route look the same): {tail}")
     cells = f" ({failing_cells(plan, run)})" if base.get("state") == "ran" and base.get("exit") == 0 else ""
-    return stage.finding(*attribute(ctx, base, "grid", "fails", tail, cells))
+    return stage.finding(*attribute(ctx, base, "grid", "fails", tail, run, cells))

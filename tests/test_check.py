@@ -1,0 +1,72 @@
+"""validate-kernel-pr check: one run of the checkout as a base run would, and what a PR could reach."""
+import json
+
+from kvtasks import check, cli
+from kvtasks.request import build_request
+from tests import triton_repos
+
+JUNK_KERNEL = '''import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def bessel_kernel(out_ptr, in_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, libdevice.j0(tl.load(in_ptr + offs)))
+
+
+def bessel(x):
+    out = torch.empty_like(x)
+    bessel_kernel[(1,)](out, x, BLOCK=x.numel())
+    return out
+'''
+JUNK_TEST = '''import torch
+
+from bessel import bessel
+
+
+def test_bessel():
+    x = torch.rand(8, device="cuda")
+    torch.testing.assert_close(bessel(x), torch.special.bessel_j0(x))
+'''
+
+
+def test_check_on_the_demo_says_runner_route_and_channel_and_what_keeps_a_pr_short(tmp_path, capsys, gpu_host):
+    gpu_host(amd=[])  # no GPU: the demo's numpy kernels run without one
+    request = build_request(check.demo_options(tmp_path / "store"))
+    assert check.said(request, str(tmp_path / "check.json")) == 0
+    said = capsys.readouterr().out.splitlines()
+    found = json.loads((tmp_path / "check.json").read_text())
+    assert "runner: pytest (defines collectable tests: test_softmax_matches_reference)" in said
+    assert found["route"] == {"asked": "kernels.tiled_softmax:softmax_rows", "observed": True, "calls": 4}
+    assert found["channel"]["channel"] == "env" and found["channel"]["proven"] is True
+    assert "tier crashes: none" in said and found["run"]["executed"] == 4
+    assert found["short_of_pass"] == ["no GPU was claimed: PASS needs one (on the CPU tier the best verdict is "
+                                      "INCONCLUSIVE)"]
+
+
+def test_check_on_a_src_layout_repository_under_the_tier_and_a_tier_crash_named(tmp_path, capsys, gpu_host):
+    triton_repos.require_triton_cpu()
+    gpu_host(amd=[])
+    repo = triton_repos.packaged_repo(tmp_path / "tiny")
+    code = cli.main(["check", "--repo", str(repo), "--target", "tests/test_norm.py", "--cpu-tier", "triton", "--quiet",
+                     "--expected-route", "tiny_kernels.norm:rms_norm", "--shape-vars", "M,N",
+                     "--shape-argnames", "M,N", "--grid", "3,50", "--json", str(tmp_path / "tiny.json")])
+    found = json.loads((tmp_path / "tiny.json").read_text())
+    assert code == 0, capsys.readouterr().out
+    assert found["cpu_tier"] == "triton" and found["runtime_established"] and found["tier_crashes"] == []
+    assert found["route"]["observed"] is True
+    assert found["channel"]["channel"] == "pytest" and found["channel"]["proven"] is True, found["channel"]
+    assert found["short_of_pass"] == ["no GPU was claimed: PASS needs one (on the CPU tier the best verdict is "
+                                      "INCONCLUSIVE)"]
+
+    junk = triton_repos.make_repo(tmp_path / "junk", {"bessel.py": JUNK_KERNEL, "tests/test_bessel.py": JUNK_TEST})
+    capsys.readouterr()
+    assert cli.main(["check", "--repo", str(junk), "--target", "tests/test_bessel.py", "--cpu-tier", "triton",
+                     "--quiet", "--runtime-module", "bessel"]) == 1
+    said = capsys.readouterr().out
+    assert ("tier crashes: NotImplementedError: kvtasks CPU tier: libdevice.j0 has no equivalent in the Triton "
+            "interpreter (in kvtasks hooks) (1 test, first tests/test_bessel.py::test_bessel)") in said
+    assert "  - the CPU tier could not run it: NotImplementedError" in said
