@@ -147,27 +147,29 @@ def _attributed(base, run, has_patch=True):
 def test_a_tier_crash_is_never_blamed_and_is_named_on_either_side():
     crashed = _run(crashes=[AUTOTUNE_CRASH], failures=1)
     base_crashed = {"state": "ran", "exit": 1, "cpu_tier": cpu_tier.run_evidence(crashed)}
-    severity, detail = _attributed(base_crashed, crashed)
+    rule, severity, detail = _attributed(base_crashed, crashed)
+    assert rule == "target.tier-limitation"
     assert severity == "note" and detail.startswith("a CPU tier limitation: the tier could not run the target on "
                                                     "either side (head: AttributeError: 'function' object has no "
                                                     "attribute 'fn' (in triton/runtime/autotuner.py) (1 test, first "
                                                     "t.py::test_a)")
     for base in ({"state": "ran", "exit": 0, "cpu_tier": {"crashes": []}}, {"state": "target-not-present"}, None):
-        severity, detail = _attributed(base, crashed, has_patch=base is not None)
+        rule, severity, detail = _attributed(base, crashed, has_patch=base is not None)
+        assert rule == "target.tier-crash-on-head"
         assert severity == "note" and detail.startswith("the CPU tier crashed on head only (AttributeError: ")
         assert "INCONCLUSIVE and not attributed to the PR" in detail
     # a value failure beside the crash is still the code's
-    severity, _ = _attributed({"state": "ran", "exit": 0, "cpu_tier": {"crashes": []}},
-                              _run(crashes=[AUTOTUNE_CRASH], failures=2))
-    assert severity == "blocker"
+    rule, severity, _ = _attributed({"state": "ran", "exit": 0, "cpu_tier": {"crashes": []}},
+                                    _run(crashes=[AUTOTUNE_CRASH], failures=2))
+    assert (rule, severity) == ("target.regression", "blocker")
 
 
 def test_a_target_absent_on_base_says_so_and_red_on_both_sides_stays_for_real_failures():
-    severity, detail = _attributed({"state": "target-absent", "exit": 4}, _run(failures=1))
-    assert severity == "blocker" and detail.startswith("the target is absent on base (pytest found no such test "
+    rule, severity, detail = _attributed({"state": "target-absent", "exit": 4}, _run(failures=1))
+    assert (rule, severity) == ("target.fails-new-target", "blocker") and detail.startswith("the target is absent on base (pytest found no such test "
                                                        "there: exit 4), so the PR adds it")
-    severity, detail = _attributed({"state": "ran", "exit": 1, "cpu_tier": {"crashes": []}}, _run(failures=1))
-    assert severity == "note" and detail.startswith("the target is red on both sides (base: exit 1)")
+    rule, severity, detail = _attributed({"state": "ran", "exit": 1, "cpu_tier": {"crashes": []}}, _run(failures=1))
+    assert (rule, severity) == ("target.red-on-both-sides", "note") and detail.startswith("the target is red on both sides (base: exit 1)")
     absent = _run(exit_code=4)
     absent.stats.note = "pytest usage error (exit 4), no test ran: ERROR: not found: t.py::test_new"
     assert target_runs.state(absent) == "target-absent"
