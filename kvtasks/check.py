@@ -14,7 +14,6 @@ run), 64 a usage error.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -36,12 +35,20 @@ def main(argv: list[str]) -> int:
     refs; no --repo: the embedded demo) and --json FILE."""
     from kvtasks import cli
 
-    extra = argparse.ArgumentParser(add_help=False)
+    extra = cli.Parser(prog="validate-kernel-pr check", add_help=False)
     extra.add_argument("--json", dest="json_out")
     known, rest = extra.parse_known_args(argv)
     options, output = cli.parse_validation(rest)
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
-    return said(request_of(Workspace(cli.workspace_root()), given), known.json_out, output["quiet"])
+    workspace = Workspace(cli.workspace_root())
+    request = request_of(workspace, given)
+    return said(request, known.json_out, output["quiet"], grid_secret(workspace, request))
+
+
+def grid_secret(workspace: Workspace, request) -> str:
+    """The secret a validation in this workspace would draw its default grid from: the cells check
+    runs are the ones a PR's validation would."""
+    return request.host.grid_secret or workspace.store.grid_secret()
 
 
 def request_of(workspace: Workspace, given: dict):
@@ -57,9 +64,9 @@ def request_of(workspace: Workspace, given: dict):
         fail_usage(str(exc))
 
 
-def said(request, json_out: str | None = None, quiet: bool = True) -> int:
+def said(request, json_out: str | None = None, quiet: bool = True, secret: str = "") -> int:
     """Check, print what was found (and write it as JSON when asked); the exit code."""
-    found = check(request, quiet=quiet)
+    found = check(request, quiet=quiet, grid_secret=secret)
     print("\n".join(lines(found)))
     if json_out:
         Path(json_out).write_text(json.dumps(found, indent=2))
@@ -74,11 +81,12 @@ def demo_options(root: Path) -> dict:
     return {name: value for name, value in given.items() if name not in ("patch", "head_sha", "label")}
 
 
-def check(request, quiet: bool = True) -> dict:
+def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
     """Prepare the checkout, run its target once as a base run would, and say what a PR could reach."""
     worktree.forget_callers_repository()
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
-        ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch), quiet=quiet)
+        ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch), quiet=quiet,
+                      grid_secret=grid_secret)
         for row in PIPELINE["prepare"]:
             produced = run_row(ctx, row)
             if produced is not None and produced.facts.halt:

@@ -43,7 +43,7 @@ def workspace_root() -> Path:
     return Path(cache).expanduser().resolve() / "kvtasks"
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own usage errors are one line and USAGE_EXIT too
         fail_usage(message)
 
@@ -66,7 +66,7 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 
 def parser(demo: bool = False) -> argparse.ArgumentParser:
     """The flags, derived from the options the Request declares, plus the front door's own."""
-    p = _Parser(prog="validate-kernel-pr", description=__doc__.split("\n\nExit codes")[0],
+    p = Parser(prog="validate-kernel-pr", description=__doc__.split("\n\nExit codes")[0],
                 epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for declared in declared_options():
         option = declared.option
@@ -85,7 +85,7 @@ def parser(demo: bool = False) -> argparse.ArgumentParser:
 def door_parser(command: str) -> argparse.ArgumentParser:
     """A front door's variables as flags (--manifest FILE, --older 30d, ...)."""
     door = front_doors.FRONT_DOORS[command]
-    p = _Parser(prog=f"validate-kernel-pr {command}", description=door.doc, epilog=EXIT_CODES_HELP)
+    p = Parser(prog=f"validate-kernel-pr {command}", description=door.doc, epilog=EXIT_CODES_HELP)
     for variable in door.variables:
         if variable != "quiet":
             p.add_argument(f"--{variable.replace('_', '-')}", dest=variable)

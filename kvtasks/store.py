@@ -94,8 +94,11 @@ class Store:
                 os.link(temp, path)
             except FileExistsError:
                 pass
+            except OSError:  # a filesystem without hard links: a rename, first come first kept
+                if not path.exists():
+                    os.replace(temp, path)
             finally:
-                os.unlink(temp)
+                Path(temp).unlink(missing_ok=True)
         return path.read_text().strip()
 
     def scratch_dir(self, kind: str, key: str) -> Path:

@@ -199,8 +199,8 @@ _state = {"calls": {}, "shapes": [], "parts": {}, "added": {}, "cells": {}, "gri
           "added_teardown_failed": [], "unresolved": [], "written": False, "exit": None, "installed": False,
           "test": "", "outputs": {}, "judges_replaced": set(), "written_arguments": {}}
 _LARGEST_CHECKED = 2**26  # elements: a larger output (a sparse-grid tensor) is counted, never scanned
-# the first calls of each route whose array arguments are read before and after the call: enough to see
-# which arguments a route writes into, few enough to keep the copies cheap
+# the first calls of each route whose array arguments are read before and after the call (later, one in
+# eight): enough to see which arguments a route writes into, few enough to keep the copies cheap
 _WRITES_WATCHED_CALLS = 8
 _WRITES_SAMPLED, _WRITES_TAIL = 2**20, 2**16  # elements of a larger argument read: evenly spaced, and its tail
 _lock = threading.Lock()
@@ -278,33 +278,38 @@ def _nonfinite(array) -> list[str]:
 
 
 def _fingerprint(value):
-    """A digest of an array argument's elements (of a large one: evenly spaced elements and its whole
-    tail, where a tail tile writes); None for anything else, or what cannot be read."""
-    if not (hasattr(value, "dtype") and hasattr(value, "shape")):
-        return None
-    size = 1
-    for extent in value.shape:
-        size *= int(extent)
+    """A digest of an array argument's elements (of a large one: elements at an odd stride, so every
+    column of a power-of-two row is among them, and its whole tail, where a tail tile writes); None
+    for anything else, or what cannot be read: watching must never fail the route's call."""
     try:
+        if not (hasattr(value, "dtype") and hasattr(value, "shape")) or isinstance(value, type):
+            return None
+        size = 1
+        for extent in value.shape:
+            size *= int(extent)
+        stride = (size // _WRITES_SAMPLED) | 1
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(value, torch.Tensor):
             flat = value.detach().reshape(-1)
             if size > _WRITES_SAMPLED:
-                flat = torch.cat([flat[::size // _WRITES_SAMPLED], flat[-_WRITES_TAIL:]])
+                flat = torch.cat([flat[::stride], flat[-_WRITES_TAIL:]])
             data = flat.cpu().contiguous().view(torch.uint8).numpy().tobytes()
         else:
             flat = value.reshape(-1)
             if size > _WRITES_SAMPLED:
-                flat = sys.modules["numpy"].concatenate([flat[::size // _WRITES_SAMPLED], flat[-_WRITES_TAIL:]])
+                flat = sys.modules["numpy"].concatenate([flat[::stride], flat[-_WRITES_TAIL:]])
             data = flat.tobytes()
-    except Exception:  # a meta tensor, an array library without bytes: not watched
+        if not isinstance(data, bytes):
+            return None
+        return hashlib.blake2b(data, digest_size=16).digest()
+    except Exception:  # a meta tensor, a stand-in with an array's names, a library without bytes: not watched
         return None
-    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _arrays_before(route, function, args, kwargs):
-    """(name, argument, digest) of the call's array arguments, for the first calls of a route only."""
-    if _state["calls"].get(route, 0) > _WRITES_WATCHED_CALLS:
+    """(name, argument, digest) of the call's array arguments: for a route's first calls, then for one
+    call in eight drawn at random, so a route cannot count its way past the watching."""
+    if _state["calls"].get(route, 0) > _WRITES_WATCHED_CALLS and os.urandom(1)[0] >= 32:
         return []
     found = []
     for name, value in _arguments(function, args, kwargs):

@@ -70,7 +70,7 @@ def number(node: ast.AST | None) -> float | None:
     """A numeric literal, however it is spelt: `1e-2`, `-3`, `1e-5 * 1000`, `10 ** -2`, `float("1e-2")`;
     None for anything computed at run time."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return float(node.value)
+        return None if math.isnan(node.value) else float(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = number(node.operand)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
@@ -82,15 +82,16 @@ def number(node: ast.AST | None) -> float | None:
             folded = _FOLDED[type(node.op)](left, right)
         except (ArithmeticError, ValueError):
             return None
-        return float(folded) if isinstance(folded, (int, float)) and math.isfinite(folded) else None
+        return float(folded) if isinstance(folded, (int, float)) and not math.isnan(folded) else None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int") \
             and len(node.args) == 1 and not node.keywords:
         argument = node.args[0]
         if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
             try:
-                return float(argument.value)
+                parsed = float(argument.value)
             except ValueError:
                 return None
+            return None if math.isnan(parsed) else parsed  # float("nan") passes no bound and fails none
         return number(argument)
     return None
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from kvtasks.sources.imports import aliases
 from kvtasks.sources.skips import OUTCOME_HOOKS
 from kvtasks.sources.structure import is_main_guard
-from kvtasks.sources.syntax import dotted, literal, parse, qualified
+from kvtasks.sources.syntax import dotted, literal, number, parse, qualified
 
 # the modules whose functions judge a run: replacing one of their names changes every check made with it
 JUDGES = ("numpy", "torch", "pytest", "_pytest", "unittest", "builtins")
@@ -87,6 +87,43 @@ NAMESPACES = {"vars", "builtins.vars"}
 # framework behaves one way under the tests and another in use
 MODULE_LOOKUPS = {"importlib.util.find_spec", "pkgutil.find_loader", "importlib.find_loader"}
 TEST_FRAMEWORKS = ("pytest", "_pytest", "unittest")
+TEST_FRAMEWORK_WORDS = ("pytest", "py.test", "unittest")
+
+
+# torch.library's entry points that take a namespace or an operator name first (`ns=` / `qualname=`)
+TORCH_LIBRARY = {"torch.library.Library", "torch.library.impl", "torch.library.register_kernel",
+                 "torch.library.register_fake", "torch.library.register_autograd", "torch.library.define",
+                 "torch.library.custom_op", "torch.library.fallthrough_kernel"}
+
+
+def _text(node: ast.AST | None) -> str | None:
+    """A string literal, or literals joined with +; None for anything computed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _text(node.left), _text(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _names_aten(call: ast.Call) -> bool:
+    """Whether a torch.library call reaches torch's own `aten` namespace, or names one no reading can tell."""
+    given = call.args[0] if call.args else next((kw.value for kw in call.keywords if kw.arg in ("ns", "qualname")),
+                                                None)
+    if given is None:
+        return False
+    text = _text(given)
+    return text is None or text.split(":", 1)[0].strip() == "aten"
+
+
+def _asks_argv_for_tests(node: ast.AST, bound: dict[str, str]) -> bool:
+    """A comparison or call that reads the command line (sys.argv, sys.orig_argv) and names a test
+    framework: `"pytest" in sys.argv[0]`, `any("pytest" in word for word in sys.argv)`. A build
+    script's own flags (`"--cuda" in sys.argv`) name none."""
+    parts = list(ast.walk(node))
+    return any(isinstance(part, ast.Constant) and isinstance(part.value, str)
+               and any(word in part.value for word in TEST_FRAMEWORK_WORDS) for part in parts) \
+        and any(isinstance(part, (ast.Attribute, ast.Name)) and reached(part, bound) in PROCESS_STATE for part in parts)
 
 
 def _judge_module(node: ast.AST) -> bool:
@@ -106,6 +143,8 @@ def reached(node: ast.AST, bound: dict[str, str]) -> str | None:
     if isinstance(node, ast.Subscript):
         inner = reached(node.value, bound)
         key = literal(node.slice) if isinstance(node.slice, ast.Constant) else None
+        if inner == "sys.modules" and isinstance(node.slice, ast.Name) and node.slice.id == "__name__":
+            return None  # the module itself: what it writes into itself is its own
         if inner == "sys.modules" and isinstance(key, str):
             return key
         return f"{inner}[...]" if inner else None
@@ -146,23 +185,31 @@ def _truthy_return(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                for node in ast.walk(function))
 
 
-def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: frozenset[int] = frozenset()) \
-        -> list[Tampering]:
+def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: frozenset[int] = frozenset(),
+         outer: dict[str, str] | None = None) -> list[Tampering]:
     """Every tampering construct in a module's source, in line order (nothing when it does not parse);
     `grid_numbers` are the dimensions the validator drew for its grid: a module naming one singles out
     a shape it will be judged on."""
     tree = parse(text)
     if tree is None:
         return []
-    bound = _bindings(tree, aliases(tree))
+    bound = _bindings(tree, {**(outer or {}), **aliases(tree)})
     in_main = {id(sub) for node in tree.body if is_main_guard(node) for sub in ast.walk(node)}
     names = {"PYTEST_CURRENT_TEST", *filter(None, state_names)}
     found: list[Tampering] = []
+    drawn_named: set[tuple[int, int]] = set()
 
     def add(kind: str, node: ast.AST, what: str) -> None:
         found.append(Tampering(kind, getattr(node, "lineno", 0), what[:100]))
 
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Compare, ast.Call)) and id(node) not in in_main and _asks_argv_for_tests(node, bound):
+            add("reads-run-state", node, f"the command line asked for a test framework: {ast.unparse(node)[:60]}")
+        if isinstance(node, (ast.Constant, ast.BinOp, ast.Call)) and grid_numbers \
+                and (value := number(node)) is not None and value.is_integer() and int(value) in grid_numbers \
+                and (node.lineno, int(value)) not in drawn_named:
+            drawn_named.add((node.lineno, int(value)))
+            add("reads-run-state", node, f"the grid's drawn dimension {int(value)}")
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda) and _truthy(node.value.body) \
                 and any(isinstance(target, ast.Name) and target.id == "__exit__" for target in node.targets):
             add("exit-swallows", node, "__exit__ = lambda")
@@ -170,21 +217,22 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:
                 written = reached(target, bound) if isinstance(target, (ast.Attribute, ast.Subscript)) else None
-                if written and _judge_name(written):
+                replaces_a_module = isinstance(target, ast.Subscript) and reached(target.value, bound) == "sys.modules"
+                if replaces_a_module or (written and _judge_name(written)):
                     add("patches-judge", node, ast.unparse(target))
         elif isinstance(node, ast.Call):
             name = qualified(node.func, bound)
             short = name.rsplit(".", 1)[-1]
             owner = reached(node.func.value, bound) if isinstance(node.func, ast.Attribute) else None
             code = literal(node.args[0]) if node.args and isinstance(node.args[0], ast.Constant) else None
-            if name.startswith("torch.library.") and isinstance(code, str) and code.split(":", 1)[0] == "aten":
+            if name in TORCH_LIBRARY and _names_aten(node):
                 add("patches-judge", node, ast.unparse(node)[:100])  # torch's own operators, comparisons included
             if (name in MODULE_LOOKUPS or (owner == "sys.modules" and short == "get")) and node.args \
                     and _judge_module(node.args[0]):
                 add("reads-run-state", node, f"whether {literal(node.args[0])} is loaded")
             if name in SOURCE_RUNNERS and isinstance(code, str):  # the code it runs is read as the file's own
                 found += [Tampering(item.kind, node.lineno, item.what) for item in read(code, state_names,
-                                                                                         grid_numbers)]
+                                                                                         grid_numbers, bound)]
             if name in INTROSPECTION or name.startswith("sys.monitoring."):
                 add("introspects", node, name)
             elif owner and ((short in DUNDER_WRITERS and _judge_name(owner))
@@ -201,14 +249,9 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
                 and (node.value in names or node.value.upper().startswith("KVTASKS")
                      or node.value.startswith(PROCESS_FILES)):
             add("reads-run-state", node, node.value)
-        elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(node.ctx, ast.Load) and id(node) not in in_main \
-                and reached(node, bound) in PROCESS_STATE:
-            add("reads-run-state", node, reached(node, bound))
         elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
                 and _judge_module(node.left) and any(reached(c, bound) == "sys.modules" for c in node.comparators):
             add("reads-run-state", node, f"whether {literal(node.left)} is loaded")
-        elif isinstance(node, ast.Constant) and type(node.value) is int and node.value in grid_numbers:
-            add("reads-run-state", node, f"the grid's drawn dimension {node.value}")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__exit__" \
                 and _truthy_return(node):
             add("exit-swallows", node, node.name)

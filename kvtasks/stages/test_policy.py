@@ -193,12 +193,13 @@ COMPILED_MODULES = (".so", ".pyd", ".dylib", ".dll", ".pyc", ".pyo")
 
 
 def drawn_dimensions(selection: Selection) -> frozenset[int]:
-    """The dimensions of the default grid that were drawn for this base (grid.plan.drawn_dimensions),
-    not the fixed powers of two; a caller's own --grid is known in advance anyway."""
+    """The dimensions of the default grid that were drawn for this base (grid.plan.drawn_dimensions)
+    past 4096: the odd N and the large M, numbers no kernel writes by chance (the small odd M is left
+    out: an odd number below 256 is any kernel's constant); a caller's own --grid is known anyway."""
     if "drawn" not in (selection.grid_cells_basis or ""):
         return frozenset()
     return frozenset(int(part) for cell in selection.grid_cells or [] for part in cell.split(",")
-                     if part.strip().isdigit() and int(part) & (int(part) - 1))
+                     if part.strip().isdigit() and int(part) > 4096 and int(part) & (int(part) - 1))
 
 
 def run(ctx: Context) -> StageResult:

@@ -383,3 +383,34 @@ def test_a_pytest_receipt_names_what_the_run_loaded_and_what_the_route_imported(
     assert loaded["config_file"] == "pytest.ini" and loaded["rootdir"] == "."
     assert loaded["opened"] == [{"path": "configs/ops.json", "during": "route-call"}]  # the route reads its config
     assert "tests/conftest.py" in loaded["plugins"] and receipt["route_calls"] == {"pkg.ops:route": 1}
+
+
+WRITES = {"kern/writes.py": '''import numpy as np
+
+
+class Config:  # an argument with an array's names and none of its content
+    dtype = "float16"
+    shape = None
+
+
+def scale(x, out, config, factor=2.0):
+    out[...] = x * factor
+    x[-1, -1] = 0.0  # writes its input back, as a kernel hiding a wrong tail in it would
+    return out
+'''}
+
+
+def test_the_arguments_a_route_writes_into_are_named_and_odd_ones_never_fail_the_call(tmp_path):
+    (tmp_path / "kern").mkdir()
+    (tmp_path / "kern" / "writes.py").write_text(WRITES["kern/writes.py"])
+    done, receipt, note = run_probe(tmp_path, sys.executable, (
+        "import numpy as np\nfrom unittest import mock\nfrom kern.writes import Config, scale\n\n"
+        "if __name__ == '__main__':\n"
+        "    big = np.ones((600, 4096), dtype=np.float32)\n"
+        "    for _ in range(3):\n"
+        "        scale(np.ones((4, 8), dtype=np.float32), np.empty((4, 8), dtype=np.float32), Config())\n"
+        "    scale(big, np.empty_like(big), mock.MagicMock())\n"
+        "    scale(np.ones((2, 2)), np.empty((2, 2)), np.ndarray)\n"
+        "    print('done')\n"), ["kern.writes:scale"], shape_vars=())
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert receipt["written_arguments"] == {"kern.writes:scale": ["x", "out"]}, note

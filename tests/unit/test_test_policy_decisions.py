@@ -82,7 +82,13 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "import sys\nsys.modules.update(numpy=None)",
     "import sys\nUNDER_TEST = 'pytest' in sys.modules",
     "import torch\nLIB = torch.library.Library('aten', 'IMPL')",
+    "import torch\nLIB = torch.library.Library(ns='aten', kind='IMPL')",
+    "import torch\nLIB = torch.library.Library('at' + 'en', 'IMPL')",
+    "import sys\nsys.modules['kernels.rows'] = None",
+    "import sys\ndel sys.modules['kernels.rows']",
+    "exec('np.testing.assert_allclose = print')",
     "import sys\nUNDER_TEST = 'pytest' in sys.argv[0]",
+    "import sys\nUNDER_TEST = sys.argv[0].endswith('py.test')",
     "from sys import argv\nUNDER_TEST = any('pytest' in word for word in argv)",
     "UNDER_TEST = b'pytest' in open('/proc/self/cmdline', 'rb').read()",
     "import traceback\nUNDER_TEST = any('test_' in frame.name for frame in traceback.extract_stack())",
@@ -100,6 +106,8 @@ def test_kernel_code_that_uses_numpy_plainly_is_not_tampering():
              "HAS_TRITON = importlib.util.find_spec('triton') is not None and 'torch' in sys.modules\n"
              "LIB = torch.library.Library('kvrows', 'DEF')\n"
              "if __name__ == '__main__':\n    print(sys.argv)\n"
+             "if '--cuda-ext' in sys.argv:\n    sys.argv.remove('--cuda-ext')\n"
+             "setattr(sys.modules[__name__], 'fused', True)\nsys.modules[__name__].cache = {}\n"
              "torch.backends.cuda.matmul.allow_tf32 = False\n\n\n"
              "def scale_rows(x, factor):\n    out = np.empty_like(x)\n    out[...] = np.multiply(x, factor)\n"
              "    getattr(out, 'flags').writeable = True\n    return out\n")
@@ -203,8 +211,21 @@ def test_a_kernel_that_names_a_drawn_grid_dimension_blocks_and_another_workspace
     assert elsewhere != cells and elsewhere[0] == cells[0] == "256,4096"
 
 
+def test_a_drawn_dimension_spelt_with_arithmetic_is_named_too():
+    _, cells = _prepared({KERNEL: KERNEL_FIXED}, "workspace-1")
+    odd_n = int(cells[1].split(",")[1])
+    spelt = KERNEL_FIXED + f"\n\ndef _exact(x):\n    return x.shape[1] == 4096 + {odd_n - 4096}\n"
+    stage, _ = _prepared({KERNEL: spelt}, "workspace-1")
+    assert any(f"drawn dimension {odd_n}" in f.detail for f in stage.findings)
+
+
+def test_a_tolerance_made_nan_cannot_be_compared():
+    stage = policy({TARGET: TEST_BASE.replace("ATOL = 1e-5", "ATOL = float('nan')")})
+    assert stage.stage.not_literal and severities(stage) == ["should-fix"]
+
+
 def test_a_kernel_that_names_its_tile_or_a_power_of_two_is_not_singling_out_the_grid():
-    tiled = KERNEL_FIXED + "\n\nBLOCK = 64\nLIMIT = 4096\nMASK = 255\n"
+    tiled = KERNEL_FIXED + "\n\nBLOCK = 64\nLIMIT = 4096\nMASK = 255\nLINE_LENGTH = 119\nROWS = range(45)\n"
     stage, _ = _prepared({KERNEL: tiled}, "workspace-1")
     assert stage.stage.tampering == [] and not stage.findings
 
