@@ -42,13 +42,7 @@ def main(argv: list[str]) -> int:
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
     workspace = Workspace(cli.workspace_root())
     request = request_of(workspace, given)
-    return said(request, known.json_out, output["quiet"], grid_secret(workspace, request))
-
-
-def grid_secret(workspace: Workspace, request) -> str:
-    """The secret a validation in this workspace would draw its default grid from: the cells check
-    runs are the ones a PR's validation would."""
-    return request.host.grid_secret or workspace.store.grid_secret()
+    return said(request, known.json_out, output["quiet"], workspace.store.grid_secret(request.host.grid_secret))
 
 
 def request_of(workspace: Workspace, given: dict):
@@ -82,7 +76,8 @@ def demo_options(root: Path) -> dict:
 
 
 def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
-    """Prepare the checkout, run its target once as a base run would, and say what a PR could reach."""
+    """Prepare the checkout, run its target once as a base run would, and say what a PR could reach;
+    `grid_secret` is the workspace's (Store.grid_secret), so the cells it runs are a validation's."""
     worktree.forget_callers_repository()
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
         ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch), quiet=quiet,

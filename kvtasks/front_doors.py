@@ -117,7 +117,7 @@ def _check(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
 
     def task_check():
         """Run the target once as a validation's base run would and say what a PR could reach (no repo: the demo)."""
-        secret = check.grid_secret(workspace, request)
+        secret = workspace.store.grid_secret(request.host.grid_secret)
         return {"actions": [lambda: check.said(request, given.get("json"), quiet, secret) == 0],
                 "uptodate": [False], "verbosity": 2}
     return {"task_check": task_check, "DOIT_CONFIG": workspace.doit_config()}

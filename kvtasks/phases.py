@@ -48,7 +48,7 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
     (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
     scratch = store.scratch_dir("prepare", request.label)
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet,
-                  grid_secret=request.host.grid_secret or store.grid_secret())
+                  grid_secret=store.grid_secret(request.host.grid_secret))
     recovered = None
     try:
         recovered = ctx.worktree.recover()

@@ -81,10 +81,12 @@ class Store:
         """Where the artifacts the validator kept from a group's runs are stored."""
         return self.root / "runs" / kind / key
 
-    def grid_secret(self) -> str:
-        """This store's secret for the default grid's drawn dimensions, made once: PRs validated here
-        cannot know their cells in advance. It is written whole beside its place and linked there, so
+    def grid_secret(self, configured: str | None = None) -> str:
+        """The secret the default grid's drawn dimensions come from: `configured` (KVTASKS_GRID_SECRET)
+        when given, else this store's own, made once: PRs validated here cannot know their cells in advance. It is written whole beside its place and linked there, so
         the first writer wins a race and a writer killed midway leaves no empty secret behind."""
+        if configured:
+            return configured
         path = self.root / "grid-secret"
         if not path.exists():
             handle, temp = tempfile.mkstemp(dir=self.root, prefix=".grid-secret.")

@@ -25,6 +25,7 @@ from kvtasks.fleet import arch_report, node
 from kvtasks.report import Retry
 from kvtasks.request import Request
 from kvtasks.stages import StageResult
+from kvtasks.store import Store
 from kvtasks.workspace import Workspace, fail_usage
 from kvtasks.worktree import Worktree
 
@@ -57,13 +58,13 @@ def connect():
     return ray
 
 
-def _shipment(request: Request, arch: str | None, grid_secret: str) -> node.Shipment:
+def _shipment(request: Request, arch: str | None, store: Store) -> node.Shipment:
     """What a node gets for one (PR, arch): the driver's grid secret with it, so every node draws the
     same default grid and PRs against one base share its key whichever node prepared them."""
     source = request.source or request.repo
     base_oid = Worktree(request.repo, None).head_oid()
     label = _arch_label(request.label, arch)
-    host = request.host.model_copy(update={"grid_secret": request.host.grid_secret or grid_secret})
+    host = request.host.model_copy(update={"grid_secret": store.grid_secret(request.host.grid_secret)})
     return node.Shipment(request=request.model_copy(update={"label": label, "host": host}), source=source,
                          base_oid=base_oid, patch=Path(request.patch).read_bytes() if request.patch else None)
 
@@ -174,10 +175,9 @@ class _Scheduler:
         self.total = len(requests) * len(wanted)
 
     def run(self, name: str) -> int:
-        grid_secret = self.workspace.store.grid_secret()
         for request in self.requests:
             for arch in self.wanted:
-                chain = Chain(request, arch, _shipment(request, arch, grid_secret))
+                chain = Chain(request, arch, _shipment(request, arch, self.workspace.store))
                 if not self._live(chain.resource):
                     what = "this architecture" if arch else "a GPU"
                     self._finish(chain, arch_report.not_run(arch or "any", f"no node in the cluster has {what}"))
