@@ -22,8 +22,9 @@ from kvtasks import harness, worktree
 from kvtasks.harness.launch import TargetRun
 from kvtasks.pipeline import PIPELINE, run_row
 from kvtasks.request import UsageError, build_request
-from kvtasks.stages import Context, cpu_tier, gpu_claim, grid, runtime_compat
+from kvtasks.stages import Context, cpu_tier, grid, runtime_compat
 from kvtasks.stages.grid.plan import plan_of
+from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.stages.grid.proof import poisoned, proves_channel
 from kvtasks.stages.grid.runs import run_grid
 from kvtasks.stages.target_runs import gate
@@ -92,7 +93,7 @@ def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
             return _found(ctx, None, None, blocked=blocked)
         # with no GPU and no tier, gpu_requirement ran the target without a device on this very tree:
         # that run is the one a base run would be
-        claim = ctx.earlier.get(gpu_claim.NAME)
+        claim = ctx.result_of(GpuClaim)
         run = next((made for made in (claim.runs if claim is not None else []) if made.label == "head-repo"), None)
         probe = None
         with ctx.worktree.lend("base"):
@@ -107,8 +108,8 @@ def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
 
 def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked: str = "") -> dict:
     request, selection = ctx.request, ctx.selection
-    claim = ctx.earlier.get(gpu_claim.NAME)
-    compat = ctx.earlier.get(runtime_compat.NAME)
+    claim = ctx.result_of(GpuClaim)
+    compat = ctx.result_of(RuntimeCompat)
     tier = ctx.facts.cpu_tier
     evidence = cpu_tier.run_evidence(run) if run is not None else None
     crashes = cpu_tier.crashes(evidence)

@@ -20,7 +20,9 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import __version__, check, comment, front_doors, graph, report, worktree
+from kvtasks import __version__, check, front_doors, graph, report, worktree
+from kvtasks.pipeline import REPORT
+from kvtasks.report import comment
 from kvtasks.request import declared_options
 from kvtasks.usage import USAGE_EXIT
 from kvtasks.workspace import Workspace, fail_usage
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate-kernel-pr {__version__} (report schema {report.SCHEMA_VERSION})")
         return 0
     if argv[:1] == ["schema"]:
-        print(json.dumps(report.json_schema(), indent=2))
+        print(json.dumps(REPORT.json_schema(), indent=2))
         return 0
     if argv[:1] == ["fleet-node"]:
         from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it

@@ -34,10 +34,9 @@ def rules_page() -> str:
 
 
 def _row(row: Row) -> str:
-    module = row.module.__name__.removeprefix("kvtasks.stages.")
-    module = module if row.entry == "run" else f"{module}.{row.entry}"
+    module = row.spec.run.__module__.removeprefix("kvtasks.stages.")
     role = {"required": "required", "optional": "optional", None: "step"}[row.report]
-    extras = [role, *(["CPU tier"] if row.tiered else []), *([f"amends {row.amends}"] if row.amends else [])]
+    extras = [role, *(["CPU tier"] if row.tiered else []), *([f"amends {row.amends.name}"] if row.amends else [])]
     return f"{row.name} (`{module}`; {', '.join(extras)})"
 
 

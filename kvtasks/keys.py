@@ -35,7 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kvtasks.request import Request
-from kvtasks.stages.records import CpuTier, RuntimeFingerprint, Selection
+from kvtasks.records import CpuTier, RuntimeFingerprint, Selection
 
 _PACKAGE = Path(__file__).resolve().parent
 

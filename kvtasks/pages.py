@@ -21,7 +21,7 @@ from jinja2 import Environment, PackageLoader
 
 from kvtasks import faults
 from kvtasks.report import tier_line
-from kvtasks.store import write_atomic
+from kvtasks.files import write_atomic
 
 REPORT = "validation_report.json"
 PAGE = "index.html"

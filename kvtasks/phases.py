@@ -1,6 +1,6 @@
 """The work behind the graph's tasks: one group of the pipeline run for one PR and its results
 stored (prepare also computes the content keys), and a report composed from stored evidence and
-published. It never knows doit (graph.py) and never judges (report.py).
+published. It never knows doit (graph.py) and never judges (kvtasks.report).
 
 A group never dies without evidence: a stage that crashes ends its group with the crash as a
 finding, and the report publishes that (INCONCLUSIVE).
@@ -12,11 +12,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtasks import comment, keys, pages, report
-from kvtasks.pipeline import run_group
+from kvtasks import keys, pages, report
+from kvtasks.pipeline import compose as compose_report, run_group
+from kvtasks.report import comment
 from kvtasks.request import Request
 from kvtasks.stages import Context, ReusedEvidence, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
-from kvtasks.stages.records import Facts, Repo, Selection, merged
+from kvtasks.records import Facts, Repo, Selection, merged
 from kvtasks import harness
 from kvtasks.store import Store
 from kvtasks.workspace import Workspace
@@ -125,12 +126,11 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
     scratch = store.scratch_dir(kind, key)
     earlier = _earlier(store, sources)
     base_evidence = base_evidence_keys(request, record["base_key"]) if kind == "head" else {}
-    for evidence_key in base_evidence.values():
-        for result in _marked_if_reused(store, sensitivity.BASE_EVIDENCE, evidence_key, request.label,
-                                        record.get("prepared_at")):
-            earlier[result.name] = result
+    stored_base_evidence = {result.name: result for evidence_key in base_evidence.values()
+                            for result in _marked_if_reused(store, sensitivity.BASE_EVIDENCE, evidence_key, request.label,
+                                                            record.get("prepared_at"))}
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
-                  earlier=earlier, quiet=quiet,
+                  earlier=earlier, quiet=quiet, base_evidence=stored_base_evidence,
                   phase_roots={"base": store.scratch_dir("base", record["base_key"]),
                                "head": store.scratch_dir("head", record["head_key"])})
     loaded = dict(ctx.earlier)
@@ -175,7 +175,7 @@ def compose(workspace: Workspace, label: str) -> report.Report:
     if not record.get("halted"):
         for kind in ("base", "head"):
             results += _marked_if_reused(store, kind, record[f"{kind}_key"], label, record.get("prepared_at"))
-    return report.compose(label, results, finished_utc=record.get("finished_utc"))
+    return compose_report(label, results, finished_utc=record.get("finished_utc"))
 
 
 def _marked_if_reused(store: Store, kind: str, key: str, label: str, prepared_at: float | None) -> list[StageResult]:

@@ -1,80 +1,101 @@
 """The pipeline, declared: its groups (prepare, base, head, report) and their rows in the order they
-run, each row one stage module's entry point; and how one group runs. Nothing else says which
+run, each row one stage module's StageSpec; the report layout they make; and how one group runs. Nothing else says which
 stages exist, which the report requires, or which the Triton CPU tier changes.
 
-It never stores evidence (phases.py does), never judges or writes a report (report.py does) and
+It never stores evidence (phases.py does), never judges or writes a report (kvtasks.report does) and
 knows nothing of doit (graph.py turns the groups into tasks).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Literal
 
-from kvtasks import faults
-from kvtasks.stages import (Context, StageResult, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
+from kvtasks import faults, report
+from kvtasks.report import Entry, Layout, Report, Stage
+from kvtasks.stages.coverage import arch_coverage
+from kvtasks.stages import (FACT_RECORDS, Context, StageResult, StageSpec, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
                             gpu_requirement, grid, merge_sim, perf, receipt, repo_tests, run_facts, runtime_compat,
                             selection, sensitivity, test_policy)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One stage (or step) of a group: its module and that module's one entry point (called by name
-    when the row runs), and what the report makes of it."""
+    """One stage (or step) of a group: its module's StageSpec, and what the report makes of it."""
 
-    module: ModuleType
+    spec: StageSpec
     # required: the verdict needs it passing; optional: shown, never needed; None: a step the report
     # shows no stage object for (what it learned goes into test_selection or the report's facts)
     report: Literal["required", "optional"] | None = None
     tiered: bool = False  # the Triton CPU tier changes its runs, so its stage says evidence_tier
-    amends: str | None = None  # a later look at an earlier stage: its result replaces that stage's
-    entry: str = "run"
-    name: str = ""  # the module's NAME unless given
+    amends: StageSpec | None = None  # a later look at an earlier stage: its result replaces that stage's
 
-    def __post_init__(self):
-        if not self.name:
-            object.__setattr__(self, "name", self.module.NAME)
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     def run(self, ctx: Context) -> StageResult | None:  # None: the row has nothing to do for this PR
-        return getattr(self.module, self.entry)(ctx)
+        return self.spec.run(ctx)
 
 
 PIPELINE: dict[str, tuple[Row, ...]] = {
     # always runs; computes the content keys from what it learned (phases.py, kvtasks.keys)
     "prepare": (
-        Row(run_facts),
-        Row(merge_sim, "required"),  # halts the PR when the tree is dirty or the patch does not apply
-        Row(selection),
-        Row(grid, entry="channel", name=grid.CHANNEL),
-        Row(test_policy, "required"),
-        Row(gpu_claim, "required"),
-        Row(runtime_compat, "required"),
-        Row(cpu_tier),
-        Row(gpu_requirement, amends=gpu_claim.NAME),
+        Row(run_facts.STAGE),
+        Row(merge_sim.STAGE, "required"),  # halts the PR when the tree is dirty or the patch does not apply
+        Row(selection.STAGE),
+        Row(grid.CHANNEL_STAGE),
+        Row(test_policy.STAGE, "required"),
+        Row(gpu_claim.STAGE, "required"),
+        Row(runtime_compat.STAGE, "required"),
+        Row(cpu_tier.STAGE),
+        Row(gpu_requirement.STAGE, amends=gpu_claim.STAGE),
     ),
     # one run per base key, shared by every PR against the same base, target and runtime
     "base": (
-        Row(baseline_control, "required", tiered=True),
+        Row(baseline_control.STAGE, "required", tiered=True),
     ),
     "head": (
         # the policy read again once base's run said what it loads: the route and test sides observed
-        Row(test_policy, amends=test_policy.NAME, name="test_sides"),
-        Row(repo_tests, "required", tiered=True),
-        Row(grid, "required", tiered=True, entry="head"),
-        Row(base_oracle, "optional", tiered=True),
-        Row(sensitivity, "required", tiered=True),
-        Row(receipt, "required", tiered=True),
-        Row(perf, "optional", tiered=True),
-        Row(gpu_activity, amends=gpu_claim.NAME),
+        Row(test_policy.SIDES, amends=test_policy.STAGE),
+        Row(repo_tests.STAGE, "required", tiered=True),
+        Row(grid.STAGE, "required", tiered=True),
+        Row(base_oracle.STAGE, "optional", tiered=True),
+        Row(sensitivity.STAGE, "required", tiered=True),
+        Row(receipt.STAGE, "required", tiered=True),
+        Row(perf.STAGE, "optional", tiered=True),
+        Row(gpu_activity.STAGE, amends=gpu_claim.STAGE),
     ),
-    # composes and judges the stored results of the groups above (report.py); runs no stage
+    # composes and judges the stored results of the groups above (kvtasks.report); runs no stage
     "report": (),
 }
 
 ROWS: tuple[Row, ...] = tuple(row for rows in PIPELINE.values() for row in rows)
 # the stage objects of a report, in the order they run
 REPORTED: tuple[Row, ...] = tuple(row for row in ROWS if row.report is not None)
+
+
+def _checked(rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    """Each row's requirements have an earlier provider: a row whose payload or fact record it is."""
+    provided: set[type] = set()
+    for row in rows:
+        missing = [kind.__name__ for kind in row.spec.requires if kind not in provided]
+        if missing:
+            raise TypeError(f"pipeline row {row.name} requires {', '.join(missing)}, which no earlier row provides")
+        if row.amends is not None and row.spec.payload not in (None, row.amends.payload):
+            raise TypeError(f"pipeline row {row.name} amends {row.amends.name} with another payload")
+        provided |= set(row.spec.provides) | ({row.spec.payload} if row.spec.payload else set())
+    return rows
+
+
+_checked(ROWS)
+
+# the report this pipeline writes: its stage objects, which the verdict needs passing, and what
+# each stage requires of a PASS
+REPORT = Layout(
+    entries=tuple(Entry(row.name, row.spec.payload or Stage, row.report == "required", row.tiered) for row in REPORTED),
+    requirements=tuple((row.name, row.spec.passes) for row in ROWS if row.spec.passes is not None),
+    coverage=arch_coverage)
 
 
 def run_group(ctx: Context, group: str) -> list[StageResult]:
@@ -96,15 +117,28 @@ def run_row(ctx: Context, row: Row) -> StageResult | None:
     ctx.say(f"{row.name}: started")
     faults.point(row.name)
     started = time.monotonic()
-    produced = row.run(ctx)
+    ctx.running = row.spec
+    try:
+        produced = row.run(ctx)
+    finally:
+        ctx.running = None
     if produced is None:
         ctx.say(f"{row.name}: nothing to do ({time.monotonic() - started:.1f}s)")
         return None
-    reported = row.amends or row.name
+    reported = row.amends.name if row.amends is not None else row.name
     if produced.name != reported:
         raise ValueError(f"pipeline row {row.name} returned a result for {produced.name}, not {reported}")
+    undeclared = [name for kind, name in FACT_RECORDS.items()
+                  if name in produced.facts.model_fields_set and kind not in row.spec.provides + (row.amends or row.spec).provides]
+    if undeclared:
+        raise ValueError(f"pipeline row {row.name} set the facts {undeclared} its spec does not provide")
     status = produced.stage.status if produced.stage else "done"
     reason = produced.stage.note if produced.stage else ""
     ctx.say(f"{row.name}: {status} ({time.monotonic() - started:.1f}s){' - ' + reason if reason else ''}")
     ctx.earlier[reported] = produced
     return produced
+
+
+def compose(label: str, results: list[StageResult], finished_utc: str | None = None) -> Report:
+    """This pipeline's report from stored stage results (kvtasks.report.compose with its layout)."""
+    return report.compose(REPORT, label, results, finished_utc)

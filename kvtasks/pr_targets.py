@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvtasks import __version__, clones, comment
+from kvtasks import __version__, clones
+from kvtasks.pipeline import REPORT
+from kvtasks.report import EXIT_CODES, comment
 from kvtasks.repo_config import RepoConfig, load
 from kvtasks.request import patch_paths
-from kvtasks.store import write_atomic
+from kvtasks.files import write_atomic
 from kvtasks.usage import UsageError
 from kvtasks.workspace import Workspace, fail_usage
 
 PR_REPORT = "pr_report.json"
 # worst first, as a fleet PR's archs are merged
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
-EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
 
 def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, list[str] | None]:
@@ -107,7 +108,7 @@ def write_pr_report(reports: Path, labels: list[str]) -> tuple[int, Path]:
              "| target | verdict |", "| --- | --- |",
              *(f"| {comment.inline(name)} | {entry['verdict']} |" for name, entry in targets.items()), ""]
     for name, entry in targets.items():
-        own = comment.markdown(entry["body"], comment.page_url(entry["label"]))
+        own = comment.markdown(entry["body"], REPORT.required, comment.page_url(entry["label"]))
         lines += [own.replace("## kvtasks:", "### Target:", 1).replace("\n### ", "\n#### "), ""]
     posted = "\n".join(lines).rstrip() + "\n"
     write_atomic(folder / comment.COMMENT, posted.encode())

@@ -29,6 +29,7 @@ from pathlib import Path
 import diskcache
 from pydantic import BaseModel, ValidationError
 
+from kvtasks.files import write_atomic
 from kvtasks.stages import StageResult
 
 # the shape of stored stage results; a change to it bumps this, and older evidence runs again
@@ -49,20 +50,6 @@ _ARTIFACT_FOLDERS = ("runs", "perf", "runtime")
 
 class StoreError(Exception):
     pass
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 class Store:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kvtasks import comment
+from kvtasks.report import comment
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch
 
 markdown_it = pytest.importorskip("markdown_it")
@@ -69,9 +69,9 @@ def test_nothing_a_pr_supplies_is_active_in_its_comment(repo, validate, tmp_path
 
 def test_the_page_link_is_the_only_link_and_only_when_a_prefix_is_given(monkeypatch):
     report = {"label": "pr-1", "verdict": "PASS", "repo": {"base": "a" * 40}, "findings": [], "stages": {}}
-    assert [t for t in tokens(comment.markdown(report)) if t.type == "link_open"] == []
+    assert [t for t in tokens(comment.markdown(report, [])) if t.type == "link_open"] == []
     monkeypatch.setenv(comment.REPORT_URL_VARIABLE, "https://ci.example/reports/")
-    linked = [t.attrs["href"] for t in tokens(comment.markdown(report, comment.page_url("pr-1")))
+    linked = [t.attrs["href"] for t in tokens(comment.markdown(report, [], comment.page_url("pr-1")))
               if t.type == "link_open"]
     assert linked == ["https://ci.example/reports/pr-1/index.html"]
 

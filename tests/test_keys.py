@@ -8,7 +8,7 @@ import pytest
 from kvtasks import gpu, keys, harness, worktree
 from kvtasks.request import Request
 from kvtasks.stages.gpu_claim import GpuClaim
-from kvtasks.stages.records import RuntimeFingerprint, Selection
+from kvtasks.records import RuntimeFingerprint, Selection
 from tests.kernel_repos import git, make_repo
 
 SELECTION = {"runner": "pytest", "grid_channel": "env", "grid_cells": ["64,2000,f32"]}

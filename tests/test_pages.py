@@ -13,7 +13,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from kvtasks import demo, pages, report
+from kvtasks import demo, pages, pipeline, report
 from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.scrape import scrape
 from kvtasks.stages.perf.stats import METHOD, compare
@@ -36,7 +36,7 @@ def compose(label: str, *stages: StageResult, **facts) -> report.Report:
     selection = StageResult(name="selection", selection={"target": "tests/test_k.py", "runner": "pytest",
                                                          "runner_reason": "defines collectable tests",
                                                          "grid_cells": CELLS, "grid_channel": "env"})
-    return report.compose(label, [run, selection, *stages])
+    return pipeline.compose(label, [run, selection, *stages])
 
 
 def publish(reports: Path, composed: report.Report, **extra) -> Path:

@@ -1,6 +1,7 @@
 import pytest
 
-from kvtasks import report
+from kvtasks import pipeline, report
+from kvtasks.harness import receipts
 from kvtasks.stages import Finding, Stage, StageResult, result
 
 REPO = {"worktree": "/w", "base": "b" * 40, "head": "c" * 40, "kind": "unknown", "patch_sha256": "d" * 64}
@@ -18,7 +19,7 @@ def passing(name: str, **fields) -> StageResult:
 
 
 def test_unbuilt_and_missing_stages_are_backfilled_as_skip():
-    composed = report.compose("x", results(passing("merge_sim")))
+    composed = pipeline.compose("x", results(passing("merge_sim")))
     assert composed.stages.gpu_claim.status == "skip"
     assert "internal error" in composed.stages.baseline_control.note
     assert any(f.stage == "baseline_control" for f in composed.findings)
@@ -26,7 +27,7 @@ def test_unbuilt_and_missing_stages_are_backfilled_as_skip():
 
 
 def test_halted_runs_say_why_the_rest_did_not_run():
-    composed = report.compose("x", results(result("merge_sim", "fail", "conflict"), halt="the patch does not apply"))
+    composed = pipeline.compose("x", results(result("merge_sim", "fail", "conflict"), halt="the patch does not apply"))
     assert composed.stages.correctness_repo_tests.note == "not run: the patch does not apply"
     assert not any("internal error" in f.detail for f in composed.findings)
 
@@ -40,12 +41,12 @@ def test_findings_decide_before_completeness(severities, verdict, code):
     stage = passing("merge_sim")
     stage.findings = [Finding(rule="merge.patch-does-not-apply", severity=s, stage="merge_sim", detail=s)
                       for s in severities]
-    composed = report.compose("x", results(stage))
+    composed = pipeline.compose("x", results(stage))
     assert (composed.verdict, composed.process_exit_code) == (verdict, code)
 
 
 def complete_run(**receipt) -> list[StageResult]:
-    stages = [passing(name) for name in report.REQUIRED_STAGES
+    stages = [passing(name) for name in pipeline.REPORT.required
               if name not in ("gpu_claim", "correctness_repo_tests", "execution_receipt", "sensitivity")]
     stages.append(passing("sensitivity", modes={"tail": {"status": "pass", "corrupted_calls": 2}}))
     stages.append(passing("gpu_claim", hip_index=0, arch="gfx942", bdf="0000:01:00.0"))
@@ -58,11 +59,11 @@ def complete_run(**receipt) -> list[StageResult]:
 
 
 def test_pass_needs_every_required_stage_and_the_pass_gate():
-    full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+    full = {"producer": receipts.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
             "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
     run = complete_run(**full)
     run[1].selection.set(expected_route="k:f", shape_vars="M")
-    assert report.compose("x", run).verdict == "PASS"
+    assert pipeline.compose("x", run).verdict == "PASS"
 
 
 @pytest.mark.parametrize("policy,oracle,withheld", [
@@ -72,21 +73,21 @@ def test_pass_needs_every_required_stage_and_the_pass_gate():
     ({"reference_from_pr": ["test_new, line 9: ..."]}, None, "takes its expected values from code it supplies"),
 ])
 def test_a_pr_that_changes_its_judge_needs_the_base_oracle_and_an_independent_reference(policy, oracle, withheld):
-    full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+    full = {"producer": receipts.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
             "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
     run = [stage for stage in complete_run(**full) if stage.name != "test_policy"]
     run[1].selection.set(expected_route="k:f", shape_vars="M")
     run += [passing("test_policy", **policy), *([oracle] if oracle else [])]
-    composed = report.compose("x", run)
+    composed = pipeline.compose("x", run)
     assert composed.verdict == "INCONCLUSIVE" and withheld in composed.findings[-1].detail
     run.append(passing("correctness_base_oracle"))  # the twin: a passing base oracle, an independent reference
     if "oracle_required" in policy:
-        assert report.compose("x", run).verdict == "PASS"
+        assert pipeline.compose("x", run).verdict == "PASS"
 
 
 def test_pass_gate_withholds_pass_and_names_what_is_missing():
     run = complete_run(producer="someone else")
-    composed = report.compose("x", run)
+    composed = pipeline.compose("x", run)
     assert composed.verdict == "INCONCLUSIVE"
     withheld = [f.detail for f in composed.findings if f.stage == "report"][0]
     assert "--expected-route and --shape-vars" in withheld and "execution_receipt lacks" in withheld
@@ -95,12 +96,12 @@ def test_pass_gate_withholds_pass_and_names_what_is_missing():
 @pytest.mark.parametrize("modes", [{}, {"tail": {"status": "pass", "corrupted_calls": 0}},
                                    {"tail": {"status": "pass", "corrupted_calls": 1}, "nan": {"status": "skip"}}])
 def test_pass_gate_needs_a_sensitivity_run_that_corrupted_and_failed(modes):
-    full = {"producer": report.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+    full = {"producer": receipts.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
             "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
     run = complete_run(**full)
     run[1].selection.set(expected_route="k:f", shape_vars="M")
     run.append(passing("sensitivity", modes=modes))  # a later result replaces the passing one
-    composed = report.compose("x", run)
+    composed = pipeline.compose("x", run)
     assert composed.verdict == "INCONCLUSIVE"
     assert "sensitivity: the suite was not shown to fail" in composed.findings[-1].detail
 
@@ -108,14 +109,14 @@ def test_pass_gate_needs_a_sensitivity_run_that_corrupted_and_failed(modes):
 def test_summary_lists_every_stage_and_finding():
     stage = result("merge_sim", "fail", "patch | conflict")
     stage.finding("merge.patch-does-not-apply", "blocker", "does not apply")
-    text = report.summary_markdown(report.compose("x", results(stage, halt="the patch does not apply")))
+    text = report.summary_markdown(pipeline.compose("x", results(stage, halt="the patch does not apply")))
     assert "**BLOCK**" in text and "patch \\| conflict" in text and "- **blocker** (merge_sim): does not apply" in text
-    for name in report.PIPELINE_STAGES:
+    for name in pipeline.REPORT.names:
         assert f"| {name} |" in text
 
 
 def test_stage_objects_keep_their_own_fields():
-    composed = report.compose("x", results(passing("merge_sim", changed_paths={"a.py": "M"})))
+    composed = pipeline.compose("x", results(passing("merge_sim", changed_paths={"a.py": "M"})))
     assert composed.model_dump()["stages"]["merge_sim"]["changed_paths"] == {"a.py": "M"}
     assert isinstance(composed.stages.merge_sim, Stage)
 
@@ -124,7 +125,7 @@ def test_the_schema_lists_every_stage_and_its_fields():
     from kvtasks.pipeline import REPORTED
     from kvtasks.stages import PAYLOADS
 
-    schema = report.json_schema()
+    schema = pipeline.REPORT.json_schema()
     stages = schema["$defs"]["Stages"]["properties"]
     assert list(stages) == [row.name for row in REPORTED]
     for row in REPORTED:
@@ -133,7 +134,7 @@ def test_the_schema_lists_every_stage_and_its_fields():
         assert {"status", "note"} < set(fields) and len(fields) > 3, row.name
         if row.tiered:  # the report says on each of them what ran its targets
             assert "evidence_tier" in payload.model_fields, row.name
-    assert set(schema["$defs"]["Stages"]["required"]) == set(report.REQUIRED_STAGES)
+    assert set(schema["$defs"]["Stages"]["required"]) == set(pipeline.REPORT.required)
     assert "cells" in schema["$defs"]["CorrectnessGrid"]["properties"]
 
 
@@ -144,8 +145,8 @@ def test_a_declared_payload_refuses_a_field_it_does_not_declare():
 
 @pytest.mark.parametrize("log_bytes, covered", [(120, {"gfx942": "runtime"}), (0, {})])
 def test_a_script_grid_that_printed_credits_the_claimed_arch(log_bytes, covered):
-    stages = [passing(name) for name in report.REQUIRED_STAGES if name not in ("gpu_claim", "correctness_grid")]
+    stages = [passing(name) for name in pipeline.REPORT.required if name not in ("gpu_claim", "correctness_grid")]
     stages.append(passing("gpu_claim", hip_index=0, arch="gfx942", bdf="0000:01:00.0"))
     stages.append(passing("correctness_grid", exit=0, log_bytes=log_bytes,
                           stats={"executed": 1, "basis": "script exit status", "observed_work": 4}))
-    assert report.compose("x", results(*stages)).arch_coverage == covered
+    assert pipeline.compose("x", results(*stages)).arch_coverage == covered

@@ -6,9 +6,8 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from pydantic import BaseModel
+from kvtasks.records import TargetEnvironment
 
-POLICY = "allowlist by name prefix, then a credential denylist; private HOME and caches per phase"
 
 _ALLOWED_PREFIXES = (
     "PATH", "LANG", "LC_", "TZ", "TERM", "USER", "LOGNAME", "TMPDIR", "LD_LIBRARY_PATH",
@@ -39,13 +38,6 @@ _OWNED = set(_PHASE_CACHES) | {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONN
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class TargetEnvironment(BaseModel):
-    policy: str = POLICY
-    passed_through: list[str]
-    given: list[str] = []  # names --env set, on both sides
-    note: str = "credential-like names are never passed, even when a prefix allows them"
 
 
 def refusal(name: str) -> str | None:

@@ -1,9 +1,15 @@
-"""Stages: each module's entry point returns a StageResult; none writes the report.
+"""Stages: each stage module declares a StageSpec, whose entry point returns a StageResult; none
+writes the report.
 
-A result carries the stage object the report will show (its payload, declared per stage with
-`@payload`), the findings the stage established, the test_selection and facts it learned (typed
-records, kvtasks.stages.records), and the target runs it made. Results are stored as evidence by
-phases.py and composed and judged by report.py alone; the pipeline table says which stage runs when.
+A spec says, checked when the pipeline is built (kvtasks.pipeline) and as the stage runs: the
+stage's name, its payload model (the stage object the report shows; extra fields forbidden), the
+records it reads (`ctx.get(GpuClaim)`, `ctx.get(Plan)`: by type, never by stage name) and the
+typed records it sets in the run's facts, its entry point, and what PASS requires of it.
+
+A result carries the stage object, the findings the stage established, the test_selection and facts
+it learned (kvtasks.records) and the target runs it made. Results are stored as evidence by
+phases.py and composed and judged by kvtasks.report alone; the pipeline table says which stage
+runs when.
 """
 from __future__ import annotations
 
@@ -11,72 +17,20 @@ import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Callable, TypeVar
 
-from pydantic import BaseModel, ConfigDict, SerializeAsAny, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import BaseModel, SerializeAsAny, field_validator
 
-from kvtasks import rules, sources
-from kvtasks.stages.records import Facts, Selection, merged
+from kvtasks import sources
+from kvtasks.records import Facts, Selection, merged
+from kvtasks.report.model import Finding, Report, ReusedEvidence, Severity, Stage, Status  # noqa: F401 (the stages' vocabulary)
 from kvtasks.request import Request
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import HeadView, Worktree
 
-Status = Literal["pass", "fail", "skip", "info"]
-Severity = Literal["blocker", "should-fix", "note"]
-
-
-class ReusedEvidence(BaseModel):
-    """Stored evidence a report reuses: its content key, when it was written and for which label."""
-
-    evidence: str  # "<group>:<key>", the content key (base OID, runtime hash...; and the patch for head)
-    written_utc: str
-    written_by: str | None = None
-
-
-class Stage(BaseModel):
-    """One stage object in the report: a status, a reason, and the stage's own fields.
-
-    A stage module declares its fields by subclassing this under `@payload(NAME)` (extra fields
-    forbidden there); a stage without a declared payload still carries its fields as extras. Only
-    the fields a stage set are written, so a declared field with a default adds no key to a report."""
-
-    model_config = ConfigDict(extra="allow")
-
-    status: Status
-    note: str = ""
-    # set when the report rests on this stage's stored evidence from an earlier validation, not this run's
-    reused_from: ReusedEvidence | None = None
-
-    @model_serializer(mode="wrap")
-    def _only_what_was_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        kept = {"status", "note"} | self.model_fields_set | set(self.model_extra or {})
-        return {key: value for key, value in data.items() if key in kept}
-
-
+# the payload model of each stage, by name: a StageSpec registers it, so stored evidence of that
+# stage is read back into it
 PAYLOADS: dict[str, type[Stage]] = {}
-
-
-def payload(name: str):
-    """Declare the payload model of stage `name`: `result(name, ...)` builds it and stored evidence
-    of that stage is read back into it."""
-    def register(model: type[Stage]) -> type[Stage]:
-        PAYLOADS[name] = model
-        return model
-    return register
-
-
-class Finding(BaseModel):
-    # the stable id of what was found (kvtasks.rules): consumers match on it, never on the wording
-    rule: str
-    severity: Severity
-    stage: str
-    detail: str
-
-    @field_validator("rule")
-    @classmethod
-    def _listed(cls, rule: str) -> str:
-        return rules.known(rule)
 
 
 class StageResult(BaseModel):
@@ -107,6 +61,38 @@ def result(name: str, status: Status, note: str = "", **fields: Any) -> StageRes
     return StageResult(name=name, stage=PAYLOADS.get(name, Stage)(status=status, note=note, **fields))
 
 
+# what PASS requires of a stage, read off the composed report (kvtasks.report.layout)
+Requirement = Callable[[Report], list[str]]
+T = TypeVar("T", bound=BaseModel)
+# the typed records a stage may set in a run's facts (each one Facts field of that type)
+FACT_RECORDS: dict[type[BaseModel], str] = {
+    field.annotation.__args__[0]: name for name, field in Facts.model_fields.items()
+    if isinstance(getattr(field.annotation, "__args__", (None,))[0], type)
+    and issubclass(field.annotation.__args__[0], BaseModel)}
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What a stage module declares about itself."""
+
+    name: str
+    run: Callable[["Context"], StageResult | None]  # None: nothing to do for this PR
+    payload: type[Stage] | None = None  # the stage object it reports; None: a step that shows none
+    requires: tuple[type[BaseModel], ...] = ()  # the payloads and fact records it reads (an earlier row provides each)
+    reads_if_present: tuple[type[BaseModel], ...] = ()  # what it reads when an earlier row made it (none may have)
+    provides: tuple[type[BaseModel], ...] = ()  # the fact records it sets (FACT_RECORDS)
+    passes: Requirement | None = None  # what PASS requires of it (None: nothing beyond passing)
+
+    def __post_init__(self):
+        if self.payload is not None:
+            if self.payload.model_config.get("extra") != "forbid":
+                raise TypeError(f"stage {self.name}: its payload {self.payload.__name__} must forbid extra fields")
+            PAYLOADS.setdefault(self.name, self.payload)
+        unknown = [kind.__name__ for kind in self.provides if kind not in FACT_RECORDS]
+        if unknown:
+            raise TypeError(f"stage {self.name} provides {unknown}, which are no fact records ({sorted(k.__name__ for k in FACT_RECORDS)})")
+
+
 @dataclass
 class Context:
     """What a stage may see: the request, the worktree, its private scratch folder (outside the
@@ -121,6 +107,28 @@ class Context:
     phase_roots: dict[str, Path] = field(default_factory=dict)
     # the workspace's secret the default grid's drawn dimensions come from (Store.grid_secret)
     grid_secret: str = ""
+    # base's corrupted runs stored by other PRs against this base, by their stored name (sensitivity)
+    base_evidence: dict[str, StageResult] = field(default_factory=dict)
+    # the stage running now: what it reads must be among what its spec declares
+    running: StageSpec | None = None
+
+    def result_of(self, payload: type[Stage]) -> StageResult | None:
+        """The latest result whose stage object is a `payload` (the stage's runs and findings too)."""
+        self._declared(payload)
+        return next((stage_result for stage_result in reversed(self.earlier.values())
+                     if isinstance(stage_result.stage, payload)), None)
+
+    def get(self, kind: type[T]) -> T | None:
+        """An earlier stage's payload, or a record of the run's facts, by its type."""
+        if kind in FACT_RECORDS:
+            self._declared(kind)
+            return getattr(self.facts, FACT_RECORDS[kind])
+        found = self.result_of(kind)
+        return found.stage if found is not None else None
+
+    def _declared(self, kind: type) -> None:
+        if self.running is not None and kind not in self.running.requires + self.running.reads_if_present:
+            raise LookupError(f"stage {self.running.name} reads {kind.__name__} without declaring it in its requires")
 
     @cached_property
     def head_view(self) -> HeadView | None:

@@ -22,8 +22,9 @@ from typing import Any
 from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import (Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, repo_tests, result,
+from kvtasks.stages import (Context, Report, Stage, StageResult, StageSpec, baseline_control, cpu_tier, grid, repo_tests, result,
                             sides, test_policy)
+from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat, TestPolicy
 from kvtasks.stages.target_runs import gate
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
@@ -31,7 +32,6 @@ from kvtasks.worktree import PatchRefused
 NAME = "correctness_base_oracle"
 
 
-@payload(NAME)
 class BaseOracle(Stage):
     """Head's code under base's version of what the PR changed in its suite."""
 
@@ -68,7 +68,7 @@ def run(ctx: Context) -> StageResult:
     blocked = gate(ctx)
     if blocked:
         return result(NAME, "skip", blocked)
-    baseline = ctx.earlier.get(baseline_control.NAME)
+    baseline = ctx.result_of(baseline_control.BaselineControl)
     base_repo = baseline.stage.repo_tests if baseline and baseline.stage.status == "pass" else None
     if not renamed and not added and (not base_repo or base_repo.get("state") != "ran"):
         return result(NAME, "skip", "the target did not run on base, so base's tests have no outcome to hold head to")
@@ -131,7 +131,8 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
         if sparse is not None:
             return sparse
     on_base = _base_outcomes(reference)
-    head_own = _base_outcomes(ctx.earlier[repo_tests.NAME].runs) if added and repo_tests.NAME in ctx.earlier else {}
+    head_repo = ctx.result_of(repo_tests.RepoTests)
+    head_own = _base_outcomes(head_repo.runs) if added and head_repo is not None else {}
     regressed, api_changed, unproven = [], [], []
     said: dict[str, str] = {}  # test id -> what it failed with
     for run in runs:
@@ -215,13 +216,13 @@ def _blame(ctx: Context, regressed: list[str], unproven: list[str], said: dict[s
 
 def _weakened(ctx: Context, kept: list[str]) -> list[str]:
     """The files held at base in which test_policy found the PR weakened or widened something."""
-    policy = ctx.earlier.get(test_policy.NAME)
-    found = policy.stage.weakened_files or [] if policy and policy.stage else []
+    policy = ctx.get(test_policy.TestPolicy)
+    found = policy.weakened_files or [] if policy else []
     return [file for file in kept if file in found]
 
 
 def _weakenings_in(ctx: Context, files: list[str]) -> str:
-    policy = ctx.earlier[test_policy.NAME].stage
+    policy = ctx.get(test_policy.TestPolicy)
     return "; ".join(item for file in files for item in _weakenings(policy, file))
 
 
@@ -236,3 +237,17 @@ def _weakenings(policy: Stage, path: str) -> list[str]:
     named += [row[len(path) + 2:] + " commented out" for row in policy.newly_commented_rows or []
               if row.startswith(f"{path}: ")]
     return named[:5]
+
+
+def passes(report: Report) -> list[str]:
+    """When the PR changes the test side, PASS needs head's code shown to pass base's tests."""
+    changed = report.stage_of(TestPolicy).oracle_required
+    oracle = report.stage_of(BaseOracle)
+    if changed and (oracle is None or oracle.status != "pass"):
+        return [f"the PR changes the test side ({', '.join(changed[:5])}) and head's code was not shown to pass "
+                f"base's ({oracle.note if oracle is not None else 'the base oracle did not run'})"]
+    return []
+
+
+STAGE = StageSpec(NAME, run, payload=BaseOracle, passes=passes,
+                  requires=(BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat, TestPolicy))

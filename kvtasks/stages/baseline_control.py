@@ -6,29 +6,14 @@ that no patch can alter. The tree must still be clean afterwards. It borrows the
 """
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import Context, Stage, StageResult, cpu_tier, grid, payload, result
+from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, grid, result
 from kvtasks.stages.target_runs import gate, run_fields, state
 from kvtasks.harness.launch import TargetRun
+from kvtasks.stages.payloads import BaselineControl, GpuClaim, RuntimeCompat
 
 NAME = "baseline_control"
-
-
-@payload(NAME)
-class BaselineControl(Stage):
-    """The target and the grid on the clean base tree, as later stages attribute against."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    repo_tests: dict[str, Any] | None = None  # state, exit, log, stats ... of the base run of the target
-    s1_grid: dict[str, Any] | None = None  # the same for the grid's base cells
-    artifacts: list[str] | None = None  # what the base run left in the tree (removed)
-    reuse: str | None = None  # why this baseline must not stand for its key again
-    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
 def _base_said(repo_tests: dict, s1_grid: dict) -> str:
@@ -101,3 +86,6 @@ def reusable(baseline: StageResult) -> str | None:
         if run.exit is None or run.exit < 0:
             return f"{run.label} was killed (exit {run.exit})"
     return None
+
+
+STAGE = StageSpec(NAME, run, payload=BaselineControl, requires=(GpuClaim, RuntimeCompat))

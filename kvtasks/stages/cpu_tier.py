@@ -12,8 +12,9 @@ blocker; the interpreter credits no architecture; interpreter timings are never 
 from __future__ import annotations
 
 from kvtasks import sources, harness
-from kvtasks.stages import Context, StageResult, gpu_claim, result
-from kvtasks.stages.records import CpuTier, Facts, Selection
+from kvtasks.stages import Context, StageResult, StageSpec, gpu_claim, result
+from kvtasks.records import CpuTier, Facts, Selection
+from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.harness import triton_cpu
 from kvtasks.harness.launch import TargetRun
 
@@ -33,7 +34,7 @@ def wanted(ctx: Context) -> tuple[bool, str]:
         return False, "--cpu-tier is off"
     if request.cpu_tier == "triton":
         return True, "--cpu-tier triton"
-    claim = ctx.earlier.get(gpu_claim.NAME)
+    claim = ctx.result_of(GpuClaim)
     if claim is not None and claim.stage.status == "pass":
         return False, "auto: a GPU was claimed, so kernels run on it"
     importers = [path for path in ctx.target_sources() if _imports_triton(ctx.head_text(path))]
@@ -74,8 +75,8 @@ def run(ctx: Context) -> StageResult:
         return _off(why)
     fingerprint = ctx.facts.runtime_fingerprint
     if fingerprint is None:
-        compat = ctx.earlier.get("runtime_compat")
-        said = compat.stage.note if compat is not None and compat.stage is not None else "it did not run"
+        compat = ctx.get(RuntimeCompat)
+        said = compat.note if compat is not None else "it did not run"
         return _off(f"{why}, but the runtime probe did not run ({said}), so what {request.host.python_bin} has "
                     "installed is unknown")
     installed = fingerprint.versions()
@@ -242,3 +243,6 @@ def describe(violation: dict) -> str:
     return (f"{violation['op']} out of bounds in kernel {violation['kernel']}{where}: argument "
             f"{violation['argument']} at element offset {violation['element_offset']} of an allocation of "
             f"{violation['extent_elements']} elements (program {tuple(violation['program'])})")
+
+
+STAGE = StageSpec(NAME, run, requires=(GpuClaim,), reads_if_present=(RuntimeCompat,), provides=(CpuTier,))

@@ -5,14 +5,15 @@ It amends gpu_claim's result (the pipeline table says so) and launches nothing.
 from __future__ import annotations
 
 from kvtasks.gpu import picker
-from kvtasks.stages import Context, StageResult, gpu_claim
+from kvtasks.stages import Context, StageResult, StageSpec, gpu_claim
+from kvtasks.stages.payloads import GpuClaim
 
 NAME = "gpu_activity"
 
 
 def run(ctx: Context) -> StageResult | None:
     """Record activity after every run on the claimed device (a neighbour may have started)."""
-    claim = ctx.earlier.get(gpu_claim.NAME)
+    claim = ctx.result_of(gpu_claim.GpuClaim)
     if claim is None or claim.stage.status != "pass":
         return None
     updated = claim.model_copy(deep=True)
@@ -31,3 +32,7 @@ def run(ctx: Context) -> StageResult | None:
     else:
         updated.stage.gfx_activity_after_pct = round(after)
     return updated
+
+
+# a later look at gpu_claim after the runs: its result replaces the claim's
+STAGE = StageSpec(NAME, run, requires=(GpuClaim,))

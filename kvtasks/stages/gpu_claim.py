@@ -7,42 +7,12 @@ pipeline table says). It never launches a target.
 from __future__ import annotations
 
 import socket
-from typing import Any
-
-from pydantic import ConfigDict
 
 from kvtasks import harness
 from kvtasks.gpu import picker
-from kvtasks.stages import Context, Stage, StageResult, payload, result
-
+from kvtasks.stages import Context, Report, StageResult, StageSpec, result
+from kvtasks.stages.payloads import GpuClaim
 NAME = "gpu_claim"
-
-
-@payload(NAME)
-class GpuClaim(Stage):
-    """The claimed device and what its idleness rests on (gpu_requirement and gpu_activity amend it)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    host: str | None = None
-    vendor: str | None = None
-    hip_index: int | None = None  # AMD: the device index targets see
-    amd_smi_index: Any = None
-    cuda_index: int | None = None  # NVIDIA
-    nvml_index: Any = None
-    bdf: str | None = None
-    model: str | None = None
-    arch: str | None = None
-    gfx_activity_before_pct: int | None = None
-    idleness_basis: str | None = None
-    lock: str | None = None
-    picker: str | None = None
-    smi_source: str | None = None
-    picker_exit: int | None = None  # the picker's exit when it chose nothing
-    requirement_note: str | None = None  # gpu_requirement: the target ran without a GPU
-    head_run_artifacts: list[str] | None = None  # gpu_requirement: what its head run left (for the stage adopting it)
-    post_run_note: str | None = None  # gpu_activity: why activity after the runs is not recorded
-    gfx_activity_after_pct: int | None = None  # gpu_activity
 
 
 def _no_gpu(note: str, **fields) -> StageResult:
@@ -118,3 +88,17 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
 
 def visible_devices(ctx: Context) -> dict[str, str]:
     return ctx.facts.visible_devices or harness.NO_DEVICE
+
+
+def passes(report: Report) -> list[str]:
+    """PASS names the device it claimed, and that device's architecture was credited with a run that
+    executed work (the report's arch_coverage)."""
+    missing = [] if report.arch_coverage else ["no architecture was credited with runtime coverage"]
+    claim = report.stage_of(GpuClaim)
+    index = claim.hip_index if claim.hip_index is not None else claim.cuda_index
+    if index is None or not claim.arch or not claim.bdf:
+        missing.append("gpu_claim lacks a device index, arch or bdf")
+    return missing
+
+
+STAGE = StageSpec(NAME, run, payload=GpuClaim, passes=passes)

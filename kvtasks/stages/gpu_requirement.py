@@ -8,7 +8,8 @@ PASS. It amends gpu_claim's result (the pipeline table says so); it never claims
 """
 from __future__ import annotations
 
-from kvtasks.stages import Context, StageResult, cpu_tier, gpu_claim, repo_tests, runtime_compat
+from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, gpu_claim, repo_tests, runtime_compat
+from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.worktree import PatchRefused
 
 NAME = "gpu_requirement"
@@ -17,7 +18,7 @@ NAME = "gpu_requirement"
 def run(ctx: Context) -> StageResult | None:
     """The claim amended with the answer; None when a GPU was claimed, the runtime was not
     established, or the CPU tier runs the target (without a GPU by construction: nothing to ask)."""
-    claim = ctx.earlier.get(gpu_claim.NAME)
+    claim = ctx.result_of(gpu_claim.GpuClaim)
     if claim is None or claim.stage.status == "pass" or not runtime_compat.established(ctx) or cpu_tier.active(ctx):
         return None
     updated = claim.model_copy(deep=True)
@@ -52,3 +53,6 @@ def run(ctx: Context) -> StageResult | None:
     updated.runs += launched
     return updated
 
+
+# a later look at gpu_claim: its result replaces the claim's
+STAGE = StageSpec(NAME, run, requires=(GpuClaim, RuntimeCompat))

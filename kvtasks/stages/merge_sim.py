@@ -9,14 +9,13 @@ from __future__ import annotations
 from pydantic import ConfigDict
 
 from kvtasks import keys
-from kvtasks.stages import Context, Stage, StageResult, payload, result
-from kvtasks.stages.records import Repo
+from kvtasks.stages import Context, Stage, StageResult, StageSpec, result
+from kvtasks.records import Repo
 from kvtasks.worktree import GitFailed
 
 NAME = "merge_sim"
 
 
-@payload(NAME)
 class MergeSim(Stage):
     """Whether the patch applies to this base, and what it changes."""
 
@@ -82,3 +81,6 @@ def _check_apply(ctx: Context) -> GitFailed | None:
     except GitFailed as exc:
         return exc
     return None
+
+
+STAGE = StageSpec(NAME, run, payload=MergeSim, provides=(Repo,))

@@ -13,14 +13,14 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from kvtasks.stages import Context, Stage, StageResult, baseline_control, grid, payload, result
+from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, baseline_control, grid, repo_tests, result
+from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, RepoTests
 from kvtasks.harness.launch import TargetRun
 from kvtasks.harness.receipts import PRODUCER
 
 NAME = "execution_receipt"
 
 
-@payload(NAME)
 class ExecutionReceipt(Stage):
     """What the validator's in-target probe saw the route execute."""
 
@@ -46,11 +46,11 @@ class ExecutionReceipt(Stage):
 def _head_runs(ctx: Context) -> list[tuple[str, TargetRun]]:
     """Runs whose receipt may stand for head, best first: the grid's own, then the repo run's."""
     found = []
-    for stage_name, label, scope in (("correctness_grid", "head-grid", "the head-grid run only; the head-repo run "
+    for payload, label, scope in ((grid.CorrectnessGrid, "head-grid", "the head-grid run only; the head-repo run "
                                                                         "has its own receipt"),
-                                     ("correctness_repo_tests", "head-repo", "the head-repo run only; no grid run "
+                                     (repo_tests.RepoTests, "head-repo", "the head-repo run only; no grid run "
                                                                              "took place")):
-        stage_result = ctx.earlier.get(stage_name)
+        stage_result = ctx.result_of(payload)
         for run in (stage_result.runs if stage_result else []):
             if run.label == label:
                 found.append((f"the {label} items of the merged session {run.session} only" if run.session else scope,
@@ -65,7 +65,7 @@ def _skip(note: str, **fields) -> StageResult:
 
 def run(ctx: Context) -> StageResult:
     stage = _read(ctx)
-    baseline = ctx.earlier.get(baseline_control.NAME)
+    baseline = ctx.result_of(baseline_control.BaselineControl)
     on_base = _replaced(baseline.runs if baseline else [])
     replaced = sorted(_replaced([run for _, run in _head_runs(ctx)]) - on_base)
     if replaced:
@@ -143,3 +143,16 @@ def _read(ctx: Context) -> StageResult:
     calls = sum(receipt.get("route_calls", {}).values())
     return result(NAME, "pass", f"{','.join(observed)} ran {calls} times over {len(unique_shapes)} distinct shapes "
                                 f"({chosen.label})", **fields)
+
+
+def passes(report: Report) -> list[str]:
+    """PASS needs a receipt of this validation's own probe naming the route, its kernels and shapes."""
+    receipt = report.stage_of(ExecutionReceipt)
+    if receipt.producer != PRODUCER or not receipt.route or not receipt.kernel_symbols \
+            or not receipt.executed_shapes or not receipt.receipt_sha256:
+        return ["execution_receipt lacks producer, route, kernel_symbols, executed_shapes or receipt_sha256"]
+    return []
+
+
+STAGE = StageSpec(NAME, run, payload=ExecutionReceipt, requires=(BaselineControl, CorrectnessGrid, RepoTests),
+                  passes=passes)

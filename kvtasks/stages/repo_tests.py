@@ -5,36 +5,14 @@ judges head against what baseline_control saw; it never reruns base.
 """
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import (Context, Stage, StageResult, baseline_control, cpu_tier, gpu_claim, grid, nonfinite,
-                            payload, result)
+from kvtasks.stages import (Context, Report, StageResult, StageSpec, baseline_control, cpu_tier, gpu_claim, grid, nonfinite, result)
 from kvtasks.stages.target_runs import addopts_note, attribute, gate, run_fields
-from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, ExecutionStats, TargetRun
+from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, TargetRun
 from kvtasks.worktree import PatchRefused
-
+from kvtasks.stages.payloads import BaselineControl, GpuClaim, RepoTests, RuntimeCompat
 NAME = "correctness_repo_tests"
-
-
-@payload(NAME)
-class RepoTests(Stage):
-    """The head run of the repository's own target."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    exit: int | None = None
-    log: str | None = None
-    log_bytes: int | None = None
-    stats: ExecutionStats | None = None  # what JUnit or the liveness check counted
-    timed_out: bool | None = None
-    pytest_addopts_dropped: dict[str, Any] | None = None
-    route_outputs: list[dict[str, Any]] | None = None  # the NaN/Inf watch
-    cpu_tier: dict[str, Any] | None = None  # what the Triton CPU tier saw in the run
-    artifacts: list[str] | None = None  # what the head run left in the tree (removed)
-    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
 
 
 def run(ctx: Context) -> StageResult:
@@ -42,7 +20,7 @@ def run(ctx: Context) -> StageResult:
     blocked = gate(ctx)
     if blocked:
         return result(NAME, "skip", blocked)
-    baseline = ctx.earlier.get(baseline_control.NAME)
+    baseline = ctx.result_of(baseline_control.BaselineControl)
     if request.has_patch and (baseline is None or baseline.stage.status != "pass"):
         reason = baseline.stage.note if baseline else "it did not run"
         return result(NAME, "skip", f"baseline control did not pass ({reason}); head tests were not run")
@@ -96,7 +74,7 @@ def _adopted(ctx: Context) -> tuple[list[TargetRun], list[str]]:
     """The head runs gpu_requirement made with no visible device (copied into this group's runs
     folder) and what they left in the tree: none when a device was claimed or the CPU tier runs the
     target, where the head run is launched differently."""
-    claim = ctx.earlier.get(gpu_claim.NAME)
+    claim = ctx.result_of(gpu_claim.GpuClaim)
     if claim is None or claim.stage.status == "pass" or cpu_tier.active(ctx):
         return [], []
     made = [run for run in claim.runs if run.label.startswith("head-")]
@@ -131,3 +109,15 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         stage.finding("tests.runner-executed-nothing", "note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")
     return stage
+
+
+def passes(report: Report) -> list[str]:
+    """PASS needs head's own tests run and passing, with tests executed."""
+    repo_tests = report.stage_of(RepoTests)
+    stats = repo_tests.stats
+    if repo_tests.exit != 0 or stats is None or stats.failures or stats.errors or not stats.executed:
+        return ["correctness_repo_tests is not a passing run with executed tests"]
+    return []
+
+
+STAGE = StageSpec(NAME, run, payload=RepoTests, requires=(BaselineControl, GpuClaim, RuntimeCompat), passes=passes)

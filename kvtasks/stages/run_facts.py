@@ -4,17 +4,12 @@ the host variables passed through to targets). It reads the host only; it never 
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from kvtasks import gpu, harness
-from kvtasks.stages import Context, StageResult
-from kvtasks.stages.records import Facts
+from kvtasks.report.compose import utc_now
+from kvtasks.stages import Context, StageResult, StageSpec
+from kvtasks.records import Facts
 
 NAME = "run"
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def run(ctx: Context) -> StageResult:
@@ -22,3 +17,6 @@ def run(ctx: Context) -> StageResult:
                                               # inputs of the base key that describe the host, as this run saw them
                                               gpu_driver=gpu.driver_versions(),
                                               target_environment_values=harness.passed_through_values()))
+
+
+STAGE = StageSpec(NAME, run)

@@ -16,34 +16,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from pydantic import ConfigDict
 
 from kvtasks import sources, harness
-from kvtasks.stages import Context, Stage, StageResult, cpu_tier, gpu_claim, payload, result
-from kvtasks.stages.records import RuntimeFingerprint, RuntimeIdentity
+from kvtasks.stages import Context, Report, StageResult, StageSpec, cpu_tier, gpu_claim, result
+from kvtasks.records import RuntimeFingerprint, RuntimeIdentity
 from kvtasks.harness import layout
 from kvtasks.worktree import PatchRefused, source_identity
+from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 
 NAME = "runtime_compat"
 
 
-@payload(NAME)
-class RuntimeCompat(Stage):
-    """Which runtime the target imports, from where, and why it is or is not the checkout's."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    reason: str | None = None  # runtime_mismatch when the runtime was not established
-    profile: str | None = None
-    module: str | None = None
-    expected_root: Any = None
-    import_roots: Any = None
-    cpu_tier_hooks: str | None = None
-    base_import: str | None = None  # whether base imports the module, asked only when head's import fails
-    traceback_tail: str | None = None
-    runtime_sources_changed: list[str] | None = None
 MISMATCH = "runtime_mismatch"
 _RUNTIME_PREFIXES = ("python/flydsl/", "python/mlir_flydsl/", "lib/", "include/", "cmake/", "thirdparty/",
                      "tools/", "csrc/")
@@ -235,5 +219,16 @@ def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResu
 
 
 def established(ctx: Context) -> bool:
-    compat = ctx.earlier.get(NAME)
-    return compat is not None and compat.stage.status == "pass"
+    compat = ctx.get(RuntimeCompat)
+    return compat is not None and compat.status == "pass"
+
+
+def passes(report: Report) -> list[str]:
+    """PASS names the runtime the target imported, wholly."""
+    identity = report.runtime_identity.model_fields_set if report.runtime_identity else set()
+    return [f"runtime_identity.{key} missing" for key in
+            ("module", "module_path", "python_executable", "python_version", "native_artifacts") if key not in identity]
+
+
+STAGE = StageSpec(NAME, run, payload=RuntimeCompat, requires=(GpuClaim,),
+                  provides=(RuntimeFingerprint, RuntimeIdentity), passes=passes)

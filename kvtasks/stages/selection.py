@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from kvtasks import repo_config, sources
 from kvtasks.sources.structure import argv_parsed_at_import, has_main_guard, test_definitions
-from kvtasks.stages import Context, StageResult
-from kvtasks.stages.records import Selection
+from kvtasks.stages import Context, Report, StageResult, StageSpec
+from kvtasks.records import Selection
 
 NAME = "selection"
 
@@ -105,3 +105,16 @@ def run(ctx: Context) -> StageResult:
     selection.update(runner=runner, runner_reason=reason, runner_basis=basis)
     stage_result.selection = Selection(**selection)
     return stage_result
+
+
+def passes(report: Report) -> list[str]:
+    """PASS names the route it watched and the shapes it covered, and ran the target somehow."""
+    selection, missing = report.test_selection, []
+    if not selection.expected_route or not selection.shape_vars:
+        missing.append("--expected-route and --shape-vars are required for PASS")
+    if selection.runner not in ("pytest", "script"):
+        missing.append("no runner")
+    return missing
+
+
+STAGE = StageSpec(NAME, run, passes=passes)

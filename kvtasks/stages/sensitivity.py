@@ -31,7 +31,8 @@ from pydantic import ConfigDict
 
 from kvtasks import harness
 from kvtasks.harness import session
-from kvtasks.stages import Context, Stage, StageResult, baseline_control, cpu_tier, grid, payload, repo_tests, result
+from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, baseline_control, cpu_tier, grid, repo_tests, result
+from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_test_path
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
@@ -41,7 +42,6 @@ NAME = "sensitivity"
 BASE_EVIDENCE = "base-sensitivity"
 
 
-@payload(NAME)
 class Sensitivity(Stage):
     """Whether the suite fails when the route's output is corrupted."""
 
@@ -74,13 +74,13 @@ def _settings(ctx: Context, mode: str) -> dict:
 def _green_run(ctx: Context) -> tuple[str, TargetRun | None, str]:
     """What to corrupt: the head grid run when it passed with executed tests, else the head repo
     run; (kind, run, why not) with kind 'grid' or 'repo'."""
-    grid_result = ctx.earlier.get(grid.NAME)
+    grid_result = ctx.result_of(grid.CorrectnessGrid)
     grid_run = next((run for run in (grid_result.runs if grid_result else []) if run.label == "head-grid"), None)
     if grid_run is not None and not grid_run.passed:
         return "", None, "the head grid did not pass, so a corrupted run of it proves nothing"
     if grid_run is not None and grid_run.stats.executed > 0:
         return "grid", grid_run, ""
-    repo = ctx.earlier.get(repo_tests.NAME)
+    repo = ctx.result_of(repo_tests.RepoTests)
     repo_run = next((run for run in (repo.runs if repo else []) if run.label == "head-repo"), None)
     if repo_run is None:
         return "", None, f"the head repo tests did not run ({repo.stage.note if repo else 'no result'})"
@@ -184,7 +184,7 @@ def run(ctx: Context) -> StageResult:
     kind, green, why_not = _green_run(ctx)
     if green is None:
         return result(NAME, "skip", why_not)
-    grid_stage = ctx.earlier.get(grid.NAME)
+    grid_stage = ctx.result_of(grid.CorrectnessGrid)
     axis_argv = (grid_stage.stage.axis_argv or []) if kind == "grid" and grid_stage else []
     runs, outcomes = [], {}
     try:
@@ -222,7 +222,7 @@ def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[
     """The suite's sensitivity on base, for the modes head failed: (status, reason, fields, runs,
     the new base evidence). A mode another PR against this base already ran corrupted on base is
     that stored evidence, reused and said so."""
-    baseline = ctx.earlier.get(baseline_control.NAME)
+    baseline = ctx.result_of(baseline_control.BaselineControl)
     base_grid = (baseline.stage.s1_grid if baseline else None) or {}
     base_repo = (baseline.stage.repo_tests if baseline else None) or {}
     if base_grid.get("state") == "ran" and base_grid.get("exit") == 0:
@@ -236,7 +236,7 @@ def _base_outcome(ctx: Context, modes: list[str]) -> tuple[str, str, dict, list[
         return "skip", f"base's {kind} run is not among the baseline's runs", {}, [], []
     runs, outcomes, made, reused = [], {}, [], {}
     for mode in modes:
-        stored = ctx.earlier.get(base_evidence_name(mode))
+        stored = ctx.base_evidence.get(base_evidence_name(mode))
         if stored is not None and stored.stage is not None:
             outcomes[mode] = (stored.stage.status, stored.stage.note, dict(stored.stage.model_extra or {}))
             if stored.stage.reused_from is not None:
@@ -298,3 +298,17 @@ def _blame(ctx: Context, stage: StageResult, modes: list[str], detail: str) -> S
                                      "attributed to the PR")
     return stage.finding("sensitivity.base-unknown", "note", f"{detail}; base's sensitivity could not be established ({reason}), so this is "
                                  "not attributed to the PR")
+
+
+def passes(report: Report) -> list[str]:
+    """PASS needs the suite shown to fail, in every mode, with the route's output corrupted."""
+    sensitivity = report.stage_of(Sensitivity)
+    modes = sensitivity.modes or {}
+    if sensitivity.status != "pass" or not modes or not all(
+            mode.get("status") == "pass" and mode.get("corrupted_calls") for mode in modes.values()):
+        return ["sensitivity: the suite was not shown to fail with the route's output corrupted"]
+    return []
+
+
+STAGE = StageSpec(NAME, run, payload=Sensitivity, passes=passes,
+                  requires=(BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat))

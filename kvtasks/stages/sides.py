@@ -72,7 +72,7 @@ class Sides(BaseModel):
 def base_loaded(ctx: Context) -> tuple[list[dict[str, str]] | None, str]:
     """What base's run of the target loaded (None when no base run says), and which run said it: the
     modules it imported and the files a route's import or call opened."""
-    baseline = ctx.earlier.get(baseline_control.NAME)
+    baseline = ctx.result_of(baseline_control.BaselineControl)
     for run in baseline.runs if baseline is not None else []:
         loaded = (run.receipt or {}).get("loaded")
         if loaded is not None and run.label.startswith("base"):

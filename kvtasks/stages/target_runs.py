@@ -11,7 +11,7 @@ from kvtasks.harness.launch import TargetRun
 
 def gate(ctx: Context) -> str | None:
     """Why correctness cannot run at all, or None when it can (the first reason that applies)."""
-    claim = ctx.earlier.get(gpu_claim.NAME)
+    claim = ctx.result_of(gpu_claim.GpuClaim)
     claimed = claim is not None and claim.stage.status == "pass"
     if not claimed and ctx.selection.gpu_requirement != "not-required" and not cpu_tier.active(ctx):
         return "no verified-idle GPU was claimed and the target was not shown to run without one"

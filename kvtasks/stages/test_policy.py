@@ -22,58 +22,19 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import PurePosixPath
-from typing import Any, Callable
+from typing import Callable
 
-from pydantic import ConfigDict
 
 from kvtasks import harness
 from kvtasks import sources
 from kvtasks.sources import Policy, compare, pytest_config, read_policy, references, tampering
 from kvtasks.sources.skips import WEAKENINGS
-from kvtasks.stages import Context, Stage, StageResult, payload, result, sides
-from kvtasks.stages.records import Selection
+from kvtasks.stages import Context, Report, StageResult, StageSpec, result, sides
+from kvtasks.records import Selection
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
+from kvtasks.stages.payloads import BaselineControl, TestPolicy
 
 NAME = "test_policy"
-
-
-@payload(NAME)
-class TestPolicy(Stage):
-    """What the PR did to its own tests: tolerances, commented-out rows, other weakenings."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    files: list[str] | None = None  # the target and the test files the PR changes
-    kernel_files_changed: bool | None = None
-    reference_tolerances: dict[str, Any] | None = None  # --tol-table
-    tolerances_base: dict[str, Any] | None = None  # path::where -> value
-    tolerances_head: dict[str, Any] | None = None
-    tolerances_base_by_name: list[str] | None = None  # tolerances given by a name (atol=ATOL)
-    tolerances_head_by_name: list[str] | None = None
-    loosened: list[dict[str, Any]] | None = None  # where, base, head
-    exceeds_reference: list[Any] | None = None
-    not_literal: list[str] | None = None  # replacements that cannot be compared
-    commented_out_shape_rows_base: int | None = None
-    commented_out_shape_rows: int | None = None
-    commented_out_shape_rows_added: int | None = None
-    newly_commented_rows: list[str] | None = None
-    weakened: list[str] | None = None  # skips, marks, swallowed assertions, outcome-rewriting hooks ...
-    added_with_unknown_default: list[str] | None = None
-    weakened_files: list[str] | None = None
-    target_deleted: str | None = None
-    startup_files: list[str] | None = None  # interpreter start-up code the PR adds or changes
-    stdlib_shadows: list[str] | None = None  # modules at an import root named like the standard library's
-    compiled_modules: list[str] | None = None  # extension modules and sourceless bytecode the PR adds or changes
-    route_side: list[str] | None = None  # the changed files that are the code under test (kvtasks.stages.sides)
-    test_side: list[str] | None = None  # the changed files that judge it
-    sides_basis: str | None = None
-    target_renamed_from: str | None = None  # the deleted test file a PR-added target replaces
-    tampering: list[str] | None = None  # code outside the tests reaching into what judges it
-    config_changes: list[str] | None = None  # pytest configuration that loads plugins or drops tests
-    # the changed test-side files the base oracle holds at base: when any, PASS needs it to pass
-    oracle_required: list[str] | None = None
-    # a target the PR adds whose comparisons take every side from code the PR supplies: PASS is out of reach
-    reference_from_pr: list[str] | None = None
 
 
 def parse_tol_table(text: str) -> dict[str, float]:
@@ -346,3 +307,18 @@ def run(ctx: Context) -> StageResult:
                                  f"{len(weakened_too)} weakenings with {len(loosened) + len(fields['not_literal'])} "
                                  "widened or uncomparable tolerances")
     return stage
+
+
+def passes(report: Report) -> list[str]:
+    """A target the PR adds cannot PASS on expected values the PR itself supplies."""
+    policy = getattr(report.stages, NAME)
+    if policy.reference_from_pr:
+        return ["the PR adds the target and takes its expected values from code it supplies: "
+                + "; ".join(policy.reference_from_pr[:3])]
+    return []
+
+
+# the policy read from sources in prepare, and read again once base's run said what it loads (the
+# route and test sides observed), replacing the first reading
+STAGE = StageSpec(NAME, run, payload=TestPolicy, reads_if_present=(BaselineControl,), passes=passes)
+SIDES = StageSpec("test_sides", run, payload=TestPolicy, requires=(BaselineControl,))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kvtasks import cli, report
+from kvtasks import cli, pipeline
 from kvtasks.fleet import arch_report
 from kvtasks.gpu import picker
 from kvtasks.host import IdleSettings
@@ -63,7 +63,7 @@ def test_an_arch_without_a_run_is_inconclusive_and_named():
 
 
 def test_archs_that_ran_on_different_runtimes_are_said_to_keep_base_evidence_of_their_own():
-    body = report.compose("pr", complete_run())
+    body = pipeline.compose("pr", complete_run())
     runs = {arch: arch_report.arch_run(body, f"node-{arch}", runtime, "r.json")
             for arch, runtime in (("gfx-a", "a" * 64), ("gfx-b", "b" * 64))}
     said = [f.detail for f in arch_report.merge("pr", {"gfx-a": body, "gfx-b": body}, runs).findings

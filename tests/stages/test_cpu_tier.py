@@ -9,7 +9,7 @@ import pytest
 
 from kvtasks import cli
 from kvtasks.stages import Stage, StageResult, cpu_tier, target_runs
-from kvtasks.stages.records import Facts, RuntimeFingerprint
+from kvtasks.records import Facts, RuntimeFingerprint
 from kvtasks.harness import triton_cpu
 from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests import triton_repos

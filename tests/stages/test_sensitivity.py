@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvtasks import cli, keys, report
+from kvtasks import cli, keys, pipeline
 from kvtasks.request import build_request
 from kvtasks.stages import sensitivity
 from kvtasks.harness.launch import ExecutionStats, TargetRun
@@ -49,7 +49,7 @@ def test_a_suite_that_cannot_fail_is_sensitivity_fail_and_never_pass(sens, valid
     assert stage["status"] == "fail" and stage["note"].startswith(CANNOT_FAIL)
     assert stage["modes"]["tail"]["tests_green_count"] == 2 and stage["modes"]["tail"]["tests_failed_count"] == 0
     # everything else passed: the sensitivity run alone keeps this suite from PASS
-    assert [n for n in report.REQUIRED_STAGES if result.stage(n)["status"] != "pass"] == ["sensitivity"]
+    assert [n for n in pipeline.REPORT.required if result.stage(n)["status"] != "pass"] == ["sensitivity"]
     assert result.verdict == "INCONCLUSIVE"
     notes = [f["detail"] for f in result.findings("note") if f["stage"] == "sensitivity"]
     assert notes and notes[0].startswith(CANNOT_FAIL) and "about the repository, not the PR" in notes[0]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from kvtasks import sources
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
-from kvtasks.stages import Context, StageResult
-from kvtasks.stages.records import Selection
+from kvtasks.stages import Context, StageResult, StageSpec
+from kvtasks.records import Selection
 from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, grid_seed, independence_of, parse_axis,
                                       parse_grid, stacked_marks)
 
@@ -99,3 +99,6 @@ def channel(ctx: Context) -> StageResult:
                 merged_session=chosen == "pytest" and bool(exact))
     stage_result.facts.grid_plan = plan
     return stage_result
+
+
+STAGE = StageSpec(CHANNEL, channel, provides=(Plan,))

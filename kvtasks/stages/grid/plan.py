@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from kvtasks.request import grid_rows
-from kvtasks.stages.records import Axis, Independence, Plan
+from kvtasks.records import Axis, Independence, Plan
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier
 from kvtasks.harness import triton_cpu

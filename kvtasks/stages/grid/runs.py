@@ -15,6 +15,7 @@ from kvtasks.request import grid_rows
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier, nonfinite
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
+from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid
 from kvtasks.stages.grid.proof import poisoned, proves_channel
 from kvtasks.stages.target_runs import state
 
@@ -169,7 +170,7 @@ def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, s
 def base_side(ctx: Context) -> dict:
     """What the grid did on base: baseline_control's s1_grid (base_runs' fields); {} when the baseline
     did not run."""
-    baseline = ctx.earlier.get("baseline_control")
+    baseline = ctx.result_of(BaselineControl)
     return (getattr(baseline.stage, "s1_grid", None) if baseline and baseline.stage else None) or {}
 
 
@@ -178,7 +179,7 @@ def oracle_run(ctx: Context) -> TargetRun | None:
     grid ran on both sides (the oracle judges each cell against base's, so base's need not all pass);
     None otherwise."""
     plan = plan_of(ctx)
-    head_grid = ctx.earlier.get(NAME)
+    head_grid = ctx.result_of(CorrectnessGrid)
     base = base_side(ctx)
     if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
             or "exit" not in head_grid.stage.model_fields_set or base.get("state") != "ran":

@@ -8,49 +8,23 @@ Returns a StageResult; it must never write the report nor apply the patch itself
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Literal
 
-from pydantic import ConfigDict
 
 from kvtasks.harness import triton_cpu
-from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.harness.launch import TargetRun
 from kvtasks.sources import row_text
-from kvtasks.stages import Context, Stage, StageResult, cpu_tier, nonfinite, payload, result
+from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, nonfinite, result
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
+from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat
 from kvtasks.stages.grid.proof import axis_probes, poisoned, proves_channel
 from kvtasks.stages.grid.runs import base_side, cell_outcomes, failing_cells, run_grid
 from kvtasks.stages.target_runs import attribute
 from kvtasks.worktree import PatchRefused
 
 
-@payload(NAME)
-class CorrectnessGrid(Stage):
-    """correctness_grid's fields: the channel's runtime proof, the grid run, and each cell's outcome."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    grid: str | None = None  # the caller's --grid as given ("" when the cells were generated)
-    channel: Literal["env", "cli", "pytest"] | None = None
-    cells: list[str] | dict[str, Literal["executed", "skipped", "absent"]] | None = None  # per-cell outcomes once run
-    cells_basis: str | None = None  # how the cells were told apart, or why they could not be
-    cells_skipped: list[str] | None = None  # cells that did not run on head
-    interpreter_skipped_cells: dict[str, str] | None = None  # cell -> why the CPU tier set it aside
-    hook_probe_exit: int | None = None
-    hook_probe_log: str | None = None
-    hook_proof: str | None = None  # what the poisoned run showed of the channel
-    exit: int | None = None
-    log: str | None = None
-    log_bytes: int | None = None  # what the grid run printed; a script's run credits an arch only with output
-    stats: ExecutionStats | None = None
-    axis_argv: list[str] | None = None  # the proven axes' flags and values, on the grid run's argv
-    cpu_tier: dict[str, Any] | None = None  # what the CPU tier saw in the grid run
-    route_outputs: list[dict[str, Any]] | None = None  # the route's outputs, for the NaN/Inf watch
-    evidence_tier: str | None = None  # set by the report when the Triton CPU tier ran
-
-
 def head(ctx: Context) -> StageResult:
     plan = plan_of(ctx)
-    repo_tests = ctx.earlier.get("correctness_repo_tests")
+    repo_tests = ctx.result_of(RepoTests)
     head_repo = next((r for r in (repo_tests.runs if repo_tests else []) if r.label == "head-repo"), None)
     if plan is None:
         return result(NAME, "skip", "grid channel selection did not run")
@@ -189,3 +163,6 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
                                      f"(a missing channel or a crash before the route look the same): {tail}")
     cells = f" ({failing_cells(plan, run)})" if base.get("state") == "ran" and base.get("exit") == 0 else ""
     return stage.finding(*attribute(ctx, base, "grid", "fails", tail, run, cells))
+
+
+STAGE = StageSpec(NAME, head, payload=CorrectnessGrid, requires=(BaselineControl, RepoTests, GpuClaim, RuntimeCompat))

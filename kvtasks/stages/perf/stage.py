@@ -12,7 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kvtasks import harness
-from kvtasks.stages import Context, Stage, StageResult, cpu_tier, gpu_claim, payload, repo_tests, result
+from kvtasks.stages import Context, Stage, StageResult, StageSpec, cpu_tier, gpu_claim, repo_tests, result
+from kvtasks.stages.payloads import GpuClaim, RepoTests, RuntimeCompat
 from kvtasks.stages.target_runs import gate
 from kvtasks.stages.perf.entry import choose_entry
 from kvtasks.stages.perf.scrape import scrape
@@ -29,7 +30,6 @@ class Repeats(BaseModel):
     reduction: str
 
 
-@payload(NAME)
 class Perf(Stage):
     """What was timed, how, and what the rounds showed; absent fields were not reached."""
 
@@ -79,10 +79,10 @@ def run(ctx: Context) -> StageResult:
         return _skip(blocked)
     if not request.has_patch:
         return _skip("no patch: there is no base to time against")
-    head = ctx.earlier.get(repo_tests.NAME)
+    head = ctx.result_of(repo_tests.RepoTests)
     if head is None or head.stage.status != "pass":
         return _skip("the head repo tests did not pass; timing a kernel that fails says nothing")
-    claim = ctx.earlier.get(gpu_claim.NAME)
+    claim = ctx.result_of(gpu_claim.GpuClaim)
     if claim is None or claim.stage.status != "pass":
         return _skip("no GPU was claimed: timings without a locked device would not describe the kernel")
     entry = choose_entry(ctx)
@@ -173,3 +173,6 @@ def _compose(ctx: Context, comparison: Comparison, fields: dict, transplanted: b
         return stage.finding("perf.slower", "should-fix", f"head is slower than base on the same locked GPU: {comparison.reason} "
                                            f"({shown})")
     return result(NAME, "pass", comparison.reason, **fields)
+
+
+STAGE = StageSpec(NAME, run, payload=Perf, requires=(GpuClaim, RepoTests, RuntimeCompat))

@@ -4,7 +4,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from kvtasks import report
+from kvtasks import pipeline
 from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.stage import Perf
 from kvtasks.stages.perf.stats import compare
@@ -135,6 +135,6 @@ def test_perf_evidence_is_typed_reads_back_as_written_and_refuses_unknown_fields
 
 def test_a_perf_skip_on_the_cpu_tier_says_which_tier_it_belongs_to():
     tier = {"evidence": cpu_tier.EVIDENCE}
-    composed = report.compose("x", results(result("perf", "skip", "not measured: the interpreter"), cpu_tier=tier))
+    composed = pipeline.compose("x", results(result("perf", "skip", "not measured: the interpreter"), cpu_tier=tier))
     assert composed.stages.perf.evidence_tier == cpu_tier.EVIDENCE
     assert json.loads(composed.model_dump_json())["stages"]["perf"]["evidence_tier"] == cpu_tier.EVIDENCE

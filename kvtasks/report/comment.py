@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Iterable
 
 COMMENT = "comment.md"
 # where reports/ is served; comment.md links the report's page under it (--report-url sets it)
@@ -53,8 +54,9 @@ def folded(summary: str, text: str) -> list[str]:
     return [f"<details><summary>{summary}</summary>", "", block(text), "", "</details>", ""]
 
 
-def decided_by(report: dict) -> str:
-    """What decided the verdict, in one line."""
+def decided_by(report: dict, required: Iterable[str]) -> str:
+    """What decided the verdict, in one line (`required`: the stages the verdict needed passing)."""
+    required = set(required)
     findings = report["findings"]
     verdict = report["verdict"]
     if verdict in ("BLOCK", "NEEDS_WORK"):
@@ -68,19 +70,14 @@ def decided_by(report: dict) -> str:
     if withheld:
         return inline(withheld[0]["detail"])
     short = [f"{name} ({stage['status']})" for name, stage in report["stages"].items()
-             if stage and stage.get("status") not in ("pass", "info") and name in _required(report)]
+             if stage and stage.get("status") not in ("pass", "info") and name in required]
     return "required stages short of pass: " + (", ".join(short) if short else "the runtime identity is unknown")
 
 
-def _required(report: dict) -> set[str]:
-    from kvtasks.report import REQUIRED_STAGES  # report imports this module
-    return set(REQUIRED_STAGES)
-
-
-def markdown(report: dict, page_url: str | None = None) -> str:
+def markdown(report: dict, required: Iterable[str], page_url: str | None = None) -> str:
     """The comment for one report (its JSON form)."""
     lines = [f"## kvtasks: **{report['verdict']}** for {inline(report['label'])}", "",
-             f"**Decided by:** {decided_by(report)}", ""]
+             f"**Decided by:** {decided_by(report, required)}", ""]
     if page_url:
         lines += [f"[The full report]({_url(page_url)})", ""]
     repo = report.get("repo", {})

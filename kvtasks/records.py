@@ -1,4 +1,4 @@
-"""What stages hand each other, typed: `Facts` (what a run learned about the PR, the host and the
+"""What stages hand each other and the report shows, typed: `Facts` (what a run learned about the PR, the host and the
 runtime) and `Selection` (what the report shows as test_selection), each field written by the
 stage its comment names and read by the ones it lists. Records hold data only: they never launch,
 read evidence or judge.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
 
@@ -74,17 +74,32 @@ class Plan(BaseModel):
 
 
 class Repo(BaseModel):
-    """What base, patch and head are (merge_sim; a crash before it says what it knows)."""
+    """What base, patch and head are (merge_sim), as the report shows them. A crash before merge_sim
+    says what it knows without validation (base unknown), and no report is composed from that."""
 
     worktree: str
-    base: str | None
-    head: str | None
-    kind: str
-    patch_sha256: str | None
-    # a PR given by refs: the repository or URL the caller named, and the two refs as given
+    base: str = Field(pattern=r"^[0-9a-f]{40}$")
+    head: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    kind: Literal["aiter", "flydsl", "unknown"]
+    patch_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # a PR given by refs: the repository or URL the caller named (`worktree` is then kvtasks' private
+    # checkout of the base ref's tip), and the two refs as given; `base` and `head` are their OIDs
     source: str | None = None
     base_ref: str | None = None
     head_ref: str | None = None
+
+
+# how kvtasks.harness.environment builds a target's environment
+ENVIRONMENT_POLICY = "allowlist by name prefix, then a credential denylist; private HOME and caches per phase"
+
+
+class TargetEnvironment(BaseModel):
+    """What a target's environment was built from (kvtasks.harness.environment)."""
+
+    policy: str = ENVIRONMENT_POLICY
+    passed_through: list[str]
+    given: list[str] = []  # names --env set, on both sides
+    note: str = "credential-like names are never passed, even when a prefix allows them"
 
 
 class RuntimeFingerprint(BaseModel):
