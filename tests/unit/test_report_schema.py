@@ -1,0 +1,35 @@
+"""The report's JSON Schema is a published contract: it changes only together with SCHEMA_VERSION.
+
+Each published version's schema is kept in tests/report_schemas/<version>.json and its digest here,
+so a changed schema fails until it is saved as a new version, and a saved version cannot be
+rewritten in place. The running kvtasks' version (a default in the schema) is no part of it.
+"""
+import hashlib
+import json
+from pathlib import Path
+
+from kvtasks.pipeline import REPORT
+from kvtasks.report import SCHEMA_VERSION
+
+SNAPSHOTS = Path(__file__).parent.parent / "report_schemas"
+# version -> sha256 of its snapshot file, as published
+PUBLISHED = {"1": "9f6e3b189e18bf272bf363542a63fd5e23377e5148e563cc60968459af2d1461"}
+
+
+def schema_text() -> str:
+    schema = REPORT.json_schema()
+    schema["properties"]["kvtasks_version"].pop("default")
+    return json.dumps(schema, indent=1, sort_keys=True) + "\n"
+
+
+def test_the_schema_is_the_snapshot_of_its_version():
+    snapshot = SNAPSHOTS / f"{SCHEMA_VERSION}.json"
+    assert snapshot.exists(), f"schema version {SCHEMA_VERSION} has no snapshot: save schema_text() as {snapshot.name}"
+    assert schema_text() == snapshot.read_text(), (
+        "the report's JSON Schema changed: bump SCHEMA_VERSION and save the new schema as its snapshot")
+
+
+def test_no_published_snapshot_is_rewritten():
+    saved = {path.stem: hashlib.sha256(path.read_bytes()).hexdigest() for path in SNAPSHOTS.glob("*.json")}
+    assert saved == PUBLISHED
+    assert SCHEMA_VERSION in PUBLISHED
