@@ -44,7 +44,7 @@ def stage_table() -> str:
     lines = ["| group (doit task) | runs | rows in order (module; role) |", "| --- | --- | --- |"]
     for group, rows in PIPELINE.items():
         task, runs = GROUP_TASKS[group]
-        said = ", ".join(_row(row) for row in rows) or "`report.py` composes and judges; `pages.py` renders the HTML"
+        said = ", ".join(_row(row) for row in rows) or "`kvtasks/report/` composes and judges; `pages.py` renders the HTML"
         lines.append(f"| {task} | {runs} | {said} |")
     return "\n".join(lines)
 

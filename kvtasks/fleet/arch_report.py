@@ -1,5 +1,5 @@
 """A PR's report over the architectures a fleet batch requested: each arch's run composed and judged
-as a validation of its own (report.py), merged here into `arch_runs`, `arch_coverage` over every
+as a validation of its own (kvtasks.report), merged here into `arch_runs`, `arch_coverage` over every
 arch, and the worst verdict. It runs nothing and reads no evidence (the driver hands it reports).
 """
 from __future__ import annotations
