@@ -95,8 +95,9 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
         done = [crash, *done]
     crash.facts.halt = detail
     if not any(r.facts.repo for r in done):
-        crash.facts.repo = Repo(worktree=str(ctx.worktree.path), base=None, head=ctx.request.head_sha, kind="unknown",
-                                patch_sha256=None)
+        # what is known without merge_sim: no base OID, so unvalidated (kvtasks.records.Repo)
+        crash.facts.repo = Repo.model_construct(worktree=str(ctx.worktree.path), base=None, head=ctx.request.head_sha,
+                                                kind="unknown", patch_sha256=None)
     crash.finding("run.crashed", "note", f"{detail}; no verdict rests on this run")
     return done
 

@@ -14,7 +14,7 @@ from typing import Literal
 from kvtasks import faults, report
 from kvtasks.report import Entry, Layout, Report, Stage
 from kvtasks.stages.coverage import arch_coverage
-from kvtasks.stages import (FACT_RECORDS, Context, StageResult, StageSpec, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
+from kvtasks.stages import (Context, StageResult, StageSpec, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
                             gpu_requirement, grid, merge_sim, perf, receipt, repo_tests, run_facts, runtime_compat,
                             selection, sensitivity, test_policy)
 
@@ -128,10 +128,10 @@ def run_row(ctx: Context, row: Row) -> StageResult | None:
     reported = row.amends.name if row.amends is not None else row.name
     if produced.name != reported:
         raise ValueError(f"pipeline row {row.name} returned a result for {produced.name}, not {reported}")
-    undeclared = [name for kind, name in FACT_RECORDS.items()
-                  if name in produced.facts.model_fields_set and kind not in row.spec.provides + (row.amends or row.spec).provides]
+    # an amending row hands back the amended stage's result, with what that stage set
+    undeclared = [name for name in row.spec.owns(produced) if row.amends is None or name in row.amends.owns(produced)]
     if undeclared:
-        raise ValueError(f"pipeline row {row.name} set the facts {undeclared} its spec does not provide")
+        raise ValueError(f"pipeline row {row.name} set {undeclared}, which its spec does not declare it sets")
     status = produced.stage.status if produced.stage else "done"
     reason = produced.stage.note if produced.stage else ""
     ctx.say(f"{row.name}: {status} ({time.monotonic() - started:.1f}s){' - ' + reason if reason else ''}")

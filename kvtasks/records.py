@@ -1,6 +1,7 @@
-"""What stages hand each other and the report shows, typed: `Facts` (what a run learned about the PR, the host and the
-runtime) and `Selection` (what the report shows as test_selection), each field written by the
-stage its comment names and read by the ones it lists. Records hold data only: they never launch,
+"""What stages hand each other and the report shows, typed: `Facts` (what a run learned about the
+PR, the host and the runtime) and `Selection` (what the report shows as test_selection). A stage
+writes only the fields its StageSpec declares (`provides` for a record type, `sets` for the others;
+checked as it runs); the comments say who reads them. Records hold data only: they never launch,
 read evidence or judge.
 
 A result stores only the fields its stage set; `merged` lays results over each other in the order

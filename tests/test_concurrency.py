@@ -166,22 +166,28 @@ def test_a_second_validator_with_another_tmpdir_and_home_is_still_refused(tiled,
 
 def test_a_crashing_group_still_writes_a_report_and_a_crashed_base_is_not_reused(tiled, validate, home, tmp_path,
                                                                                   monkeypatch):
+    from dataclasses import replace
+
     from kvtasks import phases
-    from kvtasks.stages import baseline_control, test_policy
+    from kvtasks.pipeline import PIPELINE
     from kvtasks.workspace import Workspace
 
     def crash(ctx):
         raise RuntimeError("simulated defect")
 
+    def crashing(patched, group: str, stage: str) -> None:
+        patched.setitem(PIPELINE, group, tuple(replace(row, spec=replace(row.spec, run=crash)) if row.name == stage
+                                               else row for row in PIPELINE[group]))
+
     patch = make_patch(tiled, {"README.md": "docs\n"}, tmp_path / "docs.patch")
     flags = ["--patch", str(patch), "--target", "tests/test_env.py", "--no-perf"]
     with monkeypatch.context() as patched:
-        patched.setattr(test_policy, "run", crash)
+        crashing(patched, "prepare", "test_policy")
         prepare = validate(tiled, *flags, "--label", "prepare-crash")
     assert prepare.code == 2 and prepare.verdict == "INCONCLUSIVE"
     assert any("prepare crashed: RuntimeError: simulated defect" in f["detail"] for f in prepare.report["findings"])
     with monkeypatch.context() as patched:
-        patched.setattr(baseline_control, "run", crash)
+        crashing(patched, "base", "baseline_control")
         base = validate(tiled, *flags, "--label", "base-crash")
     assert base.code == 2 and base.verdict == "INCONCLUSIVE"
     assert any("base crashed: RuntimeError" in f["detail"] for f in base.report["findings"])

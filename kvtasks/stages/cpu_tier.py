@@ -245,4 +245,4 @@ def describe(violation: dict) -> str:
             f"{violation['extent_elements']} elements (program {tuple(violation['program'])})")
 
 
-STAGE = StageSpec(NAME, run, requires=(GpuClaim,), reads_if_present=(RuntimeCompat,), provides=(CpuTier,))
+STAGE = StageSpec(NAME, run, requires=(GpuClaim,), reads_if_present=(RuntimeCompat,), provides=(CpuTier,), sets=("cpu_tier", "cpu_tier_reason"))

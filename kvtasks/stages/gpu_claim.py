@@ -101,4 +101,4 @@ def passes(report: Report) -> list[str]:
     return missing
 
 
-STAGE = StageSpec(NAME, run, payload=GpuClaim, passes=passes)
+STAGE = StageSpec(NAME, run, payload=GpuClaim, sets=("degraded_mode", "visible_devices"), passes=passes)

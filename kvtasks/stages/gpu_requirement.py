@@ -55,4 +55,4 @@ def run(ctx: Context) -> StageResult | None:
 
 
 # a later look at gpu_claim: its result replaces the claim's
-STAGE = StageSpec(NAME, run, requires=(GpuClaim, RuntimeCompat))
+STAGE = StageSpec(NAME, run, requires=(GpuClaim, RuntimeCompat), sets=("gpu_requirement", "gpu_requirement_basis"))

@@ -83,4 +83,4 @@ def _check_apply(ctx: Context) -> GitFailed | None:
     return None
 
 
-STAGE = StageSpec(NAME, run, payload=MergeSim, provides=(Repo,))
+STAGE = StageSpec(NAME, run, payload=MergeSim, provides=(Repo,), sets=("halt",))

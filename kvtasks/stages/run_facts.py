@@ -19,4 +19,4 @@ def run(ctx: Context) -> StageResult:
                                               target_environment_values=harness.passed_through_values()))
 
 
-STAGE = StageSpec(NAME, run)
+STAGE = StageSpec(NAME, run, sets=("started_utc", "isolation", "gpu_driver", "target_environment_values"))

@@ -231,4 +231,4 @@ def passes(report: Report) -> list[str]:
 
 
 STAGE = StageSpec(NAME, run, payload=RuntimeCompat, requires=(GpuClaim,),
-                  provides=(RuntimeFingerprint, RuntimeIdentity), passes=passes)
+                  provides=(RuntimeFingerprint, RuntimeIdentity), sets=("pytest_module",), passes=passes)

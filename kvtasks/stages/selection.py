@@ -117,4 +117,7 @@ def passes(report: Report) -> list[str]:
     return missing
 
 
-STAGE = StageSpec(NAME, run, passes=passes)
+STAGE = StageSpec(NAME, run, passes=passes, sets=(
+    "target", "shape_env", "shape_arg", "shape_argnames", "grid", "expected_route", "shape_vars", "axes_requested",
+    "test_provenance", "test_provenance_reason", "runner", "runner_reason", "runner_basis", "runner_selected_by_structure",
+    "runner_structure_reason", "runner_risk"))

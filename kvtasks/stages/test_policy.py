@@ -320,5 +320,6 @@ def passes(report: Report) -> list[str]:
 
 # the policy read from sources in prepare, and read again once base's run said what it loads (the
 # route and test sides observed), replacing the first reading
-STAGE = StageSpec(NAME, run, payload=TestPolicy, reads_if_present=(BaselineControl,), passes=passes)
-SIDES = StageSpec("test_sides", run, payload=TestPolicy, requires=(BaselineControl,))
+SIDES_FIELDS = ("loaded_files", "route_side", "test_side", "sides_basis")
+STAGE = StageSpec(NAME, run, payload=TestPolicy, reads_if_present=(BaselineControl,), sets=SIDES_FIELDS, passes=passes)
+SIDES = StageSpec("test_sides", run, payload=TestPolicy, requires=(BaselineControl,), sets=SIDES_FIELDS)

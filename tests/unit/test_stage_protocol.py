@@ -8,7 +8,7 @@ from pydantic import ConfigDict
 
 from kvtasks import pipeline
 from kvtasks.pipeline import PIPELINE, ROWS, Row, run_row
-from kvtasks.records import CpuTier, Facts, Plan
+from kvtasks.records import CpuTier, Facts, Plan, Selection
 from kvtasks.report import Entry, Layout, Stage
 from kvtasks.stages import StageResult, StageSpec, result
 from kvtasks.stages.payloads import GpuClaim
@@ -70,11 +70,14 @@ def test_an_amended_payload_is_read_as_the_latest_and_a_fact_record_by_its_type(
     assert ctx.get(CpuTier) is None and ctx.get(Declared) is None
 
 
-def test_a_stage_that_sets_a_fact_record_it_does_not_provide_is_refused():
+def test_a_stage_that_sets_what_its_spec_does_not_declare_is_refused():
     ctx = context()
-    sneaky = StageSpec("sneaky", lambda ctx: StageResult(name="sneaky", facts=Facts(grid_plan=Plan(channel="cli"))))
-    with pytest.raises(ValueError, match=r"pipeline row sneaky set the facts \['grid_plan'\]"):
+    sneaky = StageSpec("sneaky", lambda ctx: StageResult(name="sneaky", facts=Facts(grid_plan=Plan(channel="cli")),
+                                                         selection=Selection(runner="script")))
+    with pytest.raises(ValueError, match=r"pipeline row sneaky set \['grid_plan', 'runner'\], which its spec does not"):
         run_row(ctx, Row(sneaky))
+    with pytest.raises(TypeError, match="no Facts or Selection fields"):
+        StageSpec("typo", lambda ctx: None, sets=("runer",))
     honest = StageSpec("honest", lambda ctx: StageResult(name="honest", facts=Facts(grid_plan=Plan(channel="cli"))),
                        provides=(Plan,))
     assert run_row(ctx, Row(honest)) is not None and ctx.get(Plan).channel == "cli"

@@ -101,4 +101,4 @@ def channel(ctx: Context) -> StageResult:
     return stage_result
 
 
-STAGE = StageSpec(CHANNEL, channel, provides=(Plan,))
+STAGE = StageSpec(CHANNEL, channel, provides=(Plan,), sets=tuple(GridSelection.model_fields))

@@ -165,4 +165,5 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     return stage.finding(*attribute(ctx, base, "grid", "fails", tail, run, cells))
 
 
-STAGE = StageSpec(NAME, head, payload=CorrectnessGrid, requires=(BaselineControl, RepoTests, GpuClaim, RuntimeCompat))
+STAGE = StageSpec(NAME, head, payload=CorrectnessGrid, requires=(BaselineControl, RepoTests, GpuClaim, RuntimeCompat),
+                  sets=("grid_independence", "grid_independence_reason", "axis_state", "axis_state_reason", "axes"))
