@@ -8,13 +8,14 @@ from types import SimpleNamespace
 import pytest
 
 from kvtasks import cli
-from kvtasks.stages import Stage, StageResult, cpu_tier, target_runs
-from kvtasks.records import Facts, RuntimeFingerprint
+from kvtasks.stages import cpu_tier, result, target_runs
+from kvtasks.records import RuntimeFingerprint
 from kvtasks.harness import triton_cpu
 from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests import triton_repos
 from tests.conftest import Validation
 from tests.kernel_repos import make_patch, snapshot
+from tests.kit import stage_context
 
 GRID = ["--shape-argnames", "M,N,dtype", "--grid", "4,100,f32;3,1000,f32;2,100,bf16",
         "--expected-route", "softmax:softmax", "--shape-vars", "M,N", "--target", "tests/test_softmax.py"]
@@ -187,8 +188,8 @@ def test_a_script_that_only_ran_sparse_launches_is_no_evidence_whether_it_failed
 
 
 def test_auto_leaves_the_tier_off_when_a_gpu_was_claimed():
-    claimed = StageResult(name="gpu_claim", stage=Stage(status="pass"))
-    ctx = SimpleNamespace(request=SimpleNamespace(cpu_tier="auto"), earlier={"gpu_claim": claimed})
+    ctx = stage_context({"tests/test_x.py": "def test_x():\n    pass\n"}, target="tests/test_x.py", cpu_tier="auto",
+                        earlier={"gpu_claim": result("gpu_claim", "pass", "claimed")})
     decided = cpu_tier.run(ctx)
     assert decided.selection.model_dump() == {"cpu_tier": "off",
                                               "cpu_tier_reason": "auto: a GPU was claimed, so kernels run on it"}
@@ -256,11 +257,11 @@ def test_a_pr_that_fixes_what_base_violated_is_credited_and_base_is_not_called_c
 
 
 def _tier_ctx(fingerprint, compat_note="runtime_compat said so"):
-    request = SimpleNamespace(cpu_tier="triton", cpu_sparse_grid=4096, cpu_device_capability="8.0",
-                              host=SimpleNamespace(python_bin="/venv/bin/python"))
-    compat = StageResult(name="runtime_compat", stage=Stage(status="skip", note=compat_note))
-    return SimpleNamespace(request=request, earlier={"runtime_compat": compat},
-                           facts=Facts(runtime_fingerprint=None if fingerprint is None else RuntimeFingerprint(**fingerprint)))
+    compat = result("runtime_compat", "skip", compat_note)
+    if fingerprint is not None:
+        compat.facts.runtime_fingerprint = RuntimeFingerprint(**fingerprint)
+    return stage_context({"tests/test_x.py": "def test_x():\n    pass\n"}, target="tests/test_x.py", cpu_tier="triton",
+                         cpu_sparse_grid=4096, cpu_device_capability="8.0", earlier={"runtime_compat": compat})
 
 
 def test_a_known_bad_triton_numpy_pair_is_an_environment_fact_named_at_tier_start():
