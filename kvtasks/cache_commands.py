@@ -1,10 +1,10 @@
 """The cache front doors: list stored evidence, and collect what is older than an age. They read
-and remove evidence only through store.py, private clones and their trees only through clones.py,
+and remove evidence only through store.py, private clones and their trees only through clone_collection.py,
 and run no stage.
 """
 from __future__ import annotations
 
-from kvtasks import clones
+from kvtasks import clone_collection
 from kvtasks.workspace import Workspace, fail_usage
 
 
@@ -41,6 +41,6 @@ def collect(workspace: Workspace, older: str) -> None:
     age = parse_age(older)
     removed = workspace.store.gc(age)
     print(f"removed {len(removed)} evidence entries older than {older}")
-    collected = clones.collect(workspace.clones, age)
+    collected = clone_collection.collect(workspace.clones, age)
     kept = f"; {len(collected.in_use)} trees in use kept" if collected.in_use else ""
     print(f"removed {len(collected.trees)} trees and {len(collected.clones)} clones unused for longer than {older}{kept}")

@@ -31,21 +31,6 @@ from kvtasks.stages.target_runs import gate
 from kvtasks.worktree import Worktree
 from kvtasks.workspace import Workspace, fail_usage
 
-def main(argv: list[str]) -> int:
-    """`validate-kernel-pr check`: the validation's flags (the checkout as it is, so no patch or
-    refs; no --repo: the embedded demo) and --json FILE."""
-    from kvtasks import cli
-
-    extra = cli.Parser(prog="validate-kernel-pr check", add_help=False)
-    extra.add_argument("--json", dest="json_out")
-    known, rest = extra.parse_known_args(argv)
-    options, output = cli.parse_validation(rest)
-    given = {name: value for name, value in options.items() if value not in (None, [], False)}
-    workspace = Workspace(cli.workspace_root())
-    request = request_of(workspace, given)
-    return said(request, known.json_out, output["quiet"], workspace.store.grid_secret(request.host.grid_secret))
-
-
 def request_of(workspace: Workspace, given: dict):
     """The Request a check runs: the options given, on the embedded demo's checkout when no repo is."""
     if given.get("patch") or given.get("base_ref") or given.get("head_ref"):

@@ -203,6 +203,19 @@ def _validate(argv: list[str], demo: bool) -> int:
     return _run("validate", validation, output, workspace)
 
 
+def _check(argv: list[str]) -> int:
+    """`validate-kernel-pr check`: the validation's flags (the checkout as it is, so no patch or
+    refs; no --repo: the embedded demo) and --json FILE."""
+    extra = Parser(prog="validate-kernel-pr check", add_help=False)
+    extra.add_argument("--json", dest="json_out")
+    known, rest = extra.parse_known_args(argv)
+    options, output = parse_validation(rest)
+    given = {name: value for name, value in options.items() if value not in (None, [], False)}
+    workspace = Workspace(workspace_root())
+    request = check.request_of(workspace, given)
+    return check.said(request, known.json_out, output["quiet"], workspace.store.grid_secret(request.host.grid_secret))
+
+
 def _door(command: str, argv: list[str]) -> int:
     door = front_doors.FRONT_DOORS[command]
     variables = {variable: (f"--{variable.replace('_', '-')}", variable == "quiet") for variable in door.variables}
@@ -229,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         return join.main(argv[1:])
     try:
         if argv[:1] == ["check"]:  # the validation's flags, not a door's variables as flags
-            return check.main(argv[1:])
+            return _check(argv[1:])
         if argv[:1] == ["validate"]:
             return _validate(argv[1:], demo=True)
         if argv and argv[0] in front_doors.FRONT_DOORS:

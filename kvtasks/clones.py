@@ -4,8 +4,8 @@ Owns `<workspace>/clones/<repo-id>/` (a bare shared clone of a local repository,
 a URL, fetched on demand; worktrees of base tips; the patches). It only ever reads the caller's
 repository (git clone --shared, git fetch from it): never its worktree, index, refs, config, hooks
 or object store. It runs no target and writes no evidence. Each use stamps what it used (the
-clone's lock file, the tree's folder: their modification times), and `collect` removes the trees
-and clones unused for longer than an age, never one a validator or a front door holds.
+clone's lock file, the tree's folder: their modification times), for `clone_collection` to remove
+the trees and clones unused for longer than an age.
 """
 from __future__ import annotations
 
@@ -13,18 +13,17 @@ import hashlib
 import os
 import re
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from kvtasks import locks, processes
-from kvtasks.worktree import GitFailed, Worktree, git_environment, held_by_a_validator, in_use, run_git
+from kvtasks.worktree import GitFailed, Worktree, git_environment, held_by_a_validator, run_git
 
 _OID = re.compile(r"[0-9a-fA-F]{7,40}")
 # the caller's git configuration must not change what is fetched, diffed or checked out
-_PLAIN_GIT = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
-              "GIT_ASKPASS": "true", "GIT_LFS_SKIP_SMUDGE": "1"}
+PLAIN_GIT = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+             "GIT_ASKPASS": "true", "GIT_LFS_SKIP_SMUDGE": "1"}
 _FETCH_TIMEOUT_S = 1800
 _PINS = "refs/kvtasks"
 
@@ -98,7 +97,7 @@ def _check_ref(side: str, ref: str) -> None:
     if _OID.fullmatch(ref):
         return
     valid = bool(ref) and not ref.startswith("-") and processes.run(
-        ["git", "check-ref-format", "--allow-onelevel", ref], env=git_environment(_PLAIN_GIT), timeout_s=60).ok
+        ["git", "check-ref-format", "--allow-onelevel", ref], env=git_environment(PLAIN_GIT), timeout_s=60).ok
     if not valid:
         raise RefsError(f"--{side}-ref {ref!r} is not a branch, tag, pull ref or commit id (revision syntax such as "
                         "~1 or @{1} and refspecs are not taken)")
@@ -132,7 +131,7 @@ def _repo_id(location: str) -> str:
 
 
 def _git(clone: Path, *args: str, check: bool = True, timeout_s: float = 600) -> str:
-    done = run_git(clone, *args, env=_PLAIN_GIT, timeout_s=timeout_s)
+    done = run_git(clone, *args, env=PLAIN_GIT, timeout_s=timeout_s)
     if not done.ok:
         if check:
             raise RefsError(f"git {args[0]} failed: {_said(done)}")
@@ -156,7 +155,7 @@ def _clone(location: str, folder: Path) -> Path:
     shutil.rmtree(clone, ignore_errors=True)
     shared = [] if is_url(location) else ["--shared"]
     done = run_git(folder, "clone", "--bare", "--quiet", "--no-tags", *shared, location, str(clone),
-                   env=_PLAIN_GIT, timeout_s=_FETCH_TIMEOUT_S)
+                   env=PLAIN_GIT, timeout_s=_FETCH_TIMEOUT_S)
     if not done.ok:
         shutil.rmtree(clone, ignore_errors=True)
         raise RefsError(f"cannot clone {shown(location)}: {shown(_said(done))}")
@@ -164,7 +163,7 @@ def _clone(location: str, folder: Path) -> Path:
 
 
 def _intact(clone: Path) -> bool:
-    return run_git(clone, "fsck", "--connectivity-only", "--no-dangling", env=_PLAIN_GIT).ok
+    return run_git(clone, "fsck", "--connectivity-only", "--no-dangling", env=PLAIN_GIT).ok
 
 
 def _resolve_both(clone: Path, location: str, base_ref: str, head_ref: str) -> tuple[str, str]:
@@ -180,7 +179,7 @@ def _resolve(clone: Path, location: str, ref: str, side: str) -> str:
     under refs/kvtasks/ while this preparation uses it."""
     pinned = f"{_PINS}/{side}"
     done = run_git(clone, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", location, f"+{ref}:{pinned}",
-                   env=_PLAIN_GIT, timeout_s=_FETCH_TIMEOUT_S)
+                   env=PLAIN_GIT, timeout_s=_FETCH_TIMEOUT_S)
     if done.ok:
         return _git(clone, "rev-parse", "--verify", f"{pinned}^{{commit}}")
     if _OID.fullmatch(ref):  # a commit id: reachable in the shared objects, or fetched by name
@@ -195,7 +194,7 @@ def _write_patch(clone: Path, folder: Path, merge_base: str, head_oid: str, head
     """The PR's change as one binary patch, proven byte-exact: applied to merge-base in a private
     index it must give head's tree exactly (contents, modes, renames, binary files, line endings)."""
     diff = run_git(clone, "diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
-                   "--no-renames", "--src-prefix=a/", "--dst-prefix=b/", merge_base, head_oid, env=_PLAIN_GIT,
+                   "--no-renames", "--src-prefix=a/", "--dst-prefix=b/", merge_base, head_oid, env=PLAIN_GIT,
                    text=False)
     if not diff.ok:
         raise RefsError(f"git diff failed: {_said(diff)}")
@@ -211,7 +210,7 @@ def _write_patch(clone: Path, folder: Path, merge_base: str, head_oid: str, head
         os.replace(temporary, patch)
     index = patches / f".index-{head_oid[:12]}-{os.getpid()}"
     try:
-        env = {**_PLAIN_GIT, "GIT_INDEX_FILE": str(index)}
+        env = {**PLAIN_GIT, "GIT_INDEX_FILE": str(index)}
         for args in (("read-tree", merge_base), ("apply", "--cached", "--binary", str(patch))):
             done = run_git(clone, *args, env=env)
             if not done.ok:
@@ -253,52 +252,5 @@ def _base_worktree(clone: Path, folder: Path, base_oid: str) -> Path:
 
 
 def _stamp(path: Path) -> None:
-    """Mark `path` used now, for `collect`."""
+    """Mark `path` used now, for `clone_collection.collect`."""
     os.utime(path)
-
-
-@dataclass
-class Collected:
-    """What `collect` did: the trees and clones it removed, and the trees it kept because they were in use."""
-
-    trees: list[Path]
-    clones: list[Path]
-    in_use: list[Path]
-
-
-def collect(clones_root: Path, older_than_s: float) -> Collected:
-    """Remove every base tree unused for longer than `older_than_s`, then every clone left with no
-    tree and itself unused that long; never a tree a running validator holds, nor a clone a front
-    door is preparing (its lock is held: it is skipped whole, this time). A clone's lock file stays,
-    so a front door waiting on it never shares it with one that opens a new one."""
-    collected = Collected([], [], [])
-    if not clones_root.is_dir():
-        return collected
-    now = time.time()
-    for folder in sorted(path for path in clones_root.iterdir() if path.is_dir()):
-        fd = locks.try_hold(folder / "clone.lock")
-        if fd is None:
-            continue
-        try:
-            trees = folder / "trees"
-            for tree in sorted(trees.iterdir()) if trees.is_dir() else []:
-                if in_use(tree):
-                    collected.in_use.append(tree)
-                elif now - tree.lstat().st_mtime > older_than_s:
-                    shutil.rmtree(tree)
-                    collected.trees.append(tree)
-            clone = folder / "repo.git"
-            if clone.is_dir():
-                _git(clone, "worktree", "prune", check=False)
-            unused = now - (folder / "clone.lock").stat().st_mtime > older_than_s
-            contents = [path for path in folder.iterdir() if path.name != "clone.lock"]
-            if unused and contents and not (trees.is_dir() and any(trees.iterdir())):
-                for path in contents:
-                    if path.is_dir() and not path.is_symlink():
-                        shutil.rmtree(path)
-                    else:
-                        path.unlink()
-                collected.clones.append(folder)
-        finally:
-            os.close(fd)
-    return collected

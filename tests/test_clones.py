@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from kvtasks import cli, clones, locks
+from kvtasks.clone_collection import Collected, collect
 from kvtasks.worktree import Worktree, state_dir
 from tests.batches import base_runs_per_key, doit
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot, write_files
@@ -293,11 +294,11 @@ def test_gc_skips_a_clone_a_front_door_is_preparing(caller, tmp_path):
     _age(change.clone.parent / "clone.lock", 40)
     preparing = locks.try_hold(change.clone.parent / "clone.lock")
     try:
-        assert clones.collect(root, 86400) == clones.Collected([], [], [])
+        assert collect(root, 86400) == Collected([], [], [])
     finally:
         os.close(preparing)
     assert change.worktree.is_dir()
-    collected = clones.collect(root, 86400)
+    collected = collect(root, 86400)
     assert collected.trees == [change.worktree] and collected.clones == [change.clone.parent]
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks.gpu import BackendUnavailable, Device, call_quietly, import_quietly
+from kvtasks.gpu.backend import BackendUnavailable, Device, call_quietly, import_quietly
 
 
 def rocm_folders(environ=os.environ) -> list[Path]:

@@ -5,7 +5,7 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID, and a device's CUDA index is its rank among the bu
 """
 from __future__ import annotations
 
-from kvtasks.gpu import BackendUnavailable, Device, call_quietly, import_quietly
+from kvtasks.gpu.backend import BackendUnavailable, Device, call_quietly, import_quietly
 
 
 def open_backend() -> "NvidiaBackend":

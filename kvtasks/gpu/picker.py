@@ -23,7 +23,8 @@ from pathlib import Path
 
 from kvtasks import faults, locks, processes
 from kvtasks.gpu import lease
-from kvtasks.gpu import Backend, BackendUnavailable, Device, device_nodes_present, open_backends
+from kvtasks.gpu import device_nodes_present, open_backends
+from kvtasks.gpu.backend import Backend, BackendUnavailable, Device
 from kvtasks.host import IdleSettings  # KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3
 from kvtasks.usage import UsageError
 

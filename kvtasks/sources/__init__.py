@@ -4,8 +4,9 @@ One module per job: syntax (parsing, names, numbers), imports (modules, aliases,
 name, setup.py packaging), cells, flags (argparse), environment (env reads), parametrize (marks and
 rows), structure (what a target file defines: tests, a __main__ guard, argv parsed at import),
 and the test policy of a file: tolerances and dtypes (tables), skips (what a weakening looks like),
-policy (records), reader (read_policy) and compare (head against base). Nothing here runs, imports
-or writes the code it reads; a stage that wants a reading asks this package.
+policy (records), reader (read_policy, with bypasses, parametrize_rows and text_readings) and
+compare (head against base). Nothing here runs, imports or writes the code it reads; a stage that
+wants a reading asks this package.
 """
 from kvtasks.sources.cells import cell_text, literal_rows, row_text
 from kvtasks.sources.compare import Comparison, compare

@@ -3,26 +3,29 @@ tolerances (parametrize tolerance columns among them), strict checks, commented-
 the constructs that weaken a suite without moving a number (skips, xfails, skip marks, marks added
 at run time, discarded comparisons, early returns, tests and rows); what makes a suite unable to
 fail otherwise (collection off, exits, swallowed or vacuous checks, bare-assert bounds) is read by
-`bypasses.BypassReadings`, which it mixes in.
+`bypasses.BypassReadings`, and parametrize tables by `parametrize_rows.ParametrizeRowReadings`,
+which it mixes in; commented-out rows, and a file that does not parse, are read as text
+(`text_readings`).
 
 It records; it must never judge head against base (compare does).
 """
 from __future__ import annotations
 
 import ast
-import re
 from collections import Counter
 
 from kvtasks.sources.bypasses import BOUND_METHODS, STRICT_CHECKS, BypassReadings, own_nodes
 from kvtasks.sources.dtypes import canonical_dtype
-from kvtasks.sources.parametrize import is_parametrize, parametrize_arguments
+from kvtasks.sources.parametrize import is_parametrize
+from kvtasks.sources.parametrize_rows import ParametrizeRowReadings, row_spelling
 from kvtasks.sources.policy import Call, Policy, Tolerance
 from kvtasks.sources.imports import aliases
 from kvtasks.sources.skips import (MARK_ADDERS, OUTCOME_HOOKS, SKIP_MARK_NAMES, SKIP_METHODS, canonical, is_skip_call,
                                    skip_marks_in)
 from kvtasks.sources.structure import is_main_guard
 from kvtasks.sources.syntax import dotted, literal, module_value, number, parse, qualified
-from kvtasks.sources.tolerances import TOLERANCE_PARAMETERS, Callee, callee_for, is_tolerance_argname
+from kvtasks.sources.text_readings import read_commented_rows, read_tolerances_as_text
+from kvtasks.sources.tolerances import TOLERANCE_PARAMETERS, Callee, callee_for
 
 # recorded for any callee (a repository's own helpers take these too)
 _ANY_CALLEE_KEYWORDS = {"atol", "rtol"}
@@ -41,17 +44,6 @@ def _checks_by_its_call(call: ast.Call) -> bool:
         any(keyword.arg in _ANY_CALLEE_KEYWORDS for keyword in call.keywords)
 
 
-def _row(node: ast.AST, bound: dict[str, str]) -> str:
-    """A parametrize row as text, the same spelling a commented-out row gets."""
-    if isinstance(node, ast.Call) and qualified(node.func, bound) == "pytest.param":
-        elements = node.args
-    elif isinstance(node, (ast.Tuple, ast.List)):
-        elements = node.elts
-    else:
-        elements = [node]
-    return ", ".join(ast.unparse(element) for element in elements)
-
-
 def _mentioned_dtypes(node: ast.AST) -> set[str]:
     found = set()
     for sub in ast.walk(node):
@@ -63,7 +55,7 @@ def _mentioned_dtypes(node: ast.AST) -> set[str]:
     return found
 
 
-class _Reader(BypassReadings, ast.NodeVisitor):
+class _Reader(BypassReadings, ParametrizeRowReadings, ast.NodeVisitor):
     def __init__(self, policy: Policy, tree: ast.Module):
         self.policy = policy
         self.bound = aliases(tree)
@@ -139,52 +131,6 @@ class _Reader(BypassReadings, ast.NodeVisitor):
             # the defaults are tolerances in their own right: a PR may loosen the helper instead of the call
             self.policy.tolerances.update({f"{node.name}:default.{name}": value for name, value in given.items()})
 
-    def _parametrize_rows(self, function: str, mark: ast.Call) -> None:
-        names, values = parametrize_arguments(mark, self.policy.constants.get)
-        if names is None or not isinstance(values, (ast.List, ast.Tuple)):
-            return
-        key = f"{function}[{','.join(names)}]"
-        columns = [index for index, name in enumerate(names) if is_tolerance_argname(name)]
-        # a row whose tolerances moved is the same row: _tolerance_columns compares its numbers
-        self.policy.rows.setdefault(key, Counter()).update(
-            self._cells_text(element, names, columns) or _row(element, self.bound) for element in values.elts)
-        if columns:
-            self._tolerance_columns(function, names, columns, values.elts)
-
-    def _cells_text(self, element: ast.AST, names: list[str], skipped: list[int]) -> str | None:
-        """A row's cells other than `skipped`, as text; None when the row's cells cannot be told apart."""
-        if not skipped:
-            return None
-        if isinstance(element, ast.Call) and qualified(element.func, self.bound) == "pytest.param":
-            cells = element.args
-        else:
-            cells = element.elts if isinstance(element, (ast.Tuple, ast.List)) else [element]
-        if len(cells) != len(names):
-            return None
-        return ", ".join(ast.unparse(cell) for index, cell in enumerate(cells) if index not in skipped) or "-"
-
-    def _tolerance_columns(self, function: str, names: list[str], columns: list[int], rows: list[ast.AST]) -> None:
-        """A parametrize table's tolerance columns (atol, rtol, tol, eps, ...), each keyed by its row's
-        other cells (the dtype, typically), so head's row is compared with base's."""
-        table = f"{function}:parametrize({','.join(names)})"
-        seen: Counter = Counter()
-        for element in rows:
-            row = self._cells_text(element, names, columns)
-            if row is None:
-                continue
-            cells = element.args if isinstance(element, ast.Call) else \
-                element.elts if isinstance(element, (ast.Tuple, ast.List)) else [element]
-            seen[row] += 1
-            row_key = row if seen[row] == 1 else f"{row}#{seen[row]}"
-            for index in columns:
-                value = number(cells[index])
-                key = f"{table}[{row_key}].{names[index]}"
-                if value is None:
-                    self.policy.by_name.append(f"{key}={ast.unparse(cells[index])}")
-                    continue
-                self.policy.tolerances[key] = value
-                self.policy.table_tolerances[key] = (table, names[index], row, value)
-
     def _early_returns(self, node) -> None:
         """Returns that come before the function's last assertion: what follows them may never run."""
         own = list(own_nodes(node))
@@ -235,7 +181,7 @@ class _Reader(BypassReadings, ast.NodeVisitor):
             for keyword in node.keywords:
                 if keyword.arg == "marks":
                     for mark in skip_marks_in(keyword.value, self.bound):
-                        self.policy.weakenings[("skip-mark", where, f"pytest.param({_row(node, self.bound)}) "
+                        self.policy.weakenings[("skip-mark", where, f"pytest.param({row_spelling(node, self.bound)}) "
                                                                     f"marks={mark}")] += 1
         self._tolerances(node, name, short, where)
         self.generic_visit(node)
@@ -305,44 +251,14 @@ def _key_text(node: ast.AST) -> str:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
 
 
-def _shape_row(comment: str) -> str | None:
-    """A commented tuple or list of numbers and dtype spellings, normalised; else None."""
-    text = comment.strip().rstrip(",").strip()
-    if not text or text[0] not in "([" and not text.startswith("pytest.param("):
-        return None
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
-    elements = node.args if isinstance(node, ast.Call) else getattr(node, "elts", None)
-    if not elements or len(elements) < 2:
-        return None
-    ints = [e for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, int)]
-    allowed = all(isinstance(e, (ast.Constant, ast.Attribute, ast.Name)) or number(e) is not None for e in elements)
-    return ", ".join(ast.unparse(e) for e in elements) if ints and allowed else None
-
-
-_TOLERANCE_TEXT = re.compile(r"\b(atol|rtol|\w*tol\w*)\s*[=:]\s*([-+]?\d[\d.]*(?:[eE][-+]?\d+)?)", re.IGNORECASE)
-
-
 def read_policy(source: str, helpers: dict[str, Callee] | None = None) -> Policy:
     """The policy of one file; `helpers` are comparison helpers it imports (by qualified name), whose
     tolerance defaults its calls take as their own file's helpers' are taken."""
     policy = Policy(helpers=dict(helpers or {}))
-    for line in source.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            row = _shape_row(stripped.lstrip("#"))
-            if row:
-                policy.commented_rows[row] += 1
+    read_commented_rows(source, policy)
     tree = parse(source)
     if tree is not None:
         _Reader(policy, tree).visit(tree)
-        return policy
-    policy.parsed = False
-    for position, match in enumerate(_TOLERANCE_TEXT.finditer(source), 1):
-        try:
-            policy.tolerances[f"text:{match.group(1)}#{position}"] = float(match.group(2))
-        except ValueError:
-            continue
+    else:
+        read_tolerances_as_text(source, policy)
     return policy

@@ -25,6 +25,7 @@ from kvtasks import harness
 from kvtasks.stages import (Context, Report, Stage, StageResult, StageSpec, baseline_control, cpu_tier, grid, repo_tests, result,
                             sides, test_policy)
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat, TestPolicy
+from kvtasks.stages.policy.files import renamed_from
 from kvtasks.stages.target_runs import gate
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
@@ -52,7 +53,7 @@ _WRONG_VALUE = re.compile(r"\bAssertionError\b|^assert |Mismatched elements|Not 
 def held_at_base(ctx: Context) -> tuple[list[str], str | None, bool]:
     """(the changed test-side files kept at base, the rename source of the target, whether the PR adds it)."""
     target = ctx.request.target_path
-    renamed = test_policy.renamed_from(ctx, target)
+    renamed = renamed_from(ctx, target)
     added = ctx.head_view.changes.get(target) == "A" and renamed is None
     return sides.decide(ctx).test_side_changed(target, added), renamed, added
 

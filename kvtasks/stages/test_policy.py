@@ -19,148 +19,16 @@ stand in for that module in every process, kvtasks' probe included.
 """
 from __future__ import annotations
 
-import difflib
-import sys
-from pathlib import PurePosixPath
-from typing import Callable
-
-
 from kvtasks import harness
-from kvtasks import sources
-from kvtasks.sources import Policy, compare, pytest_config, read_policy, references, tampering
-from kvtasks.sources.skips import WEAKENINGS
+from kvtasks.sources import compare, pytest_config, references, tampering
 from kvtasks.stages import Context, Report, StageResult, StageSpec, result, sides
-from kvtasks.records import Selection
-from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
 from kvtasks.stages.payloads import BaselineControl, TestPolicy
+from kvtasks.stages.policy.criteria import (COMPILED_MODULES, drawn_dimensions, parse_tol_table, shadows_stdlib,
+                                            weakens_nothing)
+from kvtasks.stages.policy.files import read_followed, renamed_from, supplied_modules, target_deleted
+from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
 
 NAME = "test_policy"
-
-
-def parse_tol_table(text: str) -> dict[str, float]:
-    table = {}
-    for entry in filter(None, (part.strip() for part in text.split(","))):
-        dtype, _, value = entry.partition("=")
-        try:
-            table[dtype.strip()] = float(value)
-        except ValueError:
-            continue
-    return table
-
-
-def shadows_stdlib(path: str, roots: list[str]) -> bool:
-    """A module or package at one of the checkout's import roots named like a standard-library module."""
-    parts = PurePosixPath(path).parts
-    for root in ["", *roots]:
-        prefix = PurePosixPath(root).parts  # () for the checkout itself
-        inside = parts[len(prefix):]
-        if parts[:len(prefix)] != prefix or not inside:
-            continue
-        top = inside[0]  # a package folder, or a module file
-        if (top.removesuffix(".py") if len(inside) > 1 or top.endswith(".py") else "") in sys.stdlib_module_names:
-            return True
-    return False
-
-
-def _target_deleted(ctx: Context) -> str:
-    """What of the target base has and head deletes (the file, or the test a `file::test` names); '' if nothing."""
-    request = ctx.request
-    base_text, head_text = ctx.worktree.read_base(request.target_path), ctx.head_text(request.target_path)
-    if base_text is None:
-        return ""
-    if head_text is None:
-        return f"{request.target_path} is deleted"
-    node = [part.split("[", 1)[0] for part in request.target.split("::")[1:]]
-    if not node:
-        return ""
-    test = ".".join(node)
-    base, head = read_policy(base_text), read_policy(head_text)
-    if base.parsed and head.parsed and test in base.tests and test not in head.tests:
-        return f"{request.target_path}::{test} is deleted from the file"
-    return ""
-
-
-# weakenings that need something to weaken: a file the PR adds (and that replaces none) has nothing
-# of them; what a new file does to every other test (an outcome hook, collection turned off) counts
-_NEEDS_A_BASE = {"skip-call", "skip-mark", "discarded-comparison", "early-return", "swallowed-assertion",
-                 "vacuous-check", "unreachable-check", "process-exit"}
-
-
-def _weakens_nothing(weakening: str, path: str, had: set[str] | None) -> bool:
-    """Whether a weakening is one that needs something to weaken and names code base did not have: a new
-    test (or a new file: `had` None) guarded by a skip mark has nothing of base's to skip."""
-    if not any(WEAKENINGS[kind] in weakening for kind in _NEEDS_A_BASE):
-        return False
-    where = weakening[len(path) + 2:].split(":", 1)[0]
-    return had is None or (where != "<module>" and where not in had)
-
-
-def renamed_from(ctx: Context, path: str) -> str | None:
-    """The test file a PR-added file replaces: a deleted test file most like it (git's rename sense),
-    or failing that, the deleted one sharing the most test functions with it."""
-    changes = ctx.head_view.changes
-    if changes.get(path) != "A":
-        return None
-    text = ctx.head_text(path) or ""
-    tests = read_policy(text).tests
-    best, best_score = None, (0, 0.5)
-    for old, change in changes.items():
-        if change != "D" or not is_test_path(old) or not old.endswith(".py"):
-            continue
-        before = ctx.worktree.read_base(old) or ""
-        ratio = difflib.SequenceMatcher(a=before, b=text, autojunk=False).ratio()
-        score = (1, ratio) if ratio > 0.5 else (0, len(tests & read_policy(before).tests))
-        if score > best_score:
-            best, best_score = old, score
-    return best
-
-
-def _supplied_modules(ctx: Context, roots: list[str]) -> set[str]:
-    """The modules a PR supplies a test's expectations from: the routes' own, and every one it adds
-    (a reference module beside its tests included), the target aside."""
-    modules = {route.partition(":")[0] for route in ctx.request.routes}
-    for path, change in ctx.head_view.changes.items():
-        if change != "A" or not path.endswith(".py") or path == ctx.request.target_path:
-            continue
-        for root in sorted(["", *roots], key=len, reverse=True):
-            if not root or path.startswith(root.rstrip("/") + "/"):
-                inside = path[len(root.rstrip("/")) + 1:] if root else path
-                modules.add(inside.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
-                break
-    return modules
-
-
-def _read(text: str | None, read: Callable[[str], str | None]) -> Policy:
-    """A file's policy, followed into the checkout modules it imports names from (`read` gives their
-    text on the same side): a tolerance constant (`atol=ATOL`) is held at its defining module's value,
-    and a comparison helper's call takes that helper's tolerance defaults."""
-    constants, helpers = {}, {}
-    for module, name, local in sources.imported_names(sources.parse(text)):
-        defining = next((found for path in sources.module_files(module) if (found := read(path)) is not None), None)
-        if defining is None:
-            continue
-        there = read_policy(defining)
-        if name in there.constants:
-            constants[local] = there.constants[name]
-        if name in there.helpers:
-            helpers[f"{module}.{name}"] = there.helpers[name]
-    policy = read_policy(text or "", helpers)
-    policy.constants = {**constants, **policy.constants}
-    return policy
-
-
-# files Python imports as modules without a source to read: extension modules and sourceless bytecode
-COMPILED_MODULES = (".so", ".pyd", ".dylib", ".dll", ".pyc", ".pyo")
-
-
-def drawn_dimensions(selection: Selection) -> frozenset[int]:
-    """The dimensions of the default grid that were drawn for this base (grid.plan.drawn_dimensions)
-    past 4096: the odd N and the large M, numbers no kernel writes by chance (the small odd M is left
-    out: an odd number below 256 is any kernel's constant); a caller's own --grid is known anyway."""
-    if "drawn" not in (selection.grid_cells_basis or ""):
-        return frozenset()
-    return frozenset(int(part) for cell in selection.grid_cells or [] for part in cell.split(",")
-                     if part.strip().isdigit() and int(part) > 4096 and int(part) & (int(part) - 1))
 
 
 def run(ctx: Context) -> StageResult:
@@ -193,8 +61,8 @@ def run(ctx: Context) -> StageResult:
     for path in [*files, *route_python]:
         base_path = renamed if path == request.target_path and renamed else path
         base_text = ctx.worktree.read_base(base_path)
-        base = _read(base_text, ctx.worktree.read_base)
-        head = _read(ctx.head_text(path), ctx.head_text)
+        base = read_followed(base_text, ctx.worktree.read_base)
+        head = read_followed(ctx.head_text(path), ctx.head_text)
         if not (base.parsed and head.parsed):
             unparsed.append(path)
         found = compare(base, head, path, reference)
@@ -209,7 +77,7 @@ def run(ctx: Context) -> StageResult:
         fields["tolerances_base_by_name"] += [f"{path}::{k}" for k in base.by_name]
         fields["tolerances_head_by_name"] += [f"{path}::{k}" for k in head.by_name]
         had = {test.rsplit(".", 1)[-1] for test in base.tests} if base_text is not None else None
-        weakened = [text for text in found.weakened if not _weakens_nothing(text, path, had)]
+        weakened = [text for text in found.weakened if not weakens_nothing(text, path, had)]
         weakened += [item.describe(path) for item in tampering.added(base_text, ctx.head_text(path))
                      if item.patches_a_comparison or item.kind == "exit-swallows"]
         fields["weakened"] += weakened
@@ -233,9 +101,9 @@ def run(ctx: Context) -> StageResult:
                 ctx.worktree.read_base(path), ctx.head_text(path), state_names, drawn)]
     if changes.get(request.target_path) == "A" and not renamed:
         fields["reference_from_pr"] = references.from_supplied(ctx.head_text(request.target_path),
-                                                               _supplied_modules(ctx, harness.import_roots(request)))
+                                                               supplied_modules(ctx, harness.import_roots(request)))
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
-    fields["target_deleted"] = _target_deleted(ctx)
+    fields["target_deleted"] = target_deleted(ctx)
     fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
     fields["compiled_modules"] = sorted(path for path, change in changes.items()
                                         if change != "D" and path.endswith(COMPILED_MODULES))

@@ -1,6 +1,6 @@
 """The guardian of a lent tree: a small process that outlives its validator only to hand the tree back.
 
-Every lend starts one (`watch`), detached in a session of its own and no child of its lender (it
+Every lend starts one (`guardian_start.watch`), detached in a session of its own and no child of its lender (it
 forks once more and the first process exits), so nothing that kills the validator's process
 group, its doit worker or its Ray worker (Ray kills a dying worker's children) takes it along,
 and not armed to die with it. The lender holds the write end of a pipe whose read end is the guardian's stdin; the
@@ -23,44 +23,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 _POLL_S = 0.05
-
-
-class Guard:
-    """A started guardian, as its lender holds it: closing it ends the guardian's watch."""
-
-    def __init__(self, write_end: int):
-        self._write_end = write_end
-
-    def release(self) -> None:
-        """The lend ended and the journal is settled: the guardian exits without touching the tree."""
-        if self._write_end >= 0:
-            os.close(self._write_end)
-            self._write_end = -1
-
-
-def watch(tree: Path, pid: int, pid_start: int | None) -> Guard:
-    """Start the guardian of `tree` for the lend that process `pid` (started at `pid_start`) opened."""
-    read_end, write_end = os.pipe()  # both non-inheritable: no target or helper the lender starts holds it
-    try:
-        process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), str(Path(tree).resolve()), str(pid), str(pid_start)],
-            stdin=read_end, stdout=subprocess.DEVNULL, stderr=None,  # it says a recovery on the lender's stderr
-            cwd="/", start_new_session=True, close_fds=True)
-        if process.wait() != 0:  # the first process only forks the guardian
-            print(f"kvtasks: the guardian of {tree} did not start (exit {process.returncode}); a validator killed "
-                  "outright leaves this tree to the next run's recovery", file=sys.stderr)
-    except BaseException:
-        os.close(write_end)  # a guardian already forked sees the end of input, no journal, and exits
-        raise
-    finally:
-        os.close(read_end)
-    return Guard(write_end)
 
 
 def _alive(pid: int, started: int | None) -> bool:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kvtasks import processes
-from kvtasks.worktree import Worktree, guardian
+from kvtasks.worktree import Worktree, guardian_start
 from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot
 from tests.processes import alive, guardians, wait_for_marker
 
@@ -98,7 +98,7 @@ def test_a_guardian_waits_for_its_lender_to_be_gone_and_only_then_recovers(repo,
         (repo / "left.txt").write_text("written by the lend\n")
         journal.entry.write_text(json.dumps({"worktree": str(repo), "pid": lender.pid, "pid_start": started,
                                              "started": time.time() - 5, "patch": None, "groups": []}))
-        guardian.watch(repo, lender.pid, started).release()
+        guardian_start.watch(repo, lender.pid, started).release()
         watching = guardians(repo)
         assert len(watching) == 1 and os.getppid() != _parent(watching[0])  # no child of its lender
         time.sleep(1)

@@ -4,7 +4,7 @@ tolerance and is caught."""
 import pytest
 
 from kvtasks.sources import compare, pytest_config, tampering
-from kvtasks.stages.test_policy import _read
+from kvtasks.stages.policy.files import read_followed
 
 PLUGIN_OPTIONS = "-q -p pkg._helpers --deselect tests/test_x.py::test_tail"
 
@@ -75,8 +75,8 @@ def test_a_swallowing_exit_and_a_hook_are_read_and_precision_settings_are_not():
 
 
 def _compare(base_test, head_test, base_files=None, head_files=None):
-    base = _read(base_test, (base_files or {}).get)
-    head = _read(head_test, (head_files or {}).get)
+    base = read_followed(base_test, (base_files or {}).get)
+    head = read_followed(head_test, (head_files or {}).get)
     return compare(base, head, "tests/test_x.py")
 
 

@@ -1,7 +1,6 @@
 import pytest
 
-from kvtasks.sources import compare
-from kvtasks.stages.test_policy import read_policy
+from kvtasks.sources import compare, read_policy
 from tests.kernel_repos import KERNEL, git, make_patch, make_repo
 
 POLICY_TEST = '''import numpy as np
