@@ -1,7 +1,8 @@
 """The route and test sides of a PR, decided from fabricated receipts of base's run."""
 from types import SimpleNamespace
 
-from kvtasks.stages import baseline_control, sides
+from kvtasks.stages import sides
+from kvtasks.stages.payloads import BaselineControl
 
 
 # base's sources: the route's module imports a helper of its own and, through it, the tile sizes
@@ -15,7 +16,7 @@ def context(changes: dict[str, str], loaded: list[dict] | None, routes=("pkg/ops
     runs = [] if loaded is None else [SimpleNamespace(label="base-repo", receipt={"loaded": {"modules": loaded}})]
     baseline = SimpleNamespace(runs=runs, stage=SimpleNamespace(note="base control ran"))
     return SimpleNamespace(head_view=SimpleNamespace(changes=changes), route_files=lambda: set(routes),
-                           earlier={baseline_control.NAME: baseline},
+                           result_of=lambda kind: baseline if kind is BaselineControl else None,
                            request=SimpleNamespace(repo="/nonexistent", python_path=[]),
                            worktree=SimpleNamespace(exists_on_base=lambda path: path in base, read_base=base.get))
 
