@@ -16,7 +16,8 @@ from kvtasks import keys, pages, report
 from kvtasks.pipeline import compose as compose_report, run_group
 from kvtasks.report import comment
 from kvtasks.request import Request
-from kvtasks.stages import Context, ReusedEvidence, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
+from kvtasks.report import ReusedEvidence
+from kvtasks.stages import Context, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
 from kvtasks.records import Facts, Repo, Selection, merged
 from kvtasks import harness
 from kvtasks.store import Store

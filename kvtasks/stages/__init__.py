@@ -23,7 +23,7 @@ from pydantic import BaseModel, SerializeAsAny, field_validator
 
 from kvtasks import sources
 from kvtasks.records import Facts, Selection, merged
-from kvtasks.report.model import Finding, Report, ReusedEvidence, Severity, Stage, Status  # noqa: F401 (the stages' vocabulary)
+from kvtasks.report.model import Finding, Report, Severity, Stage, Status
 from kvtasks.request import Request
 from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import HeadView, Worktree
