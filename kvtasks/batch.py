@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 from kvtasks import clones, pages, phases
+from kvtasks.errors import UsageError
 from kvtasks.gpu import picker
 from kvtasks.request import Request, path_variables
 from kvtasks.stages import run_facts
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 
@@ -23,13 +24,13 @@ def manifest_engine(path: str, engine: str | None) -> tuple[str, list[str] | Non
     data = _load(path)
     engine = engine or data.get("engine") or "local"
     if engine not in ENGINES:
-        fail_usage(f"engine={engine!r} is not an engine; it is one of {', '.join(ENGINES)}")
+        raise UsageError(f"engine={engine!r} is not an engine; it is one of {', '.join(ENGINES)}")
     archs = data.get("archs")
     if archs is not None and (not isinstance(archs, list) or not archs or
                               not all(isinstance(arch, str) and arch for arch in archs)):
-        fail_usage(f"manifest {path!r}: `archs` is a list of architecture names, e.g. [\"gfx942\", \"gfx950\"]")
+        raise UsageError(f"manifest {path!r}: `archs` is a list of architecture names, e.g. [\"gfx942\", \"gfx950\"]")
     if archs and engine != "ray":
-        fail_usage(f"manifest {path!r} lists `archs`: they are validated on a fleet, with engine=ray")
+        raise UsageError(f"manifest {path!r} lists `archs`: they are validated on a fleet, with engine=ray")
     return engine, archs
 
 
@@ -38,7 +39,7 @@ def _load(path: str) -> dict:
     try:
         text = manifest.read_text()
     except OSError as exc:
-        fail_usage(f"manifest {path!r} is unreadable: {exc.strerror or exc}")
+        raise UsageError(f"manifest {path!r} is unreadable: {exc.strerror or exc}")
     try:
         if manifest.suffix == ".json":
             data = json.loads(text)
@@ -49,7 +50,7 @@ def _load(path: str) -> dict:
                 import tomli as tomllib
             data = tomllib.loads(text)
     except ValueError as exc:
-        fail_usage(f"manifest {path!r} does not parse: {exc}")
+        raise UsageError(f"manifest {path!r} does not parse: {exc}")
     return data
 
 
@@ -61,22 +62,22 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
         data.pop(batch_setting, None)
     prs = data.pop("prs", None)
     if not isinstance(prs, list) or not prs:
-        fail_usage(f"manifest {path!r} has no `prs` list")
+        raise UsageError(f"manifest {path!r} has no `prs` list")
     expected_base = data.pop("base", None)
     shared = {key: _relative(manifest, key, value) for key, value in data.items()}
     requests = []
     for entry in prs:
         if not isinstance(entry, dict) or not ({"patch", "head_ref"} & set(entry)) or "label" not in entry:
-            fail_usage(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
+            raise UsageError(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
         options = {**shared, **{key: _relative(manifest, key, value) for key, value in entry.items()}}
         requests.append(build(options))
     labels = [request.label for request in requests]
     if len(set(labels)) != len(labels):
-        fail_usage(f"manifest labels must be unique: {labels}")
+        raise UsageError(f"manifest labels must be unique: {labels}")
     if expected_base:
         actual = Worktree(requests[0].repo, None).head_oid()
         if actual != expected_base:
-            fail_usage(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
+            raise UsageError(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
     return manifest.stem, requests
 
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets
 from kvtasks.request import UsageError, build_request, doit_variables
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 
 Namespace = dict[str, object]
 
@@ -31,7 +31,7 @@ def build(options: dict, workspace: Workspace):
     try:
         return build_request(options, clones_root=workspace.clones)
     except UsageError as exc:
-        fail_usage(str(exc))
+        raise UsageError(str(exc))
 
 
 def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = True):
@@ -42,7 +42,7 @@ def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = 
         try:
             options = {**demo.options(workspace.store.root, given.get("demo") or demo.DEFAULT_PR), **options}
         except demo.UnknownDemo as exc:
-            fail_usage(str(exc))
+            raise UsageError(str(exc)) from None
     return build(options, workspace)
 
 
@@ -62,7 +62,9 @@ def _validate(workspace: Workspace, given: dict[str, str], quiet: bool) -> Names
 
 
 def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
-    manifest = given.get("manifest") or fail_usage("batch needs manifest=FILE (TOML or JSON)")
+    manifest = given.get("manifest")
+    if not manifest:
+        raise UsageError("batch needs manifest=FILE (TOML or JSON)")
     engine, archs = batch.manifest_engine(manifest, given.get("engine"))
     name, requests = batch.manifest_requests(manifest, lambda options: build(options, workspace))
     if engine == "ray":
@@ -86,7 +88,7 @@ def _report(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespa
 def _serve(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
     port = given.get("port") or "8000"
     if not port.isdigit() or int(port) > 65535:
-        fail_usage(f"port= takes a port number, e.g. port=8000; got {port!r}")
+        raise UsageError(f"port= takes a port number, e.g. port=8000; got {port!r}")
 
     def task_serve():
         """Serve reports/ (the HTML pages and JSON) on localhost; port=0 picks a free port."""
@@ -103,11 +105,14 @@ def _cache(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
 
 
 def _cache_gc(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
-    older = given.get("older") or fail_usage("cache-gc needs older=AGE, e.g. older=30d")
+    older = given.get("older")
+    if not older:
+        raise UsageError("cache-gc needs older=AGE, e.g. older=30d")
+    age = cache_commands.parse_age(older)  # a bad age is refused before doit runs anything
 
     def task_cache_gc():
         """Remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long; never one in use."""
-        return {"basename": "cache-gc", "actions": [(cache_commands.collect, [workspace, older])],
+        return {"basename": "cache-gc", "actions": [(cache_commands.collect, [workspace, older, age])],
                 "uptodate": [False], "verbosity": 2}
     return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": workspace.doit_config()}
 
@@ -150,7 +155,7 @@ def namespace(command: str, workspace: Workspace, given: dict[str, str], quiet: 
         return catalogue(workspace)
     unknown = sorted(set(given) - set(door.variables))
     if unknown:
-        fail_usage(f"{unknown[0]!r} is no variable of `{command}`; it takes {', '.join(door.variables)}")
+        raise UsageError(f"{unknown[0]!r} is no variable of `{command}`; it takes {', '.join(door.variables)}")
     return door.tasks(workspace, given, quiet)
 
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtasks import pages, phases, report
+from kvtasks.errors import UsageError
 from kvtasks.fleet import arch_report, node
 from kvtasks.report import Retry
 from kvtasks.request import Request
 from kvtasks.stages import StageResult
 from kvtasks.store import Store
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 ARCH_RESOURCE = "kvtasks-arch:{}"
@@ -37,7 +38,7 @@ def _ray():
     try:
         import ray
     except ModuleNotFoundError:
-        fail_usage("engine=ray needs Ray: pip install 'kvtasks[fleet]'")
+        raise UsageError("engine=ray needs Ray: pip install 'kvtasks[fleet]'")
     return ray
 
 

@@ -9,7 +9,7 @@ from kvtasks.request.model import (DeclaredOption, Option, Request, declared_opt
                                    path_variables)
 from kvtasks.request.namespaces import SANDBOX_SCRIPT, mount_namespace, network_namespace
 from kvtasks.request.patch import patch_paths
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 __all__ = ["DeclaredOption", "HostSettings", "Option", "Request", "SANDBOX_SCRIPT", "UsageError", "build_request",
            "declared_options", "doit_variables", "grid_rows", "mount_namespace", "network_namespace", "patch_paths",

@@ -16,7 +16,7 @@ from kvtasks.host import HostSettings
 from kvtasks.request.model import Request, declared_options, doit_variables, grid_rows, names
 from kvtasks.request.namespaces import mount_namespace, network_namespace
 from kvtasks.request.patch import checked_patch
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 CAPABILITY = re.compile(r"\d{1,2}\.\d")
