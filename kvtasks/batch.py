@@ -1,5 +1,6 @@
 """Batches: a manifest read into requests (shared options at the top, one entry per PR under `prs`),
-and the batch's index drawn from the published reports. It runs no stage and knows no doit.
+and the batch's index drawn from the published reports (publish_index writes every batch's index,
+a fleet's too). It runs no stage and knows no doit.
 """
 from __future__ import annotations
 
@@ -90,12 +91,11 @@ def _relative(manifest: Path, key: str, value):
 
 
 def write_index(requests: list[Request], workspace: Workspace, name: str) -> tuple[int, str]:
-    """The batch's index (markdown and its page); return the worst exit code among its PRs (a
+    """A local batch's index (markdown and its page); return the worst exit code among its PRs (a
     failed verdict before an inconclusive one) and where the index is."""
     picker.release_all()
     store = workspace.store
-    rows = ["| PR | verdict | blockers | should-fix | perf headline | report |", "| --- | --- | --- | --- | --- | --- |"]
-    codes = []
+    rows, codes = [], []
     for request in requests:
         composed = phases.compose(workspace, request.label)
         codes.append(composed.process_exit_code)
@@ -103,13 +103,21 @@ def write_index(requests: list[Request], workspace: Workspace, name: str) -> tup
                                                                                                     "should-fix")}
         headline = getattr(composed.stages.perf, "median_ratio", None)
         record = store.label(request.label) or {}
-        rows.append(f"| {request.label} | {composed.verdict} | {count['blocker']} | {count['should-fix']} | "
-                    f"{headline if headline is not None else 'not measured'} | {record.get('report', '')} |")
+        rows.append([request.label, composed.verdict, str(count["blocker"]), str(count["should-fix"]),
+                     str(headline) if headline is not None else "not measured", record.get("report", "")])
+    return publish_index(workspace, name, ["PR", "verdict", "blockers", "should-fix", "perf headline", "report"],
+                         rows, [request.label for request in requests], codes)
+
+
+def publish_index(workspace: Workspace, name: str, header: list[str], rows: list[list[str]], labels: list[str],
+                  codes: list[int]) -> tuple[int, str]:
+    """The one writer of a batch's index, local or fleet: reports/<name>/index.md (a table, one row
+    per PR), printed, and the batch's page; the worst of the PRs' exit `codes` and the index's path."""
+    lines = [header, ["---"] * len(header), *rows]
     index = workspace.reports / name / "index.md"
     index.parent.mkdir(parents=True, exist_ok=True)
-    index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(rows) + "\n")
+    index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(f"| {' | '.join(line)} |" for line in lines) + "\n")
     print(index.read_text())
-    labels = [request.label for request in requests]
     batch_page = pages.write_batch_page(workspace.reports, name, labels, run_facts.utc_now())
     print(f"pages: {batch_page} and {pages.write_index(workspace.reports)}")
     worst = 1 if 1 in codes else 2 if 2 in codes else 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets
+from kvtasks.fleet.resources import require_ray
 from kvtasks.request import UsageError, build_request, doit_variables
 from kvtasks.workspace import Workspace
 
@@ -68,6 +69,7 @@ def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
     engine, archs = batch.manifest_engine(manifest, given.get("engine"))
     name, requests = batch.manifest_requests(manifest, lambda options: build(options, workspace))
     if engine == "ray":
+        require_ray()  # refused before anything runs; Ray itself is imported only by the batch's task
         def task_batch():
             """Validate every PR of a manifest on a Ray cluster, on each of its archs."""
             from kvtasks.fleet import engine as fleet_engine
