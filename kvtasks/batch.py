@@ -64,7 +64,7 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
     prs = data.pop("prs", None)
     if not isinstance(prs, list) or not prs:
         raise UsageError(f"manifest {path!r} has no `prs` list")
-    expected_base = data.pop("base", None)
+    data.pop("base", None)  # the worktree's HEAD, checked once it is held (check_base)
     shared = {key: _relative(manifest, key, value) for key, value in data.items()}
     requests = []
     for entry in prs:
@@ -75,11 +75,16 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
     labels = [request.label for request in requests]
     if len(set(labels)) != len(labels):
         raise UsageError(f"manifest labels must be unique: {labels}")
+    return manifest.stem, requests
+
+
+def check_base(path: str, requests: list[Request]) -> None:
+    """The manifest's `base`, when it names one, is the worktree's HEAD (read once the worktree is held)."""
+    expected_base = _load(path).get("base")
     if expected_base:
         actual = Worktree(requests[0].repo, None).head_oid()
         if actual != expected_base:
             raise UsageError(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
-    return manifest.stem, requests
 
 
 def _relative(manifest: Path, key: str, value):
