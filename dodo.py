@@ -43,7 +43,14 @@ def _namespace() -> dict:
 
 
 NAMESPACE: dict = {}
-_CODE = errors.handled(lambda: NAMESPACE.update(_namespace()) or 0, SITE)
+
+
+def _load() -> int:
+    NAMESPACE.update(_namespace())
+    return 0
+
+
+_CODE = errors.handled(_load, SITE)
 if _CODE:
     sys.exit(_CODE)
 globals().update(NAMESPACE)

@@ -223,13 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["schema"]:
         print(json.dumps(report.json_schema(), indent=2))
         return 0
-    if argv[:1] == ["fleet-node"]:
-        from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it
-        return join.main(argv[1:])
     workspace = Workspace(workspace_root())
     site = errors.CrashSite(workspace.reports)
 
     def command() -> int:
+        if argv[:1] == ["fleet-node"]:
+            from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it
+            return join.main(argv[1:])
         if argv[:1] == ["check"]:  # the validation's flags, not a door's variables as flags
             return check.main(argv[1:])
         if argv[:1] == ["validate"]:
