@@ -17,7 +17,7 @@ from pathlib import Path
 
 from doit import get_var
 
-from kvtasks import front_doors, graph, worktree
+from kvtasks import errors, front_doors, graph, worktree
 from kvtasks.workspace import Workspace
 
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
@@ -27,5 +27,30 @@ COMMAND = graph.doit_command(sys.argv[1:])
 # doit's own rule (DoitMain.process_args): every word not led by '-' that holds '=' is a variable
 GIVEN = {word.split("=", 1)[0]: get_var(word.split("=", 1)[0]) for word in sys.argv[1:]
          if word[:1] != "-" and "=" in word}
+SITE = errors.CrashSite(WORKSPACE.reports)
 
-globals().update(front_doors.namespace(COMMAND, WORKSPACE, GIVEN, quiet=GIVEN.get("quiet", "") not in ("", "0")))
+
+def _exit(error: Exception):
+    """doit's main is this entry's: what a task creator raises ends it with its exit code."""
+    sys.exit(errors.exit_code(error, SITE))
+
+
+def _namespace() -> dict:
+    namespace = front_doors.namespace(COMMAND, WORKSPACE, GIVEN, quiet=GIVEN.get("quiet", "") not in ("", "0"))
+    labels = [request.label for request in namespace.get(graph.REQUESTS, [])]
+    SITE.label = labels[0] if len(labels) == 1 else None
+    return errors.namespace_through_doit(namespace, _exit)
+
+
+NAMESPACE: dict = {}
+
+
+def _load() -> int:
+    NAMESPACE.update(_namespace())
+    return 0
+
+
+_CODE = errors.handled(_load, SITE)
+if _CODE:
+    sys.exit(_CODE)
+globals().update(NAMESPACE)

@@ -1,5 +1,6 @@
 """Batches: a manifest read into requests (shared options at the top, one entry per PR under `prs`),
-and the batch's index drawn from the published reports. It runs no stage and knows no doit.
+and the batch's index drawn from the published reports (publish_index writes every batch's index,
+a fleet's too). It runs no stage and knows no doit.
 """
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import json
 from pathlib import Path
 
 from kvtasks import clones, pages, phases
+from kvtasks.errors import UsageError
 from kvtasks.gpu import picker
 from kvtasks.request import Request, path_variables
 from kvtasks.stages import run_facts
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 
@@ -23,13 +25,13 @@ def manifest_engine(path: str, engine: str | None) -> tuple[str, list[str] | Non
     data = _load(path)
     engine = engine or data.get("engine") or "local"
     if engine not in ENGINES:
-        fail_usage(f"engine={engine!r} is not an engine; it is one of {', '.join(ENGINES)}")
+        raise UsageError(f"engine={engine!r} is not an engine; it is one of {', '.join(ENGINES)}")
     archs = data.get("archs")
     if archs is not None and (not isinstance(archs, list) or not archs or
                               not all(isinstance(arch, str) and arch for arch in archs)):
-        fail_usage(f"manifest {path!r}: `archs` is a list of architecture names, e.g. [\"gfx942\", \"gfx950\"]")
+        raise UsageError(f"manifest {path!r}: `archs` is a list of architecture names, e.g. [\"gfx942\", \"gfx950\"]")
     if archs and engine != "ray":
-        fail_usage(f"manifest {path!r} lists `archs`: they are validated on a fleet, with engine=ray")
+        raise UsageError(f"manifest {path!r} lists `archs`: they are validated on a fleet, with engine=ray")
     return engine, archs
 
 
@@ -38,7 +40,7 @@ def _load(path: str) -> dict:
     try:
         text = manifest.read_text()
     except OSError as exc:
-        fail_usage(f"manifest {path!r} is unreadable: {exc.strerror or exc}")
+        raise UsageError(f"manifest {path!r} is unreadable: {exc.strerror or exc}")
     try:
         if manifest.suffix == ".json":
             data = json.loads(text)
@@ -49,7 +51,7 @@ def _load(path: str) -> dict:
                 import tomli as tomllib
             data = tomllib.loads(text)
     except ValueError as exc:
-        fail_usage(f"manifest {path!r} does not parse: {exc}")
+        raise UsageError(f"manifest {path!r} does not parse: {exc}")
     return data
 
 
@@ -61,23 +63,28 @@ def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
         data.pop(batch_setting, None)
     prs = data.pop("prs", None)
     if not isinstance(prs, list) or not prs:
-        fail_usage(f"manifest {path!r} has no `prs` list")
-    expected_base = data.pop("base", None)
+        raise UsageError(f"manifest {path!r} has no `prs` list")
+    data.pop("base", None)  # the worktree's HEAD, checked once it is held (check_base)
     shared = {key: _relative(manifest, key, value) for key, value in data.items()}
     requests = []
     for entry in prs:
         if not isinstance(entry, dict) or not ({"patch", "head_ref"} & set(entry)) or "label" not in entry:
-            fail_usage(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
+            raise UsageError(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
         options = {**shared, **{key: _relative(manifest, key, value) for key, value in entry.items()}}
         requests.append(build(options))
     labels = [request.label for request in requests]
     if len(set(labels)) != len(labels):
-        fail_usage(f"manifest labels must be unique: {labels}")
+        raise UsageError(f"manifest labels must be unique: {labels}")
+    return manifest.stem, requests
+
+
+def check_base(path: str, requests: list[Request]) -> None:
+    """The manifest's `base`, when it names one, is the worktree's HEAD (read once the worktree is held)."""
+    expected_base = _load(path).get("base")
     if expected_base:
         actual = Worktree(requests[0].repo, None).head_oid()
         if actual != expected_base:
-            fail_usage(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
-    return manifest.stem, requests
+            raise UsageError(f"the manifest's base {expected_base} is not the worktree's HEAD {actual}")
 
 
 def _relative(manifest: Path, key: str, value):
@@ -89,12 +96,11 @@ def _relative(manifest: Path, key: str, value):
 
 
 def write_index(requests: list[Request], workspace: Workspace, name: str) -> tuple[int, str]:
-    """The batch's index (markdown and its page); return the worst exit code among its PRs (a
+    """A local batch's index (markdown and its page); return the worst exit code among its PRs (a
     failed verdict before an inconclusive one) and where the index is."""
     picker.release_all()
     store = workspace.store
-    rows = ["| PR | verdict | blockers | should-fix | perf headline | report |", "| --- | --- | --- | --- | --- | --- |"]
-    codes = []
+    rows, codes = [], []
     for request in requests:
         composed = phases.compose(workspace, request.label)
         codes.append(composed.process_exit_code)
@@ -102,13 +108,21 @@ def write_index(requests: list[Request], workspace: Workspace, name: str) -> tup
                                                                                                     "should-fix")}
         headline = getattr(composed.stages.perf, "median_ratio", None)
         record = store.label(request.label) or {}
-        rows.append(f"| {request.label} | {composed.verdict} | {count['blocker']} | {count['should-fix']} | "
-                    f"{headline if headline is not None else 'not measured'} | {record.get('report', '')} |")
+        rows.append([request.label, composed.verdict, str(count["blocker"]), str(count["should-fix"]),
+                     str(headline) if headline is not None else "not measured", record.get("report", "")])
+    return publish_index(workspace, name, ["PR", "verdict", "blockers", "should-fix", "perf headline", "report"],
+                         rows, [request.label for request in requests], codes)
+
+
+def publish_index(workspace: Workspace, name: str, header: list[str], rows: list[list[str]], labels: list[str],
+                  codes: list[int]) -> tuple[int, str]:
+    """The one writer of a batch's index, local or fleet: reports/<name>/index.md (a table, one row
+    per PR), printed, and the batch's page; the worst of the PRs' exit `codes` and the index's path."""
+    lines = [header, ["---"] * len(header), *rows]
     index = workspace.reports / name / "index.md"
     index.parent.mkdir(parents=True, exist_ok=True)
-    index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(rows) + "\n")
+    index.write_text(f"# kvtasks batch: {name}\n\n" + "\n".join(f"| {' | '.join(line)} |" for line in lines) + "\n")
     print(index.read_text())
-    labels = [request.label for request in requests]
     batch_page = pages.write_batch_page(workspace.reports, name, labels, run_facts.utc_now())
     print(f"pages: {batch_page} and {pages.write_index(workspace.reports)}")
     worst = 1 if 1 in codes else 2 if 2 in codes else 0

@@ -5,7 +5,8 @@ and run no stage.
 from __future__ import annotations
 
 from kvtasks import clone_collection
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.errors import UsageError
+from kvtasks.workspace import Workspace
 
 
 def list_cache(workspace: Workspace, base_oid: str | None = None) -> None:
@@ -33,12 +34,12 @@ def parse_age(text: str) -> float:
     """Seconds in an age such as 30d or 1.5h."""
     text = text.strip()
     if not text or text[-1] not in _AGE_UNITS or not text[:-1].replace(".", "", 1).isdigit():
-        fail_usage(f"older= takes a number and a unit (s, m, h, d, w), e.g. older=30d; got {text!r}")
+        raise UsageError(f"older= takes a number and a unit (s, m, h, d, w), e.g. older=30d; got {text!r}")
     return float(text[:-1]) * _AGE_UNITS[text[-1]]
 
 
-def collect(workspace: Workspace, older: str) -> None:
-    age = parse_age(older)
+def collect(workspace: Workspace, older: str, age: float) -> None:
+    """Remove what is older than `age` seconds (`older` as the caller wrote it, e.g. 30d)."""
     removed = workspace.store.gc(age)
     print(f"removed {len(removed)} evidence entries older than {older}")
     collected = clone_collection.collect(workspace.clones, age)

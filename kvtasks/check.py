@@ -29,19 +29,16 @@ from kvtasks.stages.grid.proof import poisoned, proves_channel
 from kvtasks.stages.grid.runs import run_grid
 from kvtasks.stages.target_runs import gate
 from kvtasks.worktree import Worktree
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 
 def request_of(workspace: Workspace, given: dict):
     """The Request a check runs: the options given, on the embedded demo's checkout when no repo is."""
     if given.get("patch") or given.get("base_ref") or given.get("head_ref"):
-        fail_usage("check runs the checkout as it is; give no patch or refs")
+        raise UsageError("check runs the checkout as it is; give no patch or refs")
     options = {name: value for name, value in given.items() if name not in ("demo", "quiet", "json")}
     if "repo" not in options:
         options = {**demo_options(workspace.store.root), **options}
-    try:
-        return build_request(options, clones_root=workspace.clones)
-    except UsageError as exc:
-        fail_usage(str(exc))
+    return build_request(options, clones_root=workspace.clones)
 
 
 def said(request, json_out: str | None = None, quiet: bool = True, secret: str = "") -> int:

@@ -5,7 +5,8 @@
     validate-kernel-pr batch --manifest FILE | report | serve | cache | cache-gc --older 30d
     validate-kernel-pr schema | fleet-node | --version
 
-Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE, 64 a usage error (no report written);
+Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE (or kvtasks crashed: its traceback is in
+crash.log beside the report), 64 a usage error (no report written);
 --fail-on moves the bar a verdict fails a CI gate at.
 Evidence, clones and published reports live under $KVTASKS_HOME (default ~/.cache/kvtasks), never in
 the current directory or the worktree; the report is also written to --out (default
@@ -20,12 +21,12 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import __version__, check, front_doors, graph, report, worktree
+from kvtasks import __version__, check, errors, front_doors, graph, report, worktree
+from kvtasks.errors import UsageError
 from kvtasks.pipeline import REPORT
 from kvtasks.report import comment
 from kvtasks.request import declared_options
-from kvtasks.usage import USAGE_EXIT
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 
 DEFAULT_OUT = "validation_report.json"
 # the verdicts from least to most severe; --fail-on X fails the gate at X and every verdict above it
@@ -46,8 +47,8 @@ def workspace_root() -> Path:
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors are one line and USAGE_EXIT too
-        fail_usage(message)
+    def error(self, message: str) -> None:  # argparse's own usage errors are UsageErrors too
+        raise UsageError(message)
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -108,7 +109,7 @@ def _normalise(argv: list[str], variables: dict[str, tuple[str, bool]], p: argpa
         if word[:1] != "-" and "=" in word and not (index and argv[index - 1] in valued):
             name, value = word.split("=", 1)
             if name not in variables:
-                fail_usage(f"{name!r} is no variable of this command; it takes {', '.join(variables)}")
+                raise UsageError(f"{name!r} is no variable of this command; it takes {', '.join(variables)}")
             flag, switch = variables[name]
             if not switch:
                 joined.append(f"{flag}={value}")
@@ -150,7 +151,7 @@ def machine_summary(command: str, code: int, reports: list[Path]) -> dict:
             "exit": code, "reports": runs}
 
 
-def _run(command: str, build_namespace, options: dict, workspace: Workspace) -> int:
+def _run(command: str, build_namespace, options: dict, workspace: Workspace, site: errors.CrashSite) -> int:
     """Run a door's graph and turn its outcome into the exit code and output asked for."""
     if options["report_url"]:
         os.environ[comment.REPORT_URL_VARIABLE] = options["report_url"]
@@ -159,12 +160,14 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace) -> 
 
     def namespace():
         built.update(build_namespace())
+        labels = [request.label for request in built.get(graph.REQUESTS, [])]
+        site.label = labels[0] if len(labels) == 1 else None  # a crash is kept beside the one report
         if options["verbose"]:
             print(f"validate-kernel-pr: workspace {workspace.root}", file=sys.stderr)
             for request in built.get(graph.REQUESTS, []):
                 print(f"validate-kernel-pr: {request.label}: {request.repo} target {request.target}, report "
                       f"{workspace.report_paths(request)[0]}", file=sys.stderr)
-        return built
+        return errors.namespace_through_doit(built)
 
     code = graph.execute(namespace, command, quiet=options["quiet"] or as_json, verbose=options["verbose"])
     reports = [workspace.reports / request.label / "validation_report.json"
@@ -185,10 +188,9 @@ def parse_validation(argv: list[str], demo: bool = False) -> tuple[dict, dict]:
     return options, {name: options.pop(name) for name in OUTPUT_OPTIONS}
 
 
-def _validate(argv: list[str], demo: bool) -> int:
+def _validate(argv: list[str], demo: bool, workspace: Workspace, site: errors.CrashSite) -> int:
     options, output = parse_validation(argv, demo)
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
-    workspace = Workspace(workspace_root())
     if "out" not in given and "repo" in given:
         given["default_out"] = DEFAULT_OUT
 
@@ -200,10 +202,10 @@ def _validate(argv: list[str], demo: bool) -> int:
             print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written "
                   f"only to {workspace.report_paths(requests[0])[0]}", file=sys.stderr)
         return namespace
-    return _run("validate", validation, output, workspace)
+    return _run("validate", validation, output, workspace, site)
 
 
-def _check(argv: list[str]) -> int:
+def _check(argv: list[str], workspace: Workspace) -> int:
     """`validate-kernel-pr check`: the validation's flags (the checkout as it is, so no patch or
     refs; no --repo: the embedded demo) and --json FILE."""
     extra = Parser(prog="validate-kernel-pr check", add_help=False)
@@ -211,21 +213,19 @@ def _check(argv: list[str]) -> int:
     known, rest = extra.parse_known_args(argv)
     options, output = parse_validation(rest)
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
-    workspace = Workspace(workspace_root())
     request = check.request_of(workspace, given)
     return check.said(request, known.json_out, output["quiet"], workspace.store.grid_secret(request.host.grid_secret))
 
 
-def _door(command: str, argv: list[str]) -> int:
+def _door(command: str, argv: list[str], workspace: Workspace, site: errors.CrashSite) -> int:
     door = front_doors.FRONT_DOORS[command]
     variables = {variable: (f"--{variable.replace('_', '-')}", variable == "quiet") for variable in door.variables}
     flags = door_parser(command)
     options = vars(flags.parse_args(_normalise(argv, variables, flags)))
     output = {name: options.pop(name) for name in OUTPUT_OPTIONS}
     given = {name: value for name, value in options.items() if value is not None}
-    workspace = Workspace(workspace_root())
     quiet = output["quiet"] or output["format"] == "json"
-    return _run(command, lambda: front_doors.namespace(command, workspace, given, quiet), output, workspace)
+    return _run(command, lambda: front_doors.namespace(command, workspace, given, quiet), output, workspace, site)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,20 +237,25 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["schema"]:
         print(json.dumps(REPORT.json_schema(), indent=2))
         return 0
-    if argv[:1] == ["fleet-node"]:
-        from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it
-        return join.main(argv[1:])
-    try:
+    workspace = Workspace(workspace_root())
+    site = errors.CrashSite(workspace.reports)
+
+    def command() -> int:
+        if argv[:1] == ["fleet-node"]:
+            from kvtasks.fleet import join  # Ray is an optional extra: only this command needs it
+            return join.main(argv[1:])
         if argv[:1] == ["check"]:  # the validation's flags, not a door's variables as flags
-            return _check(argv[1:])
+            return _check(argv[1:], workspace)
         if argv[:1] == ["validate"]:
-            return _validate(argv[1:], demo=True)
+            return _validate(argv[1:], True, workspace, site)
         if argv and argv[0] in front_doors.FRONT_DOORS:
-            return _door(argv[0], argv[1:])
-        return _validate(argv, demo=False)
-    except SystemExit as stopped:  # a usage error (fail_usage) is this front door's exit code, not an exception
-        if stopped.code in (0, USAGE_EXIT):
-            return stopped.code
+            return _door(argv[0], argv[1:], workspace, site)
+        return _validate(argv, False, workspace, site)
+    try:
+        return errors.handled(command, site)
+    except SystemExit as stopped:  # argparse's --help has printed what was asked
+        if stopped.code == 0:
+            return 0
         raise
 
 

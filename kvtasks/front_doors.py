@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets
-from kvtasks.request import UsageError, build_request, doit_variables
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.fleet.resources import require_ray
+from kvtasks.request import Request, UsageError, doit_variables, locate, resolve, validate_request
+from kvtasks.workspace import Workspace
 
 Namespace = dict[str, object]
 
@@ -27,30 +28,34 @@ class FrontDoor:
     tasks: Callable[[Workspace, dict[str, str], bool], Namespace]
 
 
-def build(options: dict, workspace: Workspace):
-    try:
-        return build_request(options, clones_root=workspace.clones)
-    except UsageError as exc:
-        fail_usage(str(exc))
+def located(options: dict, workspace: Workspace) -> Request:
+    """The request `options` ask for, validated and its worktree found (resolved once its lock is held)."""
+    return locate(validate_request(options), workspace.clones)
 
 
-def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = True):
-    """The Request of one validation: the variables given, on the embedded demo when no repo is
-    (unless the front door's form requires --repo)."""
+def held_and_resolved(requests: list[Request]) -> list[Request]:
+    """Take each request's worktree for this validator, then resolve the requests (what they read
+    of a worktree is read while no other validator has it)."""
+    graph.hold_worktrees(requests)
+    return [resolve(request) for request in requests]
+
+
+def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = True) -> Request:
+    """The located Request of one validation: the variables given, on the embedded demo when no repo
+    is (unless the front door's form requires --repo)."""
     options = {name: value for name, value in given.items() if name not in ("demo", "quiet")}
     if "repo" not in options and demo_without_repo:
         try:
             options = {**demo.options(workspace.store.root, given.get("demo") or demo.DEFAULT_PR), **options}
         except demo.UnknownDemo as exc:
-            fail_usage(str(exc))
-    return build(options, workspace)
+            raise UsageError(str(exc)) from None
+    return located(options, workspace)
 
 
 def validation(workspace: Workspace, given: dict, quiet: bool, demo_without_repo: bool = True) -> Namespace:
     """One PR: on one target, or on each target the repository's configuration maps its changes to."""
-    requests = [single_request(workspace, options, demo_without_repo)
-                for options in pr_targets.target_options(workspace, given)]
-    graph.hold_worktrees(requests)
+    requests = held_and_resolved([single_request(workspace, options, demo_without_repo)
+                                  for options in pr_targets.target_options(workspace, given)])
     if len(requests) == 1:
         return graph.loader_namespace(requests, workspace, quiet)
     return graph.loader_namespace(requests, workspace, quiet, batch_name=pr_targets.pr_label(
@@ -62,17 +67,25 @@ def _validate(workspace: Workspace, given: dict[str, str], quiet: bool) -> Names
 
 
 def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
-    manifest = given.get("manifest") or fail_usage("batch needs manifest=FILE (TOML or JSON)")
+    manifest = given.get("manifest")
+    if not manifest:
+        raise UsageError("batch needs manifest=FILE (TOML or JSON)")
     engine, archs = batch.manifest_engine(manifest, given.get("engine"))
-    name, requests = batch.manifest_requests(manifest, lambda options: build(options, workspace))
+    name, requests = batch.manifest_requests(manifest, lambda options: located(options, workspace))
     if engine == "ray":
+        require_ray()  # refused before anything runs; Ray itself is imported only by the batch's task
+        # the driver takes no worktree: each node checks the base out in its own workspace
+        requests = [resolve(request) for request in requests]
+        batch.check_base(manifest, requests)
+
         def task_batch():
             """Validate every PR of a manifest on a Ray cluster, on each of its archs."""
             from kvtasks.fleet import engine as fleet_engine
             return {"actions": [(graph.fleet_action, [fleet_engine.run_batch, requests, workspace, name, archs, quiet])],
                     "uptodate": [False], "verbosity": 2}
         return {"task_batch": task_batch, "DOIT_CONFIG": workspace.doit_config()}
-    graph.hold_worktrees(requests)
+    requests = held_and_resolved(requests)
+    batch.check_base(manifest, requests)
     return graph.loader_namespace(requests, workspace, quiet, batch_name=name)
 
 
@@ -86,7 +99,7 @@ def _report(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespa
 def _serve(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
     port = given.get("port") or "8000"
     if not port.isdigit() or int(port) > 65535:
-        fail_usage(f"port= takes a port number, e.g. port=8000; got {port!r}")
+        raise UsageError(f"port= takes a port number, e.g. port=8000; got {port!r}")
 
     def task_serve():
         """Serve reports/ (the HTML pages and JSON) on localhost; port=0 picks a free port."""
@@ -103,11 +116,14 @@ def _cache(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
 
 
 def _cache_gc(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
-    older = given.get("older") or fail_usage("cache-gc needs older=AGE, e.g. older=30d")
+    older = given.get("older")
+    if not older:
+        raise UsageError("cache-gc needs older=AGE, e.g. older=30d")
+    age = cache_commands.parse_age(older)  # a bad age is refused before doit runs anything
 
     def task_cache_gc():
         """Remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long; never one in use."""
-        return {"basename": "cache-gc", "actions": [(cache_commands.collect, [workspace, older])],
+        return {"basename": "cache-gc", "actions": [(cache_commands.collect, [workspace, older, age])],
                 "uptodate": [False], "verbosity": 2}
     return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": workspace.doit_config()}
 
@@ -150,7 +166,7 @@ def namespace(command: str, workspace: Workspace, given: dict[str, str], quiet: 
         return catalogue(workspace)
     unknown = sorted(set(given) - set(door.variables))
     if unknown:
-        fail_usage(f"{unknown[0]!r} is no variable of `{command}`; it takes {', '.join(door.variables)}")
+        raise UsageError(f"{unknown[0]!r} is no variable of `{command}`; it takes {', '.join(door.variables)}")
     return door.tasks(workspace, given, quiet)
 
 

@@ -24,10 +24,11 @@ from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
 from kvtasks import batch, phases, pr_targets, processes, worktree
+from kvtasks.errors import UsageError
 from kvtasks.gpu import lease, picker
 from kvtasks.pipeline import PIPELINE
 from kvtasks.request import Request
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.workspace import Workspace
 from kvtasks.worktree import signals
 
 
@@ -157,7 +158,7 @@ def hold_worktrees(requests: list[Request]) -> None:
             worktree.hold_exclusively(repo)
         except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
             release_held()
-            fail_usage(str(exc))
+            raise UsageError(str(exc)) from None
         _HELD.append(repo)
     _WORKERS = _WORKERS or _Workers()
     signals.install()
@@ -205,14 +206,14 @@ def report_tasks(workspace: Workspace, label: str | None) -> Iterator[dict]:
             continue
         missing = workspace.store.missing_evidence(name)
         if missing and label:
-            fail_usage(f"label {name!r} has no report to rebuild: its stored evidence is gone "
+            raise UsageError(f"label {name!r} has no report to rebuild: its stored evidence is gone "
                        f"({', '.join(missing)}; removed by cache-gc, or never stored); validate it again")
         if missing:
             print(f"{name}: skipped, its stored evidence is gone ({', '.join(missing)})", file=sys.stderr)
             continue
         unreadable = workspace.store.unreadable_evidence(name)
         if unreadable and label:
-            fail_usage(f"label {name!r} has no report to rebuild: its stored evidence is unreadable to this kvtasks "
+            raise UsageError(f"label {name!r} has no report to rebuild: its stored evidence is unreadable to this kvtasks "
                        f"({'; '.join(unreadable)}); validate it again")
         if unreadable:
             print(f"{name}: skipped, its stored evidence is unreadable to this kvtasks ({'; '.join(unreadable)})",

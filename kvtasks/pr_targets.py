@@ -17,8 +17,8 @@ from kvtasks.report import EXIT_CODES, comment
 from kvtasks.repo_config import RepoConfig, load
 from kvtasks.request import patch_paths
 from kvtasks.files import write_atomic
-from kvtasks.usage import UsageError
-from kvtasks.workspace import Workspace, fail_usage
+from kvtasks.errors import UsageError
+from kvtasks.workspace import Workspace
 
 PR_REPORT = "pr_report.json"
 # worst first, as a fleet PR's archs are merged
@@ -32,7 +32,7 @@ def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, lis
         try:
             refs = clones.prepare(repo, str(given["base_ref"]), str(given["head_ref"]), workspace.clones)
         except clones.RefsError as exc:
-            fail_usage(str(exc))
+            raise UsageError(str(exc)) from None
         return refs.worktree, sorted(set(patch_paths(refs.patch.read_bytes())))
     patch = given.get("patch")
     tree = Path(repo).expanduser()
@@ -51,10 +51,7 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
     if not given.get("repo") or (by_refs and by_patch):  # build_request says what is wrong with the PR's naming
         return [given]
     tree, changed = _base_tree_and_changes(workspace, given)
-    try:
-        config = load(tree) if tree.is_dir() else None
-    except UsageError as exc:
-        fail_usage(str(exc))
+    config = load(tree) if tree.is_dir() else None
     if config is None:
         return [given]
     named = given.get("target")
@@ -69,13 +66,13 @@ def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
     names = config.targets_for(changed)
     if not names:
         globs = "; ".join(f"{pattern} -> {', '.join(targets)}" for pattern, targets in config.map.items())
-        fail_usage(f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no glob of "
+        raise UsageError(f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no glob of "
                    f"the map in base's {config.file} matches any of them ({globs or 'the map is empty'}); "
                    "give --target to validate it anyway")
     if len(names) == 1:
         return [{**config.options(names[0]), **given}]
     if given.get("out"):
-        fail_usage(f"--out names one report, and this PR needs {len(names)} targets ({', '.join(names)}); "
+        raise UsageError(f"--out names one report, and this PR needs {len(names)} targets ({', '.join(names)}); "
                    "their reports go to the workspace's reports/<label>.<target>/")
     label = str(given.get("label") or "pr")
     shared = {key: value for key, value in given.items() if key != "default_out"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtasks.request import doit_variables
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 try:
     import tomllib

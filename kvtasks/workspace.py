@@ -1,9 +1,8 @@
-"""Where a front door keeps evidence (cache/) and publishes reports (reports/), and how a front door
-refuses bad input (one line, exit usage.USAGE_EXIT, 64). It runs nothing and reads no evidence itself (store.py does).
+"""Where a front door keeps evidence (cache/) and publishes reports (reports/). It runs nothing and
+reads no evidence itself (store.py does).
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -11,7 +10,6 @@ from pathlib import Path
 from kvtasks import pages
 from kvtasks.request import Request
 from kvtasks.store import Store
-from kvtasks.usage import USAGE_EXIT
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,3 @@ class Workspace:
         return {"dep_file": str(self.root / "cache" / "doit.sqlite3"), "backend": "sqlite3",
                 "default_tasks": ["validate"]}
 
-
-def fail_usage(message: str) -> None:
-    print(f"validate-kernel-pr: error: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_EXIT)

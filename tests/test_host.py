@@ -2,7 +2,7 @@
 import pytest
 
 from kvtasks.host import HostSettings, IdleSettings
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 
 def test_unset_variables_keep_their_defaults_and_perf_timeout_follows_timeout():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvtasks import cli, repo_config
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_repo, write_files
 
 CONFIG = '''[project]

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from kvtasks.fleet.engine import ARCH_RESOURCE
+from kvtasks.fleet.resources import arch_resources
 from kvtasks.gpu import BackendUnavailable, picker
 
 
@@ -34,10 +34,6 @@ def host_archs() -> tuple[Counter, str]:
     if archs:
         return archs, ""
     return archs, picker.pick().message
-
-
-def arch_resources(archs: Counter) -> dict[str, int]:
-    return {ARCH_RESOURCE.format(arch): count for arch, count in sorted(archs.items())}
 
 
 def ray_start_command(address: str, archs: Counter, block: bool = False) -> list[str]:

@@ -18,8 +18,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kvtasks import clones, phases
+from kvtasks.errors import InfrastructureError
 from kvtasks.gpu import picker
 from kvtasks.request import Request
 from kvtasks.stages import StageResult, gpu_claim
@@ -28,6 +30,8 @@ from kvtasks.workspace import Workspace
 # a run log larger than this comes back cut to it, and the cut is recorded beside it
 LOG_CAP_BYTES = 1 << 20
 TRUNCATED_SUFFIX = ".truncated"
+# how often a base or head task asks again for the GPU its prepare claimed
+RECLAIM_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -100,16 +104,23 @@ def _returned(space: Workspace, kind: str, key: str, record: dict) -> GroupRun:
                     node=_this_node(), runtime_hash=record.get("runtime_hash"))
 
 
-def _claim_again(prepare: GroupRun) -> None:
+def claim_again(prepare: GroupRun, deadline_s: float, clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> None:
     """A base or head task runs on the GPU prepare claimed (its key says which model): lock it for
-    the task, waiting while another validator on the node holds it."""
+    the task, waiting while another validator on the node holds it, for `deadline_s` at most (the
+    host's KVTASKS_GPU_RECLAIM_S); past it the task fails as an infrastructure failure, which the
+    driver reports as INCONCLUSIVE for that arch."""
     claim = next((r for r in prepare.results if r["name"] == gpu_claim.NAME), None)
     stage = (claim or {}).get("stage") or {}
     index = stage.get("hip_index", stage.get("cuda_index"))
     if stage.get("status") != "pass" or index is None:
         return
+    given_up_at = clock() + deadline_s
     while picker.try_lock(index) is None:
-        time.sleep(0.5)
+        if clock() >= given_up_at:
+            raise InfrastructureError(f"GPU {index}, which prepare claimed on this node, stayed held by another "
+                                      f"validator for {deadline_s:g} s (KVTASKS_GPU_RECLAIM_S); the task gave up")
+        sleep(RECLAIM_POLL_S)
 
 
 def run_prepare(shipment: Shipment, arch: str | None) -> GroupRun:
@@ -135,7 +146,7 @@ def run_side(shipment: Shipment, arch: str | None, kind: str, prepare: GroupRun,
     if base is not None:
         store.write("base", base.key, [StageResult.model_validate(r) for r in base.results], label=label,
                     base_oid=prepare.record.get("base_oid"))
-    _claim_again(prepare)
+    claim_again(prepare, request.host.gpu_reclaim_s)
     try:
         phases.run_side(request, space, kind, quiet=True)
     finally:

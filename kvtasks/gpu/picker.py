@@ -26,7 +26,7 @@ from kvtasks.gpu import lease
 from kvtasks.gpu import device_nodes_present, open_backends
 from kvtasks.gpu.backend import Backend, BackendUnavailable, Device
 from kvtasks.host import IdleSettings  # KVTASKS_IDLE_<FIELD> overrides a default, e.g. KVTASKS_IDLE_SAMPLES=3
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 CHOSEN, NONE_IDLE, UNQUERYABLE, NO_GPUS, NO_ANSWER = 0, 1, 2, 3, -1
 EXTERNAL_GRACE_S = 60.0  # what a PICKER override may take beyond its sampling window

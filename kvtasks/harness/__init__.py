@@ -216,11 +216,11 @@ def passed_through_values() -> dict[str, str]:
 
 
 def isolation_facts(request: Request) -> dict:
-    network = f"none: a fresh network namespace ({' '.join(request.no_network[:-1])})" if request.no_network \
+    network = f"none: a fresh network namespace ({' '.join(request.network_namespace[:-1])})" if request.no_network \
         else "host network (--no-network was not given)"
     if request.sandbox:
-        sandbox = (f"evidence read-only: targets run in a mount namespace ({' '.join(request.sandbox)}) where "
-                   f"{', '.join(request.readonly) or 'the workspace'} is mounted read-only; the tree under test "
+        sandbox = (f"evidence read-only: targets run in a mount namespace ({' '.join(request.sandbox_namespace)}) "
+                   f"where {', '.join(request.readonly) or 'the workspace'} is mounted read-only; the tree under test "
                    "and the run's scratch stay writable")
     else:
         sandbox = ("none (--sandbox was not given): targets run as the validator's user and could write "

@@ -1,70 +1,30 @@
-"""The Request model: the one declaration of every option a validation takes.
+"""The Request model: the one declaration of every option a validation takes, and its checks.
 
 Each option field carries its `Option` (flags, help, doit variables, how its value is written), and
 the CLI parser, dodo's variables and the README's table are derived from or checked against it.
-It never checks a value against the host or a worktree (build.py does), nor reads the environment
-(kvtasks.host does).
+Its validators read each value however a front door spells it and refuse a bad one with a
+UsageError naming the flag; they are pure: they never touch the worktree, git, the host or the
+environment (kvtasks.host reads that). What needs them is resolution.py's, after the worktree's lock
+is held; `resolved` says whether it ran.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
 from pathlib import Path
-from typing import Annotated, Literal, get_args, get_origin
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticUseDefault
 
+from kvtasks.errors import UsageError
 from kvtasks.host import HostSettings
 from kvtasks.request.namespaces import SANDBOX_SCRIPT
+from kvtasks.request.options import DeclaredOption, Option, grid_rows, names, option_of, switched
 
-
-@dataclass(frozen=True)
-class Option:
-    """Field metadata: how the caller gives one Request field.
-
-    `flags` default to the field's name spelt `--like-this` and `variables` (doit's) to the name
-    itself. A `switch` takes no value (doit: `name=1`); a `repeated` option is given once per value
-    (doit: one variable, values joined by `joined_by`); a `dash_led` value may start with '-' and
-    then follow its flag as the next word. A `path` names a file or folder of the caller's, so a
-    manifest gives it relative to itself."""
-
-    help: str
-    flags: tuple[str, ...] = ()
-    variables: tuple[str, ...] = ()
-    switch: bool = False
-    repeated: bool = False
-    joined_by: str = ""
-    dash_led: bool = False
-    path: bool = False
-
-
-@dataclass(frozen=True)
-class DeclaredOption:
-    """One option as the front doors see it: the Request field it fills and its spellings."""
-
-    field: str
-    option: Option
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return self.option.flags or ("--" + self.field.replace("_", "-"),)
-
-    @property
-    def variables(self) -> tuple[str, ...]:
-        return self.option.variables or (self.field,)
-
-    @property
-    def choices(self) -> tuple[str, ...]:
-        """The values a Literal-typed field allows (empty for a free value)."""
-        annotation = Request.model_fields[self.field].annotation
-        for candidate in (annotation, *get_args(annotation)):  # Literal[...] or Literal[...] | None
-            if get_origin(candidate) is Literal:
-                return get_args(candidate)
-        return ()
-
-    @property
-    def default(self):
-        return Request.model_fields[self.field].default
+HEX40 = re.compile(r"[0-9a-f]{40}")
+CAPABILITY = re.compile(r"\d{1,2}\.\d")
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class Request(BaseModel):
@@ -118,9 +78,10 @@ class Request(BaseModel):
         "repeatable NAME=VALUE: a variable set in both sides' targets and recorded in the base key; never a name "
         "kvtasks sets, TRITON_INTERPRET, *_VISIBLE_DEVICES or a credential-like name", repeated=True,
         joined_by="|")] = ()
-    # the command prefix that gives targets no network; () = host network
-    no_network: Annotated[tuple[str, ...], Option("run targets in a fresh network namespace (refused if impossible)",
-                                                  switch=True)] = ()
+    no_network: Annotated[bool, Option("run targets in a fresh network namespace (refused if impossible)",
+                                       switch=True)] = False
+    # the command prefix that gives targets no network, found working here by resolve(); () = host network
+    network_namespace: tuple[str, ...] = ()
     # the sensitivity run: how the route's output is corrupted (None: the last element becomes 2*x + 1)
     sensitivity_error: Annotated[float | None, Option(
         "the sensitivity run applies this relative error to the last element of the route's output instead of "
@@ -131,16 +92,80 @@ class Request(BaseModel):
     sensitivity_output: Annotated[str, Option(
         "the argument the route writes its output into (for routes that return nothing): corrupted after each "
         "call")] = ""
-    # the unshare command (mount namespace) --sandbox found working; () = none
-    sandbox: Annotated[tuple[str, ...], Option(
+    sandbox: Annotated[bool, Option(
         "run targets in a mount namespace where the evidence store is read-only (refused if impossible)",
-        switch=True)] = ()
+        switch=True)] = False
+    # the unshare command (mount namespace) --sandbox found working here by resolve(); () = none
+    sandbox_namespace: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()  # folders --sandbox mounts read-only for targets: the front door's workspace
     label: Annotated[str, Option("run name (default run)")] = "run"
     out: Annotated[str | None, Option(
         "report path (default ./validation_report.json; run from inside the worktree, only the workspace's "
         "reports/<label>/ copy is written)", path=True)] = None
+    # the report copy a front door writes when --out is not given; resolve() drops it inside the worktree
+    default_out: str | None = None
     host: HostSettings = Field(default_factory=HostSettings.from_environ)
+    # whether resolve() has checked it against the worktree and the host (and found the namespaces)
+    resolved: bool = False
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _as_given(cls, value: object, info: ValidationInfo) -> object:
+        """An option's value however a front door spells it: a switch read, a repeated option's
+        values split and stripped, a text stripped (blank: not given), a choice checked."""
+        declared = _declared(info.field_name)
+        if declared is None:
+            return value
+        option = declared.option
+        if option.switch:
+            return switched(value)
+        if option.repeated:
+            parts = value.split(option.joined_by) if isinstance(value, str) else value or ()
+            return tuple(str(part).strip() for part in parts if str(part).strip())
+        text = "" if value is None else str(value).strip()
+        if not text:
+            raise PydanticUseDefault()
+        if declared.choices and text not in declared.choices:
+            raise UsageError(f"{declared.flags[0]} must be one of {', '.join(declared.choices)}, got {text!r}")
+        return _READERS.get(info.field_name, lambda given: given)(text)
+
+    @field_validator("python_path")
+    @classmethod
+    def _inside_the_checkout(cls, folders: tuple[str, ...]) -> tuple[str, ...]:
+        for folder in folders:
+            if Path(folder).is_absolute() or os.path.normpath(folder).split(os.sep)[0] == "..":
+                raise UsageError(f"--python-path {folder!r} must be a folder inside the checkout, relative to it")
+        return tuple(folder.rstrip("/") for folder in folders)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Request":
+        """What one option says about another."""
+        if bool(self.base_ref) != bool(self.head_ref):
+            raise UsageError("--base-ref and --head-ref go together: the PR is the head ref's change over its "
+                             "merge-base with the base ref")
+        if self.base_ref and (self.patch or self.head_sha) and not self.source:
+            raise UsageError("give the PR either by refs (--base-ref, --head-ref) or by a patch (--patch, "
+                             "--head-sha), not both")
+        if Path(self.target_path).is_absolute() or os.path.normpath(self.target_path).split(os.sep)[0] == "..":
+            raise UsageError(f"--target {self.target!r} escapes the worktree")
+        if self.sensitivity_error is not None and self.sensitivity_mode == "nan":
+            raise UsageError("--sensitivity-error sizes the tail corruption; --sensitivity-mode nan makes no tail run")
+        from kvtasks.harness import environment  # the harness package imports this one's Request
+
+        for pair in self.env:
+            name, equals, _ = pair.partition("=")
+            why = environment.refusal(name) if equals else "is not NAME=VALUE"
+            if why is None and name == self.shape_env:
+                why = "is --shape-env's: the grid sets it"
+            if why:
+                raise UsageError(f"--env {pair!r}: {name or pair!r} {why}")
+        if self.shape_argnames and self.grid:
+            arity = len(self.argnames)
+            for row in grid_rows(self.grid):
+                if len(row) != arity:
+                    raise UsageError(f"--grid row {','.join(row)!r} has {len(row)} cells; --shape-argnames names "
+                                     f"{arity}")
+        return self
 
     @property
     def target_path(self) -> str:
@@ -175,16 +200,18 @@ class Request(BaseModel):
         """What a target command runs under: the sandbox's mount namespace (the `readonly` folders
         mounted read-only, the `writable` ones, the tree and the run's scratch, kept writable even
         inside them), with the network namespace of --no-network; or just the latter."""
+        if (self.no_network or self.sandbox) and not self.resolved:
+            raise ValueError("an unresolved request has no namespaces to launch in: resolve() it first")
         if not self.sandbox:
-            return self.no_network
+            return self.network_namespace
         network = ("--net",) if self.no_network else ()
-        return (*self.sandbox, *network, "--", "sh", "-c", SANDBOX_SCRIPT, "kvtasks-sandbox", *self.readonly, "--",
-                self.repo, *writable, "--")
+        return (*self.sandbox_namespace, *network, "--", "sh", "-c", SANDBOX_SCRIPT, "kvtasks-sandbox",
+                *self.readonly, "--", self.repo, *writable, "--")
 
 
 def declared_options() -> list[DeclaredOption]:
     """Every option the Request declares, in declaration order (the order --help lists them)."""
-    return [DeclaredOption(name, option) for name, field in Request.model_fields.items()
+    return [DeclaredOption(name, option, field) for name, field in Request.model_fields.items()
             for option in field.metadata if isinstance(option, Option)]
 
 
@@ -198,23 +225,59 @@ def path_variables() -> tuple[str, ...]:
     return tuple(variable for declared in declared_options() if declared.option.path for variable in declared.variables)
 
 
-def names(text: str) -> list[str]:
-    """A comma-separated flag value (routes, shape vars, argnames) as its names."""
-    return [part.strip() for part in text.split(",") if part.strip()]
+def _declared(field: str) -> DeclaredOption | None:
+    info = Request.model_fields.get(field)
+    option = option_of(info) if info is not None else None
+    return DeclaredOption(field, option, info) if option is not None else None
 
 
-def grid_rows(text: str) -> list[list[str]]:
-    """A --grid value's rows of cells: ';' between rows, ',' between cells, neither inside brackets,
-    so a tuple-valued cell stays one cell: "(2049,2);(4097,4)" is two rows of one cell."""
-    rows, row, cell, depth = [], [], "", 0
-    for char in text + ";":
-        depth += (char in "([") - (char in ")]")
-        if depth <= 0 and char in ",;":
-            row.append(cell.strip())
-            cell = ""
-            if char == ";":
-                rows.append(row)
-                row = []
-        else:
-            cell += char
-    return [row for row in rows if any(row)]
+def _head_sha(text: str) -> str:
+    if not HEX40.fullmatch(text.lower()):
+        raise UsageError(f"--head-sha must be a full 40-hex commit OID, got {text!r}")
+    return text.lower()
+
+
+def _label(text: str) -> str:
+    if not LABEL.fullmatch(text):
+        raise UsageError(f"--label {text!r} must be letters, digits, '.', '_' or '-' (at most 100)")
+    return text
+
+
+def _sparse_grid(text: str) -> int:
+    if not text.isdigit():
+        raise UsageError(f"--cpu-sparse-grid must be a program count (0 = never sparse), got {text!r}")
+    return int(text)
+
+
+def _sensitivity_error(text: str) -> float:
+    try:
+        error = float(text)
+    except ValueError:
+        error = -1.0
+    if not 0 < error < float("inf"):
+        raise UsageError(f"--sensitivity-error must be a positive relative error such as 1e-3, got {text!r}")
+    return error
+
+
+def _sensitivity_output(text: str) -> str:
+    if not text.isidentifier():
+        raise UsageError(f"--sensitivity-output must name one argument of the route, got {text!r}")
+    return text
+
+
+def _capability(text: str) -> str:
+    if not CAPABILITY.fullmatch(text):
+        raise UsageError(f"--cpu-device-capability must be MAJOR.MINOR (e.g. 8.0, 9.0), got {text!r}")
+    return text
+
+
+def _grid(text: str) -> str:
+    if text.count("(") != text.count(")") or text.count("[") != text.count("]"):
+        raise UsageError(f"--grid {text!r} has unbalanced brackets: a tuple cell is written (2049,2)")
+    return text
+
+
+# the options whose text is more than a string: field -> its reader (the text stripped and non-empty)
+_READERS = {"head_sha": _head_sha, "label": _label, "cpu_sparse_grid": _sparse_grid,
+            "sensitivity_error": _sensitivity_error, "sensitivity_output": _sensitivity_output,
+            "cpu_device_capability": _capability, "grid": _grid}

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 
 from kvtasks import processes
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 # Runs first inside the mount namespace: read-only binds, then writable binds inside them, then the target.
 SANDBOX_SCRIPT = """set -e

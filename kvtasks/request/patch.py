@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kvtasks.usage import UsageError
+from kvtasks.errors import UsageError
 
 PATCH_HEADER = re.compile(rb"^(diff --git |\+\+\+ )", re.MULTILINE)
 # a ---/+++ pair (never a lone hunk line that happens to start with "+++"), renames and copies

@@ -72,3 +72,33 @@ def test_archs_that_ran_on_different_runtimes_are_said_to_keep_base_evidence_of_
                     "evidence of its own"]
     runs["gfx-b"] = arch_report.arch_run(body, "node-b", "a" * 64, "r.json")
     assert not [f for f in arch_report.merge("pr", {"gfx-a": body, "gfx-b": body}, runs).findings if f.stage == "fleet"]
+
+
+def test_the_fleet_modules_import_no_cycle():
+    import ast
+    from pathlib import Path
+
+    import kvtasks.fleet
+
+    folder = Path(kvtasks.fleet.__file__).parent
+    imports = {}
+    for path in folder.glob("*.py"):
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "kvtasks.fleet":
+                named |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvtasks.fleet."):
+                named.add(node.module.rsplit(".", 1)[1])
+        imports[path.stem] = named
+
+    def cycle_through(module: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        for imported in sorted(imports.get(module, ())):
+            if imported == path[0]:
+                return (*path, imported)
+            if imported not in path:
+                found = cycle_through(imported, (*path, imported))
+                if found:
+                    return found
+        return None
+
+    assert [cycle_through(module, (module,)) for module in sorted(imports)] == [None] * len(imports)

@@ -3,7 +3,7 @@ import pytest
 
 from kvtasks import cli
 from kvtasks.request import UsageError, build_request, declared_options
-from kvtasks.request import build
+from kvtasks.request import resolution
 from tests.kernel_repos import git, make_patch
 
 
@@ -29,8 +29,8 @@ BY_PATCH, BY_REFS = ("patch", "head_sha"), ("base_ref", "head_ref")
 @pytest.mark.parametrize("kind", ["patch", "refs"])
 def test_every_option_reaches_its_field_from_the_cli_and_from_doit(kind, repo, tmp_path, monkeypatch):
     # the namespace checks are the host's to pass; here each switch only has to reach its field
-    monkeypatch.setattr(build, "network_namespace", lambda: ("net-prefix",))
-    monkeypatch.setattr(build, "mount_namespace", lambda: ("mount-prefix",))
+    monkeypatch.setattr(resolution, "network_namespace", lambda: ("net-prefix",))
+    monkeypatch.setattr(resolution, "mount_namespace", lambda: ("mount-prefix",))
     values = given_values(repo, tmp_path)
     assert sorted(values) == sorted(declared.field for declared in declared_options())
     other_kind = BY_REFS if kind == "patch" else BY_PATCH
@@ -63,7 +63,8 @@ def test_every_option_reaches_its_field_from_the_cli_and_from_doit(kind, repo, t
         assert from_cli.source == str(repo) and from_cli.repo != str(repo)
         assert from_cli.head_sha == git(repo, "rev-parse", "pr").strip() and from_cli.patch.startswith(str(clones_root))
     assert from_cli.axis == ("X=--x:1;2", "Y=--y:3") and from_cli.python_path == ("kernels", "tests")
-    assert from_cli.shape_arg == "--shapes" and from_cli.no_network == ("net-prefix",)
+    assert from_cli.shape_arg == "--shapes" and from_cli.no_network and from_cli.network_namespace == ("net-prefix",)
+    assert from_cli.sandbox and from_cli.sandbox_namespace == ("mount-prefix",) and from_cli.resolved
     assert from_cli.env == ("FLA_CACHE_RESULTS=0", "MY_MODE=a=b")
 
 

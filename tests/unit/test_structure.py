@@ -9,7 +9,7 @@ same way), so a package may import its own modules as long as they do not import
 
 Every import counts, wherever it is written, one inside a function included: deferring an import
 hides a cycle from the interpreter, not from the maintainer, who still cannot change one side
-without the other (the fleet's engine and join, which issue 32 names, are such a pair). Only an
+without the other (the fleet's engine and join were such a pair). Only an
 import under `if TYPE_CHECKING:` is left out: it never runs, and names a type for an annotation,
 not behaviour the module depends on.
 """
@@ -24,15 +24,6 @@ MAX_LINES = 300
 # under a per-run name. Paths from the checkout's root; one ending in "/" is a folder, everything
 # under it exempt (the in-target package these files are becoming).
 IN_TARGET = ("kvtasks/harness/probe.py", "kvtasks/harness/triton_cpu.py", "kvtasks/harness/target/")
-# TEMPORARY, for issue 32: modules over the limit that are being split elsewhere (report.py into the
-# report package, the fleet's engine with its cycle). Each leaves this list once it is in bounds or gone.
-KNOWN_LONG_MODULES = frozenset({"kvtasks/fleet/engine.py"})
-# TEMPORARY, for issue 32: cycles through modules being rewritten elsewhere (report.py becomes the
-# report package; the fleet's engine and join stop importing each other). Each entry is one cycle's
-# modules, and leaves this list when its cycle is gone.
-KNOWN_CYCLES = (
-    frozenset({"kvtasks.fleet.engine", "kvtasks.fleet.join"}),
-)
 # what the report's code may not reach, through any chain of imports: what launches targets
 LAUNCHERS = ("kvtasks.harness", "kvtasks.stages", "kvtasks.pipeline")
 
@@ -141,10 +132,7 @@ def test_no_module_is_over_300_lines_but_the_in_target_code():
     too_long = {str(path.relative_to(ROOT)): count for path in modules_under(ROOT).values()
                 if not any(path == place or path.is_relative_to(place) for place in exempt)
                 and (count := len(path.read_text().splitlines())) > MAX_LINES}
-    new = {path: count for path, count in too_long.items() if path not in KNOWN_LONG_MODULES}
-    assert not new, f"modules over {MAX_LINES} lines (split them along their seams): {new}"
-    gone = sorted(KNOWN_LONG_MODULES - set(too_long))
-    assert not gone, f"these modules are in bounds or gone: remove them from KNOWN_LONG_MODULES: {gone}"
+    assert not too_long, f"modules over {MAX_LINES} lines (split them along their seams): {too_long}"
 
 
 def test_the_in_target_exemption_names_only_in_target_code_that_exists_or_is_coming():
@@ -153,13 +141,10 @@ def test_the_in_target_exemption_names_only_in_target_code_that_exists_or_is_com
     assert not stale, f"IN_TARGET names files that are gone: {stale}"
 
 
-def test_kvtasks_has_no_import_cycle_but_the_known_ones():
+def test_kvtasks_has_no_import_cycle():
     graph = import_graph(modules_under(ROOT))
-    found = cycles(graph)
-    new = [_described(component, graph) for component in found if component not in KNOWN_CYCLES]
-    assert not new, "import cycles (move what both sides need into a module of its own):\n" + "\n".join(new)
-    gone = [sorted(cycle) for cycle in KNOWN_CYCLES if cycle not in found]
-    assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
+    found = [_described(component, graph) for component in cycles(graph)]
+    assert not found, "import cycles (move what both sides need into a module of its own):\n" + "\n".join(found)
 
 
 def reachable(start: list[str], graph: dict[str, set[str]]) -> dict[str, str]:
