@@ -1,7 +1,7 @@
 """Interpreter start-up code from a checkout never runs in a target, and a PR that brings some, or a
 module that stands in for the standard library's, is a blocker naming it; the interpreter's own
-start-up module still runs, and the probe reads its seal before it imports anything a checkout
-could stand in for."""
+start-up module still runs, and the in-target package takes its configuration before it imports
+anything a checkout could stand in for."""
 import ast
 from pathlib import Path
 import sys

@@ -4,10 +4,12 @@ no mark; it tells them apart by their index into the parametrize mark it made, a
 learns which is which from the receipt."""
 import os
 import sys
+from dataclasses import asdict
 
 import pytest
 
 from . import grid, loads, monitor, state
+from .configuration import TierSettings
 from .state import PytestLoaded
 
 # the repository's hooks that see the whole session's outcome (in a merged session the poisoned cell
@@ -22,6 +24,7 @@ _PARTS = {"repo": 0, "grid": 1, "proof": 2}
 def pytest_configure(config):
     run = state.current
     if run is None:  # an xdist worker: the configuration was gone before it started
+        _tier_in_worker(config)
         return
     monitor.install()
     if run.configuration.merged:
@@ -36,6 +39,17 @@ def pytest_configure(config):
     config.pluginmanager.register(Plugin(run))
     if run.tier is not None:
         run.tier.register_pytest(config)
+
+
+def _tier_in_worker(config):
+    """An xdist worker of a run on the CPU tier installs the tier too, from what its controller handed
+    it (the tier's settings are the same in a corrupted run and in the run it repeats)."""
+    settings = getattr(config, "workerinput", {}).get(__package__)
+    if settings is not None:
+        from . import cpu_tier
+
+        cpu_tier.install(TierSettings(**settings))
+        cpu_tier.register_pytest(config)
 
 
 def _pytest_loaded(config) -> PytestLoaded:
@@ -71,6 +85,12 @@ def _repository_hooks(config, names) -> list[str]:
 class Plugin:
     def __init__(self, run):
         self.run = run
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """pytest-xdist starts a worker: on the CPU tier, hand it the tier's settings."""
+        if self.run.configuration.cpu_tier is not None:
+            node.workerinput[__package__] = asdict(self.run.configuration.cpu_tier)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_generate_tests(self, metafunc):
