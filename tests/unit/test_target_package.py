@@ -184,3 +184,52 @@ def test_a_receipt_that_does_not_match_its_definition_is_refused(tmp_path):
     probe.receipt.write_text(json.dumps({**to_json(receipt), "nonce": probe.nonce}))
     read, _, note = receipts.read(probe, "head-repo")
     assert note == "" and read["producer"] == receipts.PRODUCER and read["label"] == "head-repo"
+
+
+ROUTES = '''import numpy as np
+
+
+def scale(x, M):
+    N = len(x)
+    return x * M
+
+
+class Kernel:
+    @staticmethod
+    def launch(M):
+        return np.array([float("nan")])
+'''
+
+
+def test_routes_are_wrapped_at_import_and_counted_with_their_shapes(run, tmp_path, monkeypatch):
+    (tmp_path / "watched_routes.py").write_text(ROUTES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.meta_path", list(__import__("sys").meta_path))  # the finder goes with the test
+    monkeypatch.delitem(__import__("sys").modules, "watched_routes", raising=False)
+    current = run(routes=["watched_routes:scale", "watched_routes:Kernel.launch", "watched_routes:absent"],
+                  shape_vars=["M", "N"], receipt=str(tmp_path / "receipt.json"), nonce="n4")
+    monkeypatch.setattr("atexit.register", lambda function: None)  # written below, not at this process's exit
+    monitor.install()
+    from watched_routes import Kernel, scale  # imported after install: instrumented as it executes
+
+    assert scale(np.ones(2), 3).tolist() == [3, 3] and Kernel.launch(5).shape == (1,)
+    monitor.write_receipt(0)
+    read = receipts.validated((tmp_path / "receipt.json").read_bytes())
+    assert read.route_calls == {"watched_routes:scale": 1, "watched_routes:Kernel.launch": 1}
+    assert read.executed_shapes == ["3,2"] and read.unresolved_routes == ["watched_routes:absent"]
+    assert [(out.route, out.nonfinite) for out in read.route_outputs] == [
+        ("watched_routes:scale", []), ("watched_routes:Kernel.launch", ["nan in return"])]
+    assert current.installed and read.exit_status == 0
+
+
+def test_a_script_runs_as_python_would_run_it_and_its_exit_status_is_the_receipts(run, tmp_path, monkeypatch):
+    script = tmp_path / "target.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\nsys.exit(3)\n")
+    monkeypatch.setattr("sys.argv", list(__import__("sys").argv))
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    current = run(receipt=str(tmp_path / "receipt.json"), nonce="n5")
+    current.installed = True  # nothing to watch, and no exit hook in this process
+    from kvtasks.harness.in_target import script as runner
+
+    assert runner.run_script([str(script), "--flag"]) == 3
+    assert receipts.validated((tmp_path / "receipt.json").read_bytes()).exit_status == 3

@@ -195,6 +195,8 @@ def _receipt(run) -> Receipt:
 def write_receipt(exit_status=None):
     """Write the receipt once, on whichever exit path comes first."""
     run = state.current
+    if run is None:
+        return
     with run.lock:
         if run.written or not run.configuration.receipt:
             return
