@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvtasks import demo, graph, phases
+from kvtasks import demo, phases
 from kvtasks.workspace import Workspace
 from kvtasks.store import Store
 

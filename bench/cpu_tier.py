@@ -56,9 +56,10 @@ def run(folder: Path, script: str, argv: list[str], tier: bool) -> tuple[float, 
     command = [sys.executable, script, *argv]
     receipt = None
     if tier:
-        probe = receipts.prepare(folder / "probe", label="bench", routes=[], shape_vars=[],
+        probe = receipts.prepare(folder / "probe", routes=[], shape_vars=[],
                                  receipt=folder / "receipt.json", cpu_tier={"sparse_programs": 4096})
         env["PYTHONPATH"] = f"{probe.folder}:{folder}"
+        env.update(probe.environment)
         command = [sys.executable, "-m", probe.name, script, *argv]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)

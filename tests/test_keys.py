@@ -54,7 +54,7 @@ def test_each_input_of_a_base_run_changes_the_base_key(request_, monkeypatch):
 def test_kvtasks_identity_covers_launch_probe_and_environment_code():
     identity = keys.kvtasks_identity()
     assert len(identity) == 64
-    for module in ("launch.py", "probe.py", "environment.py", "runtime_probe.py"):
+    for module in ("launch.py", "in_target/monitor.py", "environment.py", "runtime_probe.py"):
         assert (keys._PACKAGE / "harness" / module).is_file()
 
 

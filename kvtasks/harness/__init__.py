@@ -12,7 +12,7 @@ from typing import Mapping
 from kvtasks import processes
 from kvtasks.gpu import lease
 from kvtasks.request import Request
-from kvtasks.harness import environment, layout, receipts, runtime_probe, startup, triton_cpu
+from kvtasks.harness import environment, in_target, layout, receipts, runtime_probe, startup
 from kvtasks.harness.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
@@ -101,6 +101,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
                              poisoned_row=poisoned_row, cpu_tier=cpu_tier, sensitivity=sensitivity)
     env = target_env(request, scratch, phase, seen_as, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
+    env.update(probe.environment)
     if cpu_tier:
         env["TRITON_INTERPRET"] = "1"
     with gpu_turn(request, visible_devices):
@@ -109,7 +110,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
             python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
             probe=probe.name, argv=argv, prefix=request.launch_prefix([str(scratch)]),
             private=private,
-            before_retry=probe.seal,
+            before_retry=probe.write_configuration,
         )
     receipt, digest, note = receipts.read(probe, label)
     kept = run_dir / "runs" / f"receipt-{label}.json"
@@ -170,11 +171,13 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
     env = target_env(request, run_dir, "head", "runtime-probe", visible_devices)
     tier = ""
     if cpu_tier:
-        # loaded by path from a folder of its own: nothing of the probe's shadows the checkout's modules
-        hooks = probe_dir / "tier" / "triton_cpu_hooks.py"
-        hooks.parent.mkdir(exist_ok=True)
-        hooks.write_text(Path(triton_cpu.__file__).read_text())
-        tier = json.dumps({"path": str(hooks), "settings": cpu_tier})
+        # the in-target package under a random name, in a folder of its own: nothing of it shadows the
+        # checkout's modules
+        package = receipts.neutral_name()
+        shutil.rmtree(probe_dir / "tier", ignore_errors=True)
+        shutil.copytree(Path(in_target.__file__).parent, probe_dir / "tier" / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        tier = json.dumps({"folder": str(probe_dir / "tier"), "package": package, "settings": cpu_tier})
         env["TRITON_INTERPRET"] = "1"
     with gpu_turn(request, visible_devices):
         done = processes.run(

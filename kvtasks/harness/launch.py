@@ -106,9 +106,10 @@ class TargetRun(BaseModel):
 
 
 def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str], probe: str | None) -> list[str]:
-    """The probe starts first and runs pytest with itself as a plugin (so no plugin the repository's
-    pytest configuration names loads before it), or the script under its runpy shim; a timing run
-    (no probe: a traced kernel is not the kernel being timed) runs the file bare."""
+    """The in-target package (`python -m <its random name>`) starts first and runs pytest with its
+    plugin (having read its configuration before any plugin the repository's pytest configuration
+    names loads), or the script under its runpy shim; a timing run (no probe: a traced kernel is not
+    the kernel being timed) runs the file bare."""
     if probe is None:
         return [python_bin, target.split("::", 1)[0], *argv]
     if runner == "pytest":

@@ -1,5 +1,5 @@
-"""The validator's side of the route probe: a per-launch copy of it, its configuration and seal,
-and its receipt read back."""
+"""The validator's side of the in-target package: a per-launch copy of it, its configuration, and
+its receipt read back and validated."""
 from __future__ import annotations
 
 import hashlib
@@ -10,10 +10,14 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtasks.harness import probe, triton_cpu
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-# what a receipt read back from this launch's own probe (its nonce matched) is stamped with; the
-# probe itself carries no name of the validator's
+from kvtasks.harness import in_target
+from kvtasks.harness.in_target.configuration import Configuration, Sensitivity, TierSettings, encode
+from kvtasks.harness.in_target.receipt import Receipt
+
+# what a receipt read back from this launch's own package (its nonce matched) is stamped with; the
+# package itself carries no name of the validator's
 PRODUCER = "validate-kernel-pr.validation_probe"
 
 
@@ -22,55 +26,78 @@ def neutral_name() -> str:
     return secrets.choice(string.ascii_lowercase) + secrets.token_hex(7)
 
 
+class ReadReceipt(BaseModel):
+    """A receipt as read back: every field of the package's own definition, of its type, nothing else."""
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    receipt: Receipt
+
+
 @dataclass(frozen=True)
 class ProbeModule:
+    """One launch's copy of the in-target package: `python -m <name>` with `folder` first on the path
+    and `environment` in the environment."""
     name: str
     folder: Path
     receipt: Path
     nonce: str
-    sensitivity: dict
+    configuration: Configuration
+    sensitivity: Sensitivity | None
 
-    def seal(self) -> None:
-        """Write what this launch corrupts: `prepare` does for the first attempt; the probe removes it
-        as it loads, so a retry (without the repository's addopts) needs it written again."""
-        lines = [f"{key}={value}" for key, value in self.sensitivity.items() if value not in (None, "")]
-        (self.folder / f"{self.name}.seal").write_text("".join(f"{line}\n" for line in lines))
+    @property
+    def configuration_file(self) -> Path:
+        return self.folder / f"{self.name}.json"
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The variable naming the configuration file: the package's name in capitals."""
+        return {self.name.upper(): str(self.configuration_file)}
+
+    def write_configuration(self) -> None:
+        """Write the configuration: `prepare` does for the first attempt; the package removes it as it
+        loads, so a retry (without the repository's addopts) needs it written again."""
+        self.configuration_file.write_text(encode(self.configuration, self.sensitivity))
 
 
 def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: Path,
             grid_argnames: list[str] = (), grid_rows: list[list[str]] = (), poisoned_row: list[str] = (),
             cpu_tier: dict | None = None, sensitivity: dict | None = None) -> ProbeModule:
-    """A fresh, randomly named copy of the probe in `folder` (a launch's own), its configuration
-    beside it and, sealed apart, what it corrupts (nothing for an ordinary run): the files of a
-    corrupted run and of the run it repeats differ only in the seal, which the probe reads and
-    removes before anything else in the process runs.
+    """A fresh, randomly named copy of the in-target package in `folder` (a launch's own), and its
+    configuration beside it, which says what it corrupts (nothing for an ordinary run): the files of
+    a corrupted run and of the run it repeats differ only there, and the package reads and removes
+    it before anything else in the process runs.
 
     With grid_argnames it also replaces the cells of the parametrize mark binding those names; with
     a poisoned_row too it adds the grid's cells and that row beside the mark's own instead (a
-    merged session, kvtasks.harness.session);
-    with cpu_tier (the tier's settings) it ships the Triton CPU hooks beside it, also randomly named;
-    with sensitivity (mode, error, output) it corrupts what the routes produce."""
+    merged session, kvtasks.harness.session); with cpu_tier (the tier's settings) it installs the
+    Triton CPU hooks; with sensitivity (mode, error, output) it corrupts what the routes produce."""
     folder.mkdir(parents=True, exist_ok=True)
     name = neutral_name()
-    nonce = secrets.token_hex(16)
-    tier = {}
-    if cpu_tier:
-        tier = {**cpu_tier, "module": neutral_name()}
-        shutil.copyfile(triton_cpu.__file__, folder / f"{tier['module']}.py")
-    config = {"routes": routes, "shape_vars": shape_vars, "receipt": str(receipt), "nonce": nonce,
-              "grid_argnames": list(grid_argnames), "grid_rows": [list(row) for row in grid_rows],
-              "poisoned_row": list(poisoned_row), "merged": bool(poisoned_row), "cpu_tier": tier}
-    shutil.copyfile(probe.__file__, folder / f"{name}.py")
-    (folder / f"{name}.json").write_text(json.dumps(config))
+    shutil.copytree(Path(in_target.__file__).parent, folder / name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    configuration = Configuration(
+        routes=list(routes), shape_vars=list(shape_vars), receipt=str(receipt), nonce=secrets.token_hex(16),
+        grid_argnames=list(grid_argnames), grid_rows=[list(row) for row in grid_rows],
+        poisoned_row=list(poisoned_row),
+        cpu_tier=TierSettings.of(cpu_tier) if cpu_tier else None)
     receipt.unlink(missing_ok=True)
-    module = ProbeModule(name, folder, receipt, nonce, dict(sensitivity or {}))
-    module.seal()
+    corrupted = {key: value for key, value in (sensitivity or {}).items() if value not in (None, "")}
+    module = ProbeModule(name, folder, receipt, configuration.nonce, configuration,
+                         Sensitivity(**corrupted) if corrupted else None)
+    module.write_configuration()
     return module
 
 
+def validated(raw: bytes | str) -> Receipt:
+    """The receipt a file holds, validated against the package's definition (raises ValidationError)."""
+    return ReadReceipt.model_validate_json(b'{"receipt": ' + (raw.encode() if isinstance(raw, str) else raw) + b"}"
+                                           ).receipt
+
+
 def read(module: ProbeModule, label: str) -> tuple[dict | None, str | None, str]:
-    """(receipt, its SHA-256, a note): the receipt only when it exists, parses and is this run's;
-    it is stamped with the producer and the run's label, which the process never knew."""
+    """(receipt, its SHA-256, a note): the receipt only when it exists, parses, matches the package's
+    definition and is this run's; it is stamped with the producer and the run's label, which the
+    process never knew."""
     if not module.receipt.is_file():
         return None, None, "the run wrote no execution receipt"
     raw = module.receipt.read_bytes()
@@ -81,4 +108,9 @@ def read(module: ProbeModule, label: str) -> tuple[dict | None, str | None, str]
         return None, digest, f"the receipt is not valid JSON: {exc}"
     if not isinstance(receipt, dict) or receipt.get("nonce") != module.nonce:
         return None, digest, "the receipt did not come from this run's probe"
+    try:
+        validated(raw)
+    except ValidationError as exc:
+        return None, digest, f"the receipt does not match its definition: {exc.errors()[0]['loc']}: " \
+                             f"{exc.errors()[0]['msg']}"
     return {**receipt, "producer": PRODUCER, "label": label}, digest, ""

@@ -5,8 +5,9 @@ Writes {module, module_path, module_version, python_executable, python_version, 
 native_artifacts[{path, size, sha256}], distributions["name==version"], editable{name: source
 folder}, pytest (where it would be imported from; "" when it cannot be), cpu_tier_error, error,
 traceback (on error)}.
-TIER is "" or JSON {"path", "settings"}: on the Triton CPU tier the module is imported the way the
-target will be, under the tier's hooks (that file, loaded by path, installed first). Standard
+TIER is "" or JSON {"folder", "package", "settings"}: on the Triton CPU tier the module is imported the
+way the target will be, under the tier's hooks (the in-target package, copied under a random name
+into that folder, whose CPU tier is installed first). Standard
 library only: it must run in any target environment, and it never imports kvtasks.
 """
 import hashlib
@@ -49,17 +50,16 @@ def _editable_source(distribution):
 
 
 def _install_tier(tier):
-    """Load the CPU tier's hooks from their file and install them; return why not, or None."""
-    import importlib.util
-
+    """Load the CPU tier's hooks from the package's copy and install them; return why not, or None."""
     spec = json.loads(tier)
+    sys.path.insert(0, spec["folder"])
     try:
-        loaded = importlib.util.spec_from_file_location("kvtasks_runtime_probe_tier", spec["path"])
-        hooks = importlib.util.module_from_spec(loaded)
-        loaded.loader.exec_module(hooks)
-        hooks.install(spec["settings"])
+        settings = importlib.import_module(spec["package"] + ".configuration").TierSettings.of(spec["settings"])
+        importlib.import_module(spec["package"] + ".cpu_tier").install(settings)
     except BaseException as exc:  # without torch or triton the import below says what it says
         return f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.path.remove(spec["folder"])  # the package stays loaded; its folder shadows nothing
     return None
 
 

@@ -3,7 +3,7 @@
 --cpu-tier triton turns it on; auto turns it on when no GPU was claimed and the target (or what it
 imports from the checkout) imports triton. It needs triton, torch and numpy installed for PYTHON_BIN
 (as the runtime probe found them); their versions are recorded, and each run's receipt records
-the versions that run imported. Runs under the tier carry the in-target hooks of harness/triton_cpu.py
+the versions that run imported. Runs under the tier carry the in-target hooks of harness/in_target/cpu_tier.py
 (bounds sanitizer, device redirect, autotune on the interpreter, sparse grid) and see no GPU.
 
 What the tier changes in judging: a sanitizer violation on head that base does not show is a
@@ -15,7 +15,7 @@ from kvtasks import sources, harness
 from kvtasks.stages import Context, StageResult, StageSpec, gpu_claim, result
 from kvtasks.records import CpuTier, Facts, Selection
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
-from kvtasks.harness import triton_cpu
+from kvtasks.harness.in_target.cpu_state import DEFAULT_CAPABILITY
 from kvtasks.harness.launch import TargetRun
 
 NAME = "cpu_tier"
@@ -96,7 +96,7 @@ def run(ctx: Context) -> StageResult:
                    device_redirect="cuda -> cpu", autotune="every config once per kernel and autotune key, first kept",
                    sparse_grid_programs=request.cpu_sparse_grid, device_capability=capability,
                    assumptions=[f"compute capability {capability} (--cpu-device-capability, default "
-                                f"{triton_cpu.DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
+                                f"{DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
                                 "get_device_capability() decides which kernel paths a repository takes"])
     return StageResult(name=NAME, selection=Selection(cpu_tier="triton", cpu_tier_reason=why), facts=Facts(cpu_tier=tier))
 

@@ -13,7 +13,8 @@ def launch_script(tmp_path, script, timeout_s, argv=()):
     probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     return launch(label="head-repo", runner="script", target=str(script), cwd=tmp_path,
-                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder)}, python_bin=os.sys.executable,
+                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **probe.environment},
+                  python_bin=os.sys.executable,
                   run_dir=tmp_path / "runs", timeout_s=timeout_s, probe=probe.name, argv=list(argv))
 
 HANGING_SCRIPT = '''import subprocess, sys, time
@@ -63,7 +64,8 @@ def launch_pytest(tmp_path, env_extra=None):
     probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     return launch(label="head-repo", runner="pytest", target="test_ok.py", cwd=tmp_path,
-                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **(env_extra or {})},
+                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **(env_extra or {}),
+                       **probe.environment},
                   python_bin=os.sys.executable, run_dir=tmp_path / "runs", timeout_s=120, probe=probe.name)
 
 
@@ -92,7 +94,8 @@ def test_a_target_node_that_does_not_exist_is_not_retried(tmp_path):
     probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[],
                              receipt=tmp_path / "receipt.json")
     run = launch(label="head-repo", runner="pytest", target="test_ok.py::test_gone", cwd=tmp_path,
-                 env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder)}, python_bin=os.sys.executable,
+                 env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **probe.environment},
+                 python_bin=os.sys.executable,
                  run_dir=tmp_path / "runs", timeout_s=120, probe=probe.name)
     assert run.usage_error and run.addopts_dropped is None
     assert "not found" in run.stats.note and run.stats.errors == 0

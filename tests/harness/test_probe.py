@@ -78,6 +78,11 @@ class Kernel:
 }
 
 
+def probe_env(probe, checkout):
+    """The target's environment: the package's folder first on the path, the variable naming its configuration."""
+    return {"PYTHONPATH": f"{probe.folder}:{checkout}", "PATH": "/usr/bin:/bin", **probe.environment}
+
+
 def run_probe(tmp_path, python, script_text, routes, shape_vars=("M", "N")):
     for name, text in KERNELS.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +92,7 @@ def run_probe(tmp_path, python, script_text, routes, shape_vars=("M", "N")):
     probe = receipts.prepare(tmp_path / "probe", routes=list(routes),
                              shape_vars=list(shape_vars), receipt=tmp_path / "receipt.json")
     done = subprocess.run([python, "-m", probe.name, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+                          env=probe_env(probe, tmp_path))
     receipt, digest, note = receipts.read(probe, "head-repo")
     return done, receipt, note
 
@@ -224,7 +229,7 @@ def sensitivity_probe(tmp_path, sensitivity, routes, script=SENSITIVITY_SCRIPT, 
     probe = receipts.prepare(tmp_path / "probe", routes=[f"kern.arrays:{r}" for r in routes],
                              shape_vars=[], receipt=tmp_path / "receipt.json", sensitivity=sensitivity)
     done = subprocess.run([python, "-m", probe.name, str(tmp_path / "target.py")], cwd=tmp_path, capture_output=True,
-                          text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+                          text=True, env=probe_env(probe, tmp_path))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), receipts.read(probe, "head-repo")[0]
 
@@ -324,8 +329,7 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
                              receipt=tmp_path / "receipt2.json", sensitivity={"mode": "tail", "output": "out"})
     (tmp_path / "torch_target.py").write_text(TORCH_SCRIPT)
     done = subprocess.run([sys.executable, "-m", probe.name, str(tmp_path / "torch_target.py")], cwd=tmp_path,
-                          capture_output=True, text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}",
-                                                               "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, env=probe_env(probe, tmp_path))
     assert done.returncode == 0, done.stderr
     seen, receipt = json.loads(done.stdout), receipts.read(probe, "head-repo")[0]
     assert seen["out"] == [[0.0, -2.0], [-1.0, 5.0]]  # bf16 out-argument: last element 2*2 + 1
@@ -336,8 +340,7 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
     probe = receipts.prepare(tmp_path / "probe3", shape_vars=[], routes=["kern.torched:with_view"],
                              receipt=tmp_path / "receipt3.json", sensitivity={"mode": "tail"})
     done = subprocess.run([sys.executable, "-m", probe.name, str(tmp_path / "torch_target.py")], cwd=tmp_path,
-                          capture_output=True, text=True, env={"PYTHONPATH": f"{probe.folder}:{tmp_path}",
-                                                               "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, env=probe_env(probe, tmp_path))
     assert done.returncode == 0, done.stderr
     report = receipts.read(probe, "head-repo")[0]["sensitivity"]
     assert report["outputs_corrupted"] == {"return[0]": 1}
@@ -370,7 +373,7 @@ def test_a_pytest_receipt_names_what_the_run_loaded_and_what_the_route_imported(
                              receipt=tmp_path / "receipt.json")
     done = subprocess.run([sys.executable, "-m", probe.name, "--pytest", "tests/test_x.py", "-p", "no:cacheprovider"],
                           cwd=tmp_path, capture_output=True, text=True,
-                          env={"PYTHONPATH": f"{probe.folder}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+                          env=probe_env(probe, tmp_path))
     receipt, _, note = receipts.read(probe, "base-repo")
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = receipt["loaded"]

@@ -1,7 +1,7 @@
 """Interpreter start-up code from a checkout never runs in a target, and a PR that brings some, or a
 module that stands in for the standard library's, is a blocker naming it; the interpreter's own
-start-up module still runs, and the probe reads its seal before it imports anything a checkout
-could stand in for."""
+start-up module still runs, and the in-target package takes its configuration before it imports
+anything a checkout could stand in for."""
 import ast
 from pathlib import Path
 import sys
@@ -55,12 +55,19 @@ def test_the_interpreters_own_start_up_module_is_found_outside_the_constructed_p
     assert startup._interpreters_own("sitecustomize") is None
 
 
-def test_the_probe_reads_its_seal_before_any_import_but_os_and_sys():
-    from kvtasks.harness import probe
+def test_the_package_reads_its_configuration_before_any_import_but_os():
+    from kvtasks.harness import in_target
 
-    body = ast.parse(Path(probe.__file__).read_text()).body
-    unsealed = next(index for index, node in enumerate(body) if isinstance(node, ast.Assign)
-                    and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "_unseal")
-    imported = {alias.name for node in body[:unsealed] if isinstance(node, (ast.Import, ast.ImportFrom))
+    body = ast.parse(Path(in_target.__file__).read_text()).body
+    started = next(index for index, node in enumerate(body) if isinstance(node, ast.Expr)
+                   and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "_start")
+    imported = {alias.name for node in body[:started] if isinstance(node, (ast.Import, ast.ImportFrom))
                 for alias in node.names}
-    assert imported == {"os", "sys"}  # built in before any path is searched: no checkout module stands in
+    assert imported == {"os"}  # built in before any path is searched: no checkout module stands in
+    functions = {node.name: node for node in body if isinstance(node, ast.FunctionDef)}
+    assert not [node for node in ast.walk(functions["_take_configuration"]) if isinstance(node, (ast.Import,
+                                                                                                 ast.ImportFrom))]
+    steps = functions["_start"].body  # the configuration is taken (file and variable gone) before any import
+    taken = next(index for index, node in enumerate(steps) if "_take_configuration" in ast.dump(node))
+    assert all(not isinstance(node, (ast.Import, ast.ImportFrom)) for step in steps[:taken + 1]
+               for node in ast.walk(step))

@@ -1,5 +1,5 @@
 """A corrupted run and the ordinary run it repeats look the same from inside the process: what a
-suite, a conftest or a kernel can read (environment, argv, files, the probe's module, its own item's
+suite, a conftest or a kernel can read (environment, argv, files, the in-target package's modules, its own item's
 id and marks, its stdout) is compared between the two, random names aside."""
 import json
 import re
@@ -43,7 +43,7 @@ def test_scale(M, N, request):
         "environ": dict(os.environ), "argv": sys.argv, "cwd": os.getcwd(),
         "first_on_path": sorted(os.listdir(first)),
         "probe_modules": {name: _module_view(module) for name, module in sys.modules.items()
-                          if os.path.dirname(getattr(module, "__file__", None) or "/") == first},
+                          if (getattr(module, "__file__", None) or "/").startswith(first + os.sep)},
         "module_names": sorted(sys.modules),
         "item": request.node.nodeid, "marks": sorted(mark.name for mark in request.node.iter_markers()),
         "current_test": os.environ.get("PYTEST_CURRENT_TEST"), "stdout": os.readlink("/proc/self/fd/1"),
@@ -95,13 +95,19 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     assert masked(first) == masked(second)
     assert first["environ"]["VALIDATION_PHASE"] == "head-session" and first["marks"] == ["parametrize"]
     assert first["environ"]["GIT_CEILING_DIRECTORIES"] == str(repo.resolve().parent)  # no git above the tree
-    assert not any(name.endswith(".seal") for name in first["before_the_probe"] + second["before_the_probe"])
+    # the configuration file is gone before the repository's first plugin loads, and so is its variable
+    [package] = first["first_on_path"]
+    assert first["before_the_probe"] == [package] and second["before_the_probe"] == second["first_on_path"]
+    assert package.upper() not in first["environ"] and second["first_on_path"][0].upper() not in second["environ"]
     # the function's own mark lists the added rows too: its length tells no added cell from the repository's
     assert first["function_marks"] == [3]
     assert not any("kvtasks" in name for name in first["first_on_path"] + list(first["probe_modules"]))
-    # nothing the probe module holds can be called to ask what this run corrupts
-    callables = next(iter(first["probe_modules"].values()))["callables"]
-    assert "install" in callables and not {"_after_call", "_corruption_receipt", "_corrupted_outcome"} & set(callables)
+    # nothing the package's modules hold can be called to ask what this run corrupts
+    modules = first["probe_modules"]
+    assert {name.partition(".")[2] for name in modules} >= {"", "monitor", "plugin", "corruption", "state"}
+    assert "install" in next(view for name, view in modules.items() if name.endswith(".monitor"))["callables"]
+    callables = {name for view in modules.values() for name in view["callables"]}
+    assert not {"after_call", "outcome", "receipt", "_after_call", "_corruption_receipt"} & callables
     probe_state = json.dumps(first["probe_modules"])
     assert "sensitivity" not in probe_state and "PRODUCER" not in probe_state and "CONFIG" not in probe_state
     # and the corruption did happen (the repository's cell and the grid's), the grid's judged by its own items

@@ -5,7 +5,7 @@ import pytest
 
 from kvtasks import harness
 from kvtasks.request import build_request
-from kvtasks.harness import triton_cpu
+from kvtasks.harness.in_target import cpu_devices, cpu_tier
 from tests import triton_repos
 
 TIER = {"sparse_programs": 4096}
@@ -40,7 +40,7 @@ def test_masked_kernel_passes_and_bf16_cells_are_skipped_as_an_interpreter_limit
     tier = run.receipt["cpu_tier"]
     assert run.exit == 0 and run.stats.executed == 2 and run.stats.skipped == 1
     assert tier["bf16_skipped"] == ["tests/test_softmax.py::test_softmax[2-64-bf16]"]
-    assert triton_cpu.BF16_REASON in Path(run.stats.junit_xml).read_text()
+    assert cpu_tier.BF16_REASON in Path(run.stats.junit_xml).read_text()
     assert tier["violations"] == [] and tier["versions"]["TRITON_INTERPRET"] == "1"
 
 
@@ -167,29 +167,29 @@ def test_a_crash_inside_the_tier_is_named_and_an_assertion_or_a_bounds_violation
 
     def raised_in(path, statement):
         try:
-            exec(compile(statement, path, "exec"), {"triton_cpu": triton_cpu})
+            exec(compile(statement, path, "exec"), {"cpu_tier": cpu_tier})
         except BaseException as exc:  # the exception as pytest would hand it over
             return exc
 
     autotuner = os.path.join(os.path.dirname(triton.__file__), "runtime", "autotuner.py")
     crash = raised_in(autotuner, "raise AttributeError(\"'function' object has no attribute 'fn'\")")
-    assert triton_cpu.crash_cause(crash) == ("AttributeError: 'function' object has no attribute 'fn' "
-                                             "(in triton/runtime/autotuner.py)")
+    assert cpu_tier.crash_cause(crash) == ("AttributeError: 'function' object has no attribute 'fn' "
+                                           "(in triton/runtime/autotuner.py)")
     kernel = str(tmp_path / "kernel.py")
-    assert triton_cpu.crash_cause(raised_in(kernel, "(3).to")) == (
+    assert cpu_tier.crash_cause(raised_in(kernel, "(3).to")) == (
         "an interpreter value lacks what compiled code has (AttributeError: 'int' object has no attribute 'to')")
-    assert triton_cpu.crash_cause(raised_in(kernel, "raise AssertionError('Torch not compiled with CUDA enabled')")) \
+    assert cpu_tier.crash_cause(raised_in(kernel, "raise AssertionError('Torch not compiled with CUDA enabled')")) \
         == "an unanswered CUDA query (AssertionError: Torch not compiled with CUDA enabled)"
-    assert triton_cpu.crash_cause(raised_in(kernel, "assert 1 == 2, 'values differ'")) is None
-    assert triton_cpu.crash_cause(raised_in(autotuner, "raise triton_cpu.BoundsViolation('store')")) is None
-    assert triton_cpu.crash_cause(raised_in(kernel, "raise ValueError('the repository refuses this shape')")) is None
+    assert cpu_tier.crash_cause(raised_in(kernel, "assert 1 == 2, 'values differ'")) is None
+    assert cpu_tier.crash_cause(raised_in(autotuner, "raise cpu_tier.BoundsViolation('store')")) is None
+    assert cpu_tier.crash_cause(raised_in(kernel, "raise ValueError('the repository refuses this shape')")) is None
     # a torch operation the test calls raises through the device redirect's pass-through: the test's own
     redirect = {}
     exec(compile("def __torch_function__():\n    raise RuntimeError('linalg.inv: the input matrix is singular')",
-                 triton_cpu.__file__, "exec"), redirect)
+                 cpu_devices.__file__, "exec"), redirect)
     through_redirect = None
     try:
         exec(compile("torch_call()", kernel, "exec"), {"torch_call": redirect["__torch_function__"]})
     except RuntimeError as exc:
         through_redirect = exc
-    assert triton_cpu.crash_cause(through_redirect) is None
+    assert cpu_tier.crash_cause(through_redirect) is None

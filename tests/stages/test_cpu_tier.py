@@ -10,7 +10,7 @@ import pytest
 from kvtasks import cli
 from kvtasks.stages import cpu_tier, result, target_runs
 from kvtasks.records import RuntimeFingerprint
-from kvtasks.harness import triton_cpu
+from kvtasks.harness.in_target.cpu_state import BF16_REASON
 from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests import triton_repos
 from tests.conftest import Validation
@@ -36,7 +36,7 @@ def _tier_evidence_is_labelled(result):
     assert result.report["arch_coverage"] == {} and result.report["degraded_mode"] == "NO_GPU"
     for name in ("baseline_control", "correctness_repo_tests", "correctness_grid", "execution_receipt"):
         assert result.stage(name)["evidence_tier"] == "triton-interpreter (CPU)"
-    assert result.stage("correctness_grid")["interpreter_skipped_cells"] == {"2,100,bf16": triton_cpu.BF16_REASON}
+    assert result.stage("correctness_grid")["interpreter_skipped_cells"] == {"2,100,bf16": BF16_REASON}
 
 
 def _validate_in_a_process(repo, patch, home, out):

@@ -60,15 +60,17 @@ def test_wrong_route_is_named_in_the_skip(repo, validate, tmp_path):
 
 
 def test_a_forged_receipt_from_the_pr_is_not_believed(repo, validate, tmp_path):
-    forging_conftest = '''import sys
+    forging_conftest = '''import dataclasses
+import sys
 
 
 def pytest_sessionfinish(session, exitstatus):
     # the probe has a random name, but its code is the same in every run: found by what it holds
     for module in list(sys.modules.values()):
-        config = getattr(module, "_config", None)
-        if isinstance(config, dict) and "nonce" in config:
-            config["nonce"] = "forged"
+        run = getattr(module, "current", None)
+        configuration = getattr(run, "configuration", None)
+        if dataclasses.is_dataclass(configuration) and hasattr(configuration, "nonce"):
+            run.configuration = dataclasses.replace(configuration, nonce="forged")
 '''
     patch = make_patch(repo, {"tests/conftest.py": forging_conftest}, tmp_path / "pr.patch")
     result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py", *ROUTE)

@@ -17,7 +17,7 @@ from kvtasks.request import grid_rows
 from kvtasks.records import Axis, Independence, Plan
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier
-from kvtasks.harness import triton_cpu
+from kvtasks.harness.in_target.cpu_state import is_bf16
 
 NAME = "correctness_grid"
 CHANNEL = "grid_channel"
@@ -144,7 +144,7 @@ def plan_of(ctx: Context) -> Plan | None:
     plan = plan.model_copy(deep=True)
     if cpu_tier.active(ctx):
         # the interpreter's bf16 arithmetic is wrong: such a cell would prove nothing either way
-        limited = [row for row in plan.rows if any(triton_cpu.is_bf16(cell) for cell in row)]
+        limited = [row for row in plan.rows if any(is_bf16(cell) for cell in row)]
         plan.rows = [row for row in plan.rows if row not in limited]
         plan.interpreter_skipped = [row_text(row) for row in limited]
     return plan

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtasks import harness, sources
-from kvtasks.harness import probe as route_probe, session
+from kvtasks.harness import session
+from kvtasks.harness.in_target.grid import coerce
+from kvtasks.harness.in_target.nonfinite import normalise
 from kvtasks.harness.launch import TargetRun
 from kvtasks.request import grid_rows
 from kvtasks.sources import row_text
@@ -115,7 +117,7 @@ def base_runs(ctx: Context, repo_run: TargetRun | None, merged: Session | None =
 
 def canonical_cell(text) -> str:
     """A cell as the route sees it: the probe's own coercion and normalisation, dtypes by one name."""
-    value = route_probe._normalise(route_probe._coerce(str(text).strip()))
+    value = normalise(coerce(str(text).strip()))
     return sources.canonical_dtype(value) or value.replace(" ", "")
 
 

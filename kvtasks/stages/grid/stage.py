@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 
-from kvtasks.harness import triton_cpu
+from kvtasks.harness.in_target.cpu_state import BF16_REASON
 from kvtasks.harness.launch import TargetRun
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, nonfinite, result
@@ -33,10 +33,10 @@ def head(ctx: Context) -> StageResult:
         stage = result(NAME, "skip", f"{reason}; coverage is repo-default-only")
         return stage.finding("grid.no-channel", "note", "coverage is limited to repository defaults: no grid channel was established")
     if not plan.rows and plan.interpreter_skipped:
-        stage = result(NAME, "skip", f"every grid cell is an interpreter limitation ({triton_cpu.BF16_REASON}); "
+        stage = result(NAME, "skip", f"every grid cell is an interpreter limitation ({BF16_REASON}); "
                                      "coverage is repo-default-only", interpreter_skipped_cells=_limited(plan))
         return stage.finding("grid.cells-interpreter-skipped", "note", f"grid cells {', '.join(plan.interpreter_skipped)} were not run: "
-                                     f"{triton_cpu.BF16_REASON}")
+                                     f"{BF16_REASON}")
     if not plan.rows:
         stage = result(NAME, "skip", "no --grid was supplied and none could be generated; coverage is "
                                      "repo-default-only")
@@ -110,7 +110,7 @@ def run_independence(ctx: Context, plan: Plan) -> tuple[str, str]:
 
 
 def _limited(plan: Plan) -> dict[str, str]:
-    return {cell: triton_cpu.BF16_REASON for cell in plan.interpreter_skipped}
+    return {cell: BF16_REASON for cell in plan.interpreter_skipped}
 
 
 def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, fields: dict,
