@@ -30,34 +30,34 @@ def validator(repo, patch, out, home, **environ):
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path, idle_gpu):
+# one kill of each signal at each kind of moment, in turn against one workspace: the tree lent with the
+# patch applied, a target running on it, and a report about to be published (random moments, many
+# of them: bench/killed_anywhere.py)
+KILL_POINTS = [(signal.SIGTERM, "apply"), (signal.SIGINT, "launch"), (signal.SIGKILL, "report")]
+
+
+def test_killed_at_each_kind_of_fault_point_the_next_run_hands_everything_back(repo, home, tmp_path, idle_gpu):
+    from tests.processes import wait_for_marker
+
     patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG,
                               "tests/test_added.py": "def test_added():\n    pass\n"}, tmp_path / "pr.patch")
     supplied = snapshot(repo)
-    started = time.monotonic()
-    full = validator(repo, patch, tmp_path / "full.json", home)
-    full.communicate(timeout=120)
-    duration = time.monotonic() - started
-    rng = random.Random(20261202)
-    points = [(rng.choice(SIGNALS), rng.uniform(0.05, duration)) for _ in range(21)]
-    for number, (sig, delay) in enumerate(points):
-        out = tmp_path / f"killed-{number}.json"
-        killed = validator(repo, patch, out, home)
-        time.sleep(delay)
+    for sig, point in KILL_POINTS:
+        out, marker = tmp_path / f"killed-{point}.json", tmp_path / f"at-{point}"
+        killed = validator(repo, patch, out, home, KVTASKS_FAULT_POINT=point, KVTASKS_FAULT_MARKER=str(marker))
+        assert wait_for_marker(marker, killed) == killed.pid
         killed.send_signal(sig)
         killed.communicate(timeout=120)
-        if out.exists():  # it finished before the signal, or was stopped after publishing: a whole report
-            report = json.loads(out.read_text())
-            assert report["verdict"] in ("PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE")
-        elif sig != signal.SIGKILL:
-            assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s left the tree changed"
-        rerun = tmp_path / f"rerun-{number}.json"
-        code = validator(repo, patch, rerun, home).wait(timeout=120)
-        assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s"
-        assert Worktree(repo, None).journal.pending() is None
-        report = json.loads(rerun.read_text())
-        assert report["verdict"] == "BLOCK" and code == 1, f"point {number}: the rerun blamed the caller"
-        assert report["stages"]["merge_sim"]["status"] == "pass"
+        assert not out.exists(), f"{sig.name} at {point}"  # stopped before it published: never a partial report
+        if sig != signal.SIGKILL:
+            assert snapshot(repo) == supplied, f"{sig.name} at {point} left the tree changed"
+            assert Worktree(repo, None).journal.pending() is None
+    rerun = tmp_path / "rerun.json"
+    code = validator(repo, patch, rerun, home).wait(timeout=120)
+    assert snapshot(repo) == supplied and Worktree(repo, None).journal.pending() is None
+    report = json.loads(rerun.read_text())
+    assert report["verdict"] == "BLOCK" and code == 1, "the rerun blamed the caller"
+    assert report["stages"]["merge_sim"]["status"] == "pass"
 
 
 def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu):
