@@ -116,18 +116,6 @@ def write_manifest(tiled, tmp_path, labels=("clean", "tail", "loose")) -> Path:
     return manifest
 
 
-def test_batch_of_three_runs_the_base_once(tiled, home, tmp_path, idle_gpu):
-    done = doit(home, "batch", f"manifest={write_manifest(tiled, tmp_path)}")
-    verdicts = {label: json.loads((home / "reports" / label / "validation_report.json").read_text())
-                for label in ("clean", "tail", "loose")}
-    assert not [f for f in verdicts["clean"]["findings"] if f["severity"] in ("blocker", "should-fix")]
-    assert verdicts["tail"]["verdict"] == "BLOCK" and verdicts["loose"]["verdict"] == "BLOCK"
-    assert [row["run"] for row in base_launches(home) if row["run"] == "base-repo"] == ["base-repo"]
-    index = (home / "reports" / "nightly" / "index.md").read_text()
-    assert "| tail | BLOCK |" in index and "| loose | BLOCK |" in index
-    assert done.returncode == 1
-
-
 def test_batch_refuses_a_manifest_whose_base_is_not_head(tiled, home, tmp_path):
     manifest = write_manifest(tiled, tmp_path)
     manifest.write_text(manifest.read_text().replace("base = ", 'base = "' + "0" * 40 + '"\n# was '))
