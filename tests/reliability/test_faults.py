@@ -1,4 +1,4 @@
-"""Fault injection: a validator killed at random points, then run again.
+"""Fault injection: a validator killed at its fault points or at random moments, then run again.
 
 Every time: the worktree ends byte-identical to what was supplied, the journal is cleared, and a
 report exists only if it is a complete one.
