@@ -15,7 +15,7 @@ import pytest
 
 from kvtasks.worktree import Worktree
 from tests.conftest import IDLE_AMD
-from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot
+from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot, wait_past_the_late_write
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
 pytestmark = pytest.mark.usefixtures("bystanders")
@@ -67,7 +67,8 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     guardian alive, see test_guardian.py)."""
     from tests.processes import alive, guardians
 
-    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=6)
+    delay_s = 6
+    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=delay_s)
     supplied = snapshot(repo)
     proc = subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                              "--target", "tests/test_slow.py", "--quiet", "--out", str(tmp_path / "r.json")],
@@ -98,7 +99,7 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     assert late in report["recovered_run"]["killed_processes"] and not alive(late)
     assert report["stages"]["merge_sim"]["status"] == "pass"  # never blamed on the caller
     assert any("was not dirtied by the caller" in f["detail"] for f in report["findings"])
-    time.sleep(7)  # past the moment the orphan would have written
+    wait_past_the_late_write(marker, delay_s)
     assert not (repo / "tests/late.txt").exists()
     assert snapshot(repo) == supplied
 
