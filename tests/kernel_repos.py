@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from pathlib import Path
 
 IDENTITY = {
@@ -267,3 +268,9 @@ def late_writer_pr(repo: Path, tmp_path: Path, delay_s: float) -> tuple[Path, Pa
             f"    open('{pid_file}', 'w').write(str(late.pid))\n"
             f"    open('{marker}', 'w').close()\n    time.sleep(60)\n")
     return make_patch(repo, {"tests/test_slow.py": slow}, tmp_path / "pr.patch"), marker, pid_file
+
+
+def wait_past_the_late_write(marker: Path, delay_s: float) -> None:
+    """Sleep until late_writer_pr's grandchild would have written: it starts before its test creates
+    `marker`, so delay_s after the marker's time, and a second's margin, is past that moment."""
+    time.sleep(max(0.0, marker.stat().st_mtime + delay_s + 1 - time.time()))

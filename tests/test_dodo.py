@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.kernel_repos import KERNEL_TAIL_BUG, make_patch, snapshot
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -16,11 +18,18 @@ def doit(home: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_doit_validate_with_no_variables_validates_the_demo(tmp_path):
-    done = doit(tmp_path, "validate")
-    published = tmp_path / "reports" / "demo" / "validation_report.json"
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory) -> Path:
+    """One workspace for this module's demo validations, as a user validating the demo PRs in turn
+    has: the demo repository is built once, and the PRs against its base reuse base's runs."""
+    return tmp_path_factory.mktemp("demo-home")
+
+
+def test_doit_validate_with_no_variables_validates_the_demo(demo_home):
+    done = doit(demo_home, "validate")
+    published = demo_home / "reports" / "demo" / "validation_report.json"
     report = json.loads(published.read_text())
-    assert (tmp_path / "reports" / "demo" / "summary.md").is_file()
+    assert (demo_home / "reports" / "demo" / "summary.md").is_file()
     assert f"**{report['verdict']}**" in done.stdout
     assert done.returncode == report["process_exit_code"]
     assert report["repo"]["head"] is not None and report["stages"]["merge_sim"]["status"] == "pass"
@@ -46,16 +55,16 @@ def demo_report(home: Path, name: str) -> dict:
     return json.loads((home / "reports" / f"demo-{name}" / "validation_report.json").read_text())
 
 
-def test_demo_tolerance_loosening_blocks_through_test_policy(tmp_path):
-    report = demo_report(tmp_path, "loosen-tolerance")
+def test_demo_tolerance_loosening_blocks_through_test_policy(demo_home):
+    report = demo_report(demo_home, "loosen-tolerance")
     assert report["verdict"] == "BLOCK"
     blockers = [f for f in report["findings"] if f["severity"] == "blocker"]
     assert [f["stage"] for f in blockers] == ["test_policy"]
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # the suite itself stays green
 
 
-def test_demo_weakened_oracle_blocks_naming_the_tolerance_and_the_skipped_cell(tmp_path):
-    report = demo_report(tmp_path, "weakened-oracle")
+def test_demo_weakened_oracle_blocks_naming_the_tolerance_and_the_skipped_cell(demo_home):
+    report = demo_report(demo_home, "weakened-oracle")
     assert report["verdict"] == "BLOCK"
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # its own weakened suite is green
     blockers = {f["stage"]: f["detail"] for f in report["findings"] if f["severity"] == "blocker"}
@@ -65,8 +74,8 @@ def test_demo_weakened_oracle_blocks_naming_the_tolerance_and_the_skipped_cell(t
     assert report["stages"]["correctness_base_oracle"]["kept_at_base"] == ["tests/test_softmax.py"]
 
 
-def test_demo_hostile_helper_blocks_naming_the_helpers_constant_and_the_base_oracle_cell(tmp_path):
-    report = demo_report(tmp_path, "hostile-helper")
+def test_demo_hostile_helper_blocks_naming_the_helpers_constant_and_the_base_oracle_cell(demo_home):
+    report = demo_report(demo_home, "hostile-helper")
     assert report["test_selection"]["target"] == "tests/test_softmax_rows.py"
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"  # the widened helper keeps it green
     assert report["test_selection"]["test_side"] == ["kernels/checks.py"]
@@ -76,13 +85,13 @@ def test_demo_hostile_helper_blocks_naming_the_helpers_constant_and_the_base_ora
     assert report["verdict"] == "BLOCK"
 
 
-def test_demo_clean_fix_has_nothing_to_fix(tmp_path):
-    report = demo_report(tmp_path, "clean-fix")
+def test_demo_clean_fix_has_nothing_to_fix(demo_home):
+    report = demo_report(demo_home, "clean-fix")
     assert not [f for f in report["findings"] if f["severity"] in ("blocker", "should-fix")]
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
     # its suite goes red when the route's output is wrong, and the summary says so
     assert report["stages"]["sensitivity"]["status"] == "pass"
-    summary = (tmp_path / "reports" / "demo-clean-fix" / "summary.md").read_text()
+    summary = (demo_home / "reports" / "demo-clean-fix" / "summary.md").read_text()
     assert "| sensitivity | pass | the suite fails when kernels.tiled_softmax:softmax_rows's output is corrupted" in summary
 
 

@@ -23,10 +23,10 @@ def request_(tmp_path):
     return Request(repo=str(tmp_path / "repo"), target="tests/test_env.py", host={"python_bin": sys.executable})
 
 
-def base_key(request, *, fingerprint=FINGERPRINT, driver=None, environment=None):
-    runtime = keys.runtime_hash(request, RuntimeFingerprint(**fingerprint), GpuClaim(status="pass", **GPU), None,
+def base_key(request, *, fingerprint=FINGERPRINT, driver=None, environment=None, gpu=GPU, selection=SELECTION):
+    runtime = keys.runtime_hash(request, RuntimeFingerprint(**fingerprint), GpuClaim(status="pass", **gpu), None,
                                 driver or {"rocm": "6.2.0"})
-    return keys.base_key(request, "a" * 40, Selection(**SELECTION), runtime, environment or {"PATH": "/usr/bin"})
+    return keys.base_key(request, "a" * 40, Selection(**selection), runtime, environment or {"PATH": "/usr/bin"})
 
 
 def test_each_input_of_a_base_run_changes_the_base_key(request_, monkeypatch):
@@ -49,6 +49,42 @@ def test_each_input_of_a_base_run_changes_the_base_key(request_, monkeypatch):
     unchanged = [name for name, key in changed.items() if key == reference]
     assert not unchanged, unchanged
     assert len(set(changed.values())) == len(changed)
+
+
+def test_what_the_base_run_is_asked_and_the_runtime_it_runs_on_change_the_base_key(request_):
+    """A changed key is a base run again: the evidence graph reruns the base on any of these (one of
+    them end to end in test_graph.py)."""
+    reference = base_key(request_)
+    host = request_.host
+    changed = {
+        "grid cells": base_key(request_, selection={**SELECTION, "grid_cells": ["64,2001,f32"]}),
+        "expected route": base_key(request_.model_copy(update={"expected_route": "kernels.tiled:other"})),
+        "target": base_key(request_.model_copy(update={"target": "tests/test_argnames.py"})),
+        "PYTHON_BIN": base_key(request_.model_copy(update={"host": host.model_copy(
+            update={"python_bin": "/opt/venv/bin/python"})})),
+        "interpreter": base_key(request_, fingerprint={**FINGERPRINT, "python_executable": "/opt/venv/bin/python3"}),
+        "package version": base_key(request_, fingerprint={**FINGERPRINT, "distributions": ["numpy==2.1"]}),
+        "GPU model": base_key(request_, gpu={**GPU, "model": "MI325X"}),
+        "GPU arch": base_key(request_, gpu={**GPU, "arch": "gfx950"}),
+    }
+    unchanged = [name for name, key in changed.items() if key == reference]
+    assert not unchanged, unchanged
+    assert len(set(changed.values())) == len(changed)
+
+
+def test_the_runtime_probe_reports_the_version_of_each_installed_distribution(tmp_path):
+    """What a package upgrade in the target's interpreter changes: its name==version in the fingerprint."""
+    site = tmp_path / "site"
+    dist = site / "kvtasks_marker-1.0.dist-info"
+    dist.mkdir(parents=True)
+    seen = []
+    for version in ("1.0", "2.0"):
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kvtasks-marker\nVersion: {version}\n")
+        out = tmp_path / f"runtime-{version}.json"
+        subprocess.run([sys.executable, str(keys._PACKAGE / "harness" / "runtime_probe.py"), str(out), "json", "",
+                        "/nowhere"], env={"PYTHONPATH": str(site)}, check=True)
+        seen.append(json.loads(out.read_text())["distributions"])
+    assert "kvtasks-marker==1.0" in seen[0] and "kvtasks-marker==2.0" in seen[1]
 
 
 def test_kvtasks_identity_covers_launch_probe_and_environment_code():

@@ -1,4 +1,4 @@
-"""Fault injection: a validator killed at random points, then run again.
+"""Fault injection: a validator killed at its fault points or at random moments, then run again.
 
 Every time: the worktree ends byte-identical to what was supplied, the journal is cleared, and a
 report exists only if it is a complete one.
@@ -15,7 +15,7 @@ import pytest
 
 from kvtasks.worktree import Worktree
 from tests.conftest import IDLE_AMD
-from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot
+from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot, wait_past_the_late_write
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
 pytestmark = pytest.mark.usefixtures("bystanders")
@@ -30,34 +30,34 @@ def validator(repo, patch, out, home, **environ):
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_killed_anywhere_the_next_run_hands_everything_back(repo, home, tmp_path, idle_gpu):
+# one kill of each signal at each kind of moment, in turn against one workspace: the tree lent with the
+# patch applied, a target running on it, and a report about to be published (random moments, many
+# of them: bench/killed_anywhere.py)
+KILL_POINTS = [(signal.SIGTERM, "apply"), (signal.SIGINT, "launch"), (signal.SIGKILL, "report")]
+
+
+def test_killed_at_each_kind_of_fault_point_the_next_run_hands_everything_back(repo, home, tmp_path, idle_gpu):
+    from tests.processes import wait_for_marker
+
     patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG,
                               "tests/test_added.py": "def test_added():\n    pass\n"}, tmp_path / "pr.patch")
     supplied = snapshot(repo)
-    started = time.monotonic()
-    full = validator(repo, patch, tmp_path / "full.json", home)
-    full.communicate(timeout=120)
-    duration = time.monotonic() - started
-    rng = random.Random(20261202)
-    points = [(rng.choice(SIGNALS), rng.uniform(0.05, duration)) for _ in range(21)]
-    for number, (sig, delay) in enumerate(points):
-        out = tmp_path / f"killed-{number}.json"
-        killed = validator(repo, patch, out, home)
-        time.sleep(delay)
+    for sig, point in KILL_POINTS:
+        out, marker = tmp_path / f"killed-{point}.json", tmp_path / f"at-{point}"
+        killed = validator(repo, patch, out, home, KVTASKS_FAULT_POINT=point, KVTASKS_FAULT_MARKER=str(marker))
+        assert wait_for_marker(marker, killed) == killed.pid
         killed.send_signal(sig)
         killed.communicate(timeout=120)
-        if out.exists():  # it finished before the signal, or was stopped after publishing: a whole report
-            report = json.loads(out.read_text())
-            assert report["verdict"] in ("PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE")
-        elif sig != signal.SIGKILL:
-            assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s left the tree changed"
-        rerun = tmp_path / f"rerun-{number}.json"
-        code = validator(repo, patch, rerun, home).wait(timeout=120)
-        assert snapshot(repo) == supplied, f"point {number}: {sig.name} after {delay:.2f}s"
-        assert Worktree(repo, None).journal.pending() is None
-        report = json.loads(rerun.read_text())
-        assert report["verdict"] == "BLOCK" and code == 1, f"point {number}: the rerun blamed the caller"
-        assert report["stages"]["merge_sim"]["status"] == "pass"
+        assert not out.exists(), f"{sig.name} at {point}"  # stopped before it published: never a partial report
+        if sig != signal.SIGKILL:
+            assert snapshot(repo) == supplied, f"{sig.name} at {point} left the tree changed"
+            assert Worktree(repo, None).journal.pending() is None
+    rerun = tmp_path / "rerun.json"
+    code = validator(repo, patch, rerun, home).wait(timeout=120)
+    assert snapshot(repo) == supplied and Worktree(repo, None).journal.pending() is None
+    report = json.loads(rerun.read_text())
+    assert report["verdict"] == "BLOCK" and code == 1, "the rerun blamed the caller"
+    assert report["stages"]["merge_sim"]["status"] == "pass"
 
 
 def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu):
@@ -67,7 +67,8 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     guardian alive, see test_guardian.py)."""
     from tests.processes import alive, guardians
 
-    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=6)
+    delay_s = 6
+    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=delay_s)
     supplied = snapshot(repo)
     proc = subprocess.Popen([sys.executable, "-m", "kvtasks", "--repo", str(repo), "--patch", str(patch),
                              "--target", "tests/test_slow.py", "--quiet", "--out", str(tmp_path / "r.json")],
@@ -98,7 +99,7 @@ def test_a_sigkilled_run_is_recovered_and_said_so(repo, home, tmp_path, idle_gpu
     assert late in report["recovered_run"]["killed_processes"] and not alive(late)
     assert report["stages"]["merge_sim"]["status"] == "pass"  # never blamed on the caller
     assert any("was not dirtied by the caller" in f["detail"] for f in report["findings"])
-    time.sleep(7)  # past the moment the orphan would have written
+    wait_past_the_late_write(marker, delay_s)
     assert not (repo / "tests/late.txt").exists()
     assert snapshot(repo) == supplied
 

@@ -11,7 +11,7 @@ import pytest
 
 from kvtasks import processes
 from kvtasks.worktree import Worktree, guardian_start
-from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot
+from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot, wait_past_the_late_write
 from tests.processes import alive, guardians, wait_for_marker
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
@@ -40,7 +40,8 @@ def handed_back(repo, supplied) -> bool:
 def test_a_sigkilled_validators_tree_comes_back_with_no_further_run(repo, home, tmp_path, idle_gpu):
     """The head target leaves a grandchild that would write into the tree after the validator
     died; nothing else runs afterwards, yet the grandchild is killed and the patch reversed."""
-    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=4)
+    delay_s = 4
+    patch, marker, pid_file = late_writer_pr(repo, tmp_path, delay_s=delay_s)
     supplied = snapshot(repo)
     proc = validator(repo, patch, "tests/test_slow.py", home)
     deadline = time.monotonic() + 60
@@ -55,7 +56,7 @@ def test_a_sigkilled_validators_tree_comes_back_with_no_further_run(repo, home, 
     assert handed_back(repo, supplied), err
     assert not alive(late) and not alive(watching[0])
     assert "kvtasks guardian: pid" in err and "its patch reversed" in err
-    time.sleep(5)  # past the moment the grandchild would have written
+    wait_past_the_late_write(marker, delay_s)
     assert not (repo / "tests/late.txt").exists() and snapshot(repo) == supplied
     assert not list(home.glob("reports/*/validation_report.json")) and not (home / "report.json").exists()
 

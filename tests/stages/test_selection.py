@@ -1,7 +1,11 @@
 import pytest
 
+from kvtasks.stages import selection
 from kvtasks.stages.selection import classify, runner_risk
-from tests.kernel_repos import make_patch
+from tests.kernel_repos import KERNEL, TESTS, make_patch
+from tests.kit import stage_context
+
+KERNEL_FILES = {"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_scale.py": TESTS}
 
 PYTEST_FILE = "import pytest\n\n@pytest.mark.parametrize('m', [1])\ndef test_a(m):\n    pass\n"
 SCRIPT_FILE = "def run():\n    pass\n\nif __name__ == '__main__':\n    run()\n"
@@ -11,6 +15,11 @@ ARGV_IN_BODY = ("import argparse\nparser = argparse.ArgumentParser()\nargs = par
                 "def test_a():\n    pass\n")
 ARGV_UNDER_MAIN = ("import argparse\n\ndef test_a():\n    pass\n\nif __name__ == '__main__':\n"
                    "    argparse.ArgumentParser().parse_args()\n")
+
+
+def selected(head: dict, **options):
+    """The selection stage's test selection for a PR to the small kernel repository, in memory (tests/kit.py)."""
+    return selection.run(stage_context(KERNEL_FILES, head, **options)).selection
 
 
 @pytest.mark.parametrize("source,node,runner", [
@@ -35,19 +44,16 @@ def test_runner_risk_names_argv_parsed_in_module_body():
     assert runner_risk(ARGV_UNDER_MAIN) == ""
 
 
-def test_forced_runner_records_what_selection_said(repo, validate, tmp_path):
-    patch = make_patch(repo, {"tests/test_argv.py": ARGV_IN_BODY}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_argv.py", "--runner", "script")
-    selection = result.report["test_selection"]
-    assert selection["runner"] == "script" and selection["runner_basis"] == "declared-by-caller"
-    assert selection["runner_selected_by_structure"] == "pytest"
-    assert "runner_risk" not in selection
+def test_forced_runner_records_what_selection_said():
+    chosen = selected({"tests/test_argv.py": ARGV_IN_BODY}, target="tests/test_argv.py", runner="script")
+    assert chosen.runner == "script" and chosen.runner_basis == "declared-by-caller"
+    assert chosen.runner_selected_by_structure == "pytest"
+    assert "runner_risk" not in chosen.model_dump(exclude_unset=True)
 
 
-def test_pytest_selected_module_parsing_argv_carries_the_risk(repo, validate, tmp_path):
-    patch = make_patch(repo, {"tests/test_argv.py": ARGV_IN_BODY}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_argv.py")
-    assert "argv parsed in module body" in result.report["test_selection"]["runner_risk"]
+def test_pytest_selected_module_parsing_argv_carries_the_risk():
+    assert "argv parsed in module body" in selected({"tests/test_argv.py": ARGV_IN_BODY},
+                                                    target="tests/test_argv.py").runner_risk
 
 
 def test_target_with_no_runner_is_skip_never_fail(repo, validate, tmp_path):
@@ -58,8 +64,6 @@ def test_target_with_no_runner_is_skip_never_fail(repo, validate, tmp_path):
     assert result.findings("blocker") == []
 
 
-def test_target_missing_on_head(repo, validate, tmp_path):
-    patch = make_patch(repo, {"tests/test_scale.py": None}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
-    selection = result.report["test_selection"]
-    assert selection["runner"] == "none" and selection["runner_basis"] == "target-missing"
+def test_target_missing_on_head():
+    chosen = selected({"tests/test_scale.py": None}, target="tests/test_scale.py")
+    assert chosen.runner == "none" and chosen.runner_basis == "target-missing"

@@ -1,7 +1,9 @@
 import pytest
 
 from kvtasks.sources import compare, read_policy
-from tests.kernel_repos import KERNEL, git, make_patch, make_repo
+from kvtasks.stages import test_policy
+from tests.kernel_repos import KERNEL, make_patch, make_repo
+from tests.kit import stage_context
 
 POLICY_TEST = '''import numpy as np
 import pytest
@@ -58,10 +60,15 @@ def test_unparseable_files_fall_back_to_text():
     assert not policy.parsed and list(policy.tolerances.values()) == [1e-3]
 
 
+# the suite end to end without its torch test: importing torch in every target run would cost the
+# test seconds and change nothing it checks
+NUMPY_POLICY_TEST = POLICY_TEST.replace("import torch\n", "").split("\n\n\ndef test_torch_path")[0] + "\n"
+
+
 @pytest.fixture
 def policy_repo(tmp_path):
     return make_repo(tmp_path / "policy-repo", {
-        "kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_policy.py": POLICY_TEST,
+        "kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_policy.py": NUMPY_POLICY_TEST,
     })
 
 
@@ -72,7 +79,7 @@ def validate_change(validate, repo, tmp_path, changes, *flags):
 
 def test_test_only_widening_blocks(policy_repo, validate, tmp_path):
     result = validate_change(validate, policy_repo, tmp_path,
-                             {"tests/test_policy.py": POLICY_TEST.replace("ATOL = 1e-5", "ATOL = 1e-2")})
+                             {"tests/test_policy.py": NUMPY_POLICY_TEST.replace("ATOL = 1e-5", "ATOL = 1e-2")})
     stage = result.stage("test_policy")
     assert stage["status"] == "fail" and not stage["kernel_files_changed"]
     assert stage["loosened"] == [{"where": "tests/test_policy.py::ATOL", "base": 1e-5, "head": 1e-2}]
@@ -80,75 +87,70 @@ def test_test_only_widening_blocks(policy_repo, validate, tmp_path):
     assert result.verdict == "BLOCK"
 
 
-def test_widening_with_a_kernel_change_needs_work(policy_repo, validate, tmp_path):
-    result = validate_change(validate, policy_repo, tmp_path, {
-        "tests/test_policy.py": POLICY_TEST.replace('"f16": 2e-3', '"f16": 5e-3'),
-        "kernels/scale.py": KERNEL.replace("out = np.zeros_like(x)", "out = np.zeros_like(x)  # reuse"),
-    })
-    assert result.stage("test_policy")["kernel_files_changed"]
-    assert result.findings("blocker") == []
-    assert any("numerical justification" in f["detail"] for f in result.findings("should-fix"))
-    assert result.verdict == "NEEDS_WORK"
+POLICY_BASE = {"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_policy.py": POLICY_TEST}
 
 
-def test_tolerance_above_the_reference_table_needs_work(policy_repo, validate, tmp_path):
-    result = validate_change(validate, policy_repo, tmp_path, {"README.md": "docs\n"},
-                             "--tol-table", "f32=1e-5,f16=1e-3")
-    stage = result.stage("test_policy")
-    assert stage["status"] == "pass" and stage["exceeds_reference"] == [2e-3, 1e-2]
-    assert result.verdict == "NEEDS_WORK"
+def policy(head: dict | None, base: dict = POLICY_BASE, target: str = "tests/test_policy.py", **options):
+    """test_policy's decision on an in-memory PR (tests/kit.py): no git, no target run."""
+    return test_policy.run(stage_context(base, head, target=target, **options))
 
 
-def test_unchanged_tolerances_pass(policy_repo, validate, tmp_path):
-    result = validate_change(validate, policy_repo, tmp_path, {"README.md": "docs\n"},
-                             "--tol-table", "f32=1e-5,f16=2e-3,bf16=1e-2")
-    stage = result.stage("test_policy")
-    assert stage["status"] == "pass" and stage["loosened"] == [] and stage["weakened"] == []
-    assert stage["commented_out_shape_rows_base"] == 1 and stage["commented_out_shape_rows_added"] == 0
-    assert result.findings("should-fix") == [] and result.findings("blocker") == []
+def details(stage, severity: str) -> list[str]:
+    return [f.detail for f in stage.findings if f.severity == severity]
 
 
-def test_newly_commented_row_needs_work_and_the_old_one_is_context(policy_repo, validate, tmp_path):
-    result = validate_change(validate, policy_repo, tmp_path, {"tests/test_policy.py": POLICY_TEST.replace(
+def test_widening_with_a_kernel_change_needs_work():
+    stage = policy({"tests/test_policy.py": POLICY_TEST.replace('"f16": 2e-3', '"f16": 5e-3'),
+                    "kernels/scale.py": KERNEL.replace("out = np.zeros_like(x)", "out = np.zeros_like(x)  # reuse")})
+    assert stage.stage.kernel_files_changed
+    assert details(stage, "blocker") == []
+    assert any("numerical justification" in d for d in details(stage, "should-fix"))
+
+
+def test_tolerance_above_the_reference_table_needs_work():
+    stage = policy({"README.md": "docs\n"}, tol_table="f32=1e-5,f16=1e-3")
+    assert stage.stage.status == "pass" and stage.stage.exceeds_reference == [2e-3, 1e-2]
+    assert details(stage, "blocker") == [] and any("--tol-table" in d for d in details(stage, "should-fix"))
+
+
+def test_unchanged_tolerances_pass():
+    stage = policy({"README.md": "docs\n"}, tol_table="f32=1e-5,f16=2e-3,bf16=1e-2")
+    assert stage.stage.status == "pass" and stage.stage.loosened == [] and stage.stage.weakened == []
+    assert stage.stage.commented_out_shape_rows_base == 1 and stage.stage.commented_out_shape_rows_added == 0
+    assert details(stage, "should-fix") == [] and details(stage, "blocker") == []
+
+
+def test_newly_commented_row_needs_work_and_the_old_one_is_context():
+    stage = policy({"tests/test_policy.py": POLICY_TEST.replace(
         '    (8, 128, "f16"),\n', '    (8, 128, "f16"),\n    # (64, 2000, "f32"),\n')})
-    stage = result.stage("test_policy")
-    assert stage["commented_out_shape_rows_base"] == 1 and stage["commented_out_shape_rows"] == 2
-    assert stage["newly_commented_rows"] == ["tests/test_policy.py: (64, 2000, 'f32')"]
-    assert result.verdict == "NEEDS_WORK"
+    assert stage.stage.commented_out_shape_rows_base == 1 and stage.stage.commented_out_shape_rows == 2
+    assert stage.stage.newly_commented_rows == ["tests/test_policy.py: (64, 2000, 'f32')"]
+    assert details(stage, "blocker") == [] and any("shape rows commented out" in d for d in details(stage, "should-fix"))
 
 
-def test_assert_close_replaced_by_a_weaker_check_is_a_finding(policy_repo, validate, tmp_path):
+def test_assert_close_replaced_by_a_weaker_check_is_a_finding():
     weaker = POLICY_TEST.replace("torch.testing.assert_close(a, a, atol=1e-5, rtol=1.3e-6)",
                                  "assert torch.allclose(a, a, atol=1e-5, rtol=1.3e-6)")
-    result = validate_change(validate, policy_repo, tmp_path, {"tests/test_policy.py": weaker})
-    details = [f["detail"] for f in result.findings("should-fix")]
-    assert any("test_torch_path: 1 strict comparisons on base, 0 on head" in d for d in details)
-    assert result.verdict == "NEEDS_WORK"
+    stage = policy({"tests/test_policy.py": weaker})
+    assert any("test_torch_path: 1 strict comparisons on base, 0 on head" in d for d in details(stage, "should-fix"))
+    assert details(stage, "blocker") == []
 
 
-def test_a_dropped_rtol_is_a_finding(policy_repo, validate, tmp_path):
-    dropped = POLICY_TEST.replace("atol=ATOL, rtol=1e-6)", "atol=ATOL)")
-    result = validate_change(validate, policy_repo, tmp_path, {"tests/test_policy.py": dropped})
-    assert any("assert_allclose.rtol#1: tolerance no longer given" in f["detail"]
-               for f in result.findings("should-fix"))
+def test_a_dropped_rtol_is_a_finding():
+    stage = policy({"tests/test_policy.py": POLICY_TEST.replace("atol=ATOL, rtol=1e-6)", "atol=ATOL)")})
+    assert any("assert_allclose.rtol#1: tolerance no longer given" in d for d in details(stage, "should-fix"))
 
 
-def test_touched_test_files_beyond_the_target_are_analysed(policy_repo, validate, tmp_path):
+def test_touched_test_files_beyond_the_target_are_analysed():
     other = "import numpy as np\n\n\ndef test_other():\n    np.testing.assert_allclose(1.0, 1.0, atol=1e-6)\n"
-    git(policy_repo, "checkout", "-q", "-b", "tmp")
-    (policy_repo / "tests/test_other.py").write_text(other)
-    git(policy_repo, "add", "-A")
-    git(policy_repo, "commit", "-qm", "other test")
-    git(policy_repo, "checkout", "-q", "main")
-    git(policy_repo, "merge", "-q", "tmp")
-    result = validate_change(validate, policy_repo, tmp_path,
-                             {"tests/test_other.py": other.replace("atol=1e-6", "atol=1e-1")})
-    assert result.stage("test_policy")["files"] == ["tests/test_policy.py", "tests/test_other.py"]
-    assert result.verdict == "BLOCK"
+    stage = policy({"tests/test_other.py": other.replace("atol=1e-6", "atol=1e-1")},
+                   base={**POLICY_BASE, "tests/test_other.py": other})
+    assert stage.stage.files == ["tests/test_policy.py", "tests/test_other.py"]
+    assert any("test-only change widens" in d for d in details(stage, "blocker"))
 
 
-def test_without_a_patch_policy_is_skipped(policy_repo, validate):
-    assert validate(policy_repo, "--target", "tests/test_policy.py").stage("test_policy")["status"] == "skip"
+def test_without_a_patch_policy_is_skipped():
+    assert policy(None).stage.status == "skip"
 
 
 # Liger #1309 in miniature: tolerances in a parametrize table, raised by a test-only PR that also
@@ -171,19 +173,15 @@ TABLE_LOOSENED = TABLE_TEST.replace("(np.float32, 1e-4, 1e-6), (np.float16, 0.2,
                       "    x = np.ones")
 
 
-def test_a_parametrize_tolerance_table_and_a_run_time_xfail_are_seen(tmp_path, validate):
-    repo = make_repo(tmp_path / "table", {"kernels/__init__.py": "", "kernels/scale.py": KERNEL,
-                                          "tests/test_table.py": TABLE_TEST})
-    patch = make_patch(repo, {"tests/test_table.py": TABLE_LOOSENED}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_table.py")
-    stage = result.stage("test_policy")
+def test_a_parametrize_tolerance_table_and_a_run_time_xfail_are_seen():
+    table_repo = {"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_table.py": TABLE_TEST}
+    stage = policy({"tests/test_table.py": TABLE_LOOSENED}, base=table_repo, target="tests/test_table.py")
     table = "tests/test_table.py::test_scale_table:parametrize(dtype,atol,rtol)"
-    assert stage["loosened"] == [{"where": f"{table}[np.float32].atol", "base": 1e-4, "head": 3e-4},
-                                 {"where": f"{table}[np.float16].atol", "base": 0.2, "head": 1.0}]
-    assert stage["weakened"] == ["tests/test_table.py::test_scale_table: a new skip/skipif/xfail mark "
-                                 "(add_marker(pytest.mark.xfail))"]
-    assert any("test-only change widens tolerances" in f["detail"] for f in result.findings("blocker"))
-    assert result.verdict == "BLOCK"
+    assert stage.stage.loosened == [{"where": f"{table}[np.float32].atol", "base": 1e-4, "head": 3e-4},
+                                    {"where": f"{table}[np.float16].atol", "base": 0.2, "head": 1.0}]
+    assert stage.stage.weakened == ["tests/test_table.py::test_scale_table: a new skip/skipif/xfail mark "
+                                    "(add_marker(pytest.mark.xfail))"]
+    assert any("test-only change widens tolerances" in d for d in details(stage, "blocker"))
 
 
 def test_a_new_table_row_is_held_to_the_loosest_its_column_had():

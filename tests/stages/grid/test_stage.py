@@ -4,12 +4,13 @@ import pytest
 
 from kvtasks.request import UsageError, build_request, grid_rows
 from kvtasks.sources import parametrize_marks
-from kvtasks.stages import Context, StageResult
+from kvtasks.stages import Context, StageResult, selection
 from kvtasks.stages.grid import channel, default_grid
 from kvtasks.stages.grid.plan import grid_seed
 from kvtasks.worktree import Worktree
-from tests.kernel_repos import (ARGNAMES_TEST, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT, TILED_TAIL_BUG,
-                                check, git, make_patch, make_repo, tiled_repo)
+from tests.kernel_repos import (ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT,
+                                TILED_TAIL_BUG, check, git, make_patch, make_repo, tiled_repo)
+from tests.kit import stage_context
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
 
@@ -117,10 +118,24 @@ def test_no_channel_is_repo_default_only_and_inconclusive(tiled, validate, tmp_p
     assert result.verdict == "INCONCLUSIVE"
 
 
-def test_a_failed_channel_guess_is_explained(tiled, validate, tmp_path):
-    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "tests/test_env.py",
-                      "--shape-env", "WRONG_NAME", "--shape-argnames", "M,N", "--grid", "64,2000", *ROUTE)
-    reason = result.report["test_selection"]["grid_channel_reason"]
+TILED_FILES = {"kernels/__init__.py": "", "kernels/tiled.py": TILED, "tests/test_env.py": ENV_TEST,
+               "tests/test_argnames.py": ARGNAMES_TEST, "bench/check_tiled.py": CLI_SCRIPT}
+ROUTE_OPTIONS = {"expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"}
+
+
+def prepared_selection(head: dict, **options):
+    """The test selection after prepare's selection and grid_channel steps, which read sources only:
+    an in-memory tiled repository (tests/kit.py), no git, no run."""
+    ctx = stage_context(TILED_FILES, head, **ROUTE_OPTIONS, **options)
+    for step in (selection.run, channel):
+        produced = step(ctx)
+        ctx.earlier[produced.name] = produced
+    return ctx.selection
+
+
+def test_a_failed_channel_guess_is_explained():
+    reason = prepared_selection({"README.md": "docs\n"}, target="tests/test_env.py", shape_env="WRONG_NAME",
+                                shape_argnames="M,N", grid="64,2000").grid_channel_reason
     assert "--shape-env WRONG_NAME: neither the target" in reason
     assert "--shape-argnames M,N: the parametrize mark binds more names (M,N,dtype_str)" in reason
 
@@ -154,15 +169,14 @@ def test_axis_that_accepts_garbage_is_dropped_and_named(tiled, validate, tmp_pat
     assert any("accepted __VALIDATOR_INVALID_AXIS__" in f["detail"] for f in result.findings("note"))
 
 
-def test_axis_flag_not_declared_is_hook_not_found(tiled, validate, tmp_path):
-    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
-                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", "--axis", "window=--window:1;2", *ROUTE)
-    assert result.report["test_selection"]["axis_state"] == "hook-not-found"
+def test_axis_flag_not_declared_is_hook_not_found():
+    chosen = prepared_selection({"README.md": "docs\n"}, target="bench/check_tiled.py", shape_arg="--shapes",
+                                grid="64,2000,f32", axis=("window=--window:1;2",))
+    assert chosen.axis_state == "hook-not-found"
 
 
-def test_axes_on_a_pytest_target_are_unusable(tiled, validate, tmp_path):
-    result = validate(tiled, "--target", "tests/test_env.py", "--axis", "num_heads=--num-heads:16", *ROUTE)
-    assert result.report["test_selection"]["axis_state"] == "unusable"
+def test_axes_on_a_pytest_target_are_unusable():
+    assert prepared_selection({}, target="tests/test_env.py", axis=("num_heads=--num-heads:16",)).axis_state == "unusable"
 
 
 def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
