@@ -123,7 +123,7 @@ def _route(request, run: TargetRun | None) -> dict:
         return {"asked": None, "observed": None, "calls": 0}
     if run is None:
         return {"asked": request.expected_route, "observed": None, "calls": 0}
-    calls = ((run.receipt or {}).get("route_calls") or {}) if run is not None else {}
+    calls = run.receipt.route_calls if run.receipt else {}
     return {"asked": request.expected_route, "observed": sum(calls.values()) > 0, "calls": sum(calls.values())}
 
 

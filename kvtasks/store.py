@@ -34,8 +34,9 @@ from kvtasks.stages import StageResult
 
 # the shape of stored stage results; a change to it bumps this, and older evidence runs again
 # (1: a bare list of results, before the version was stored; 2: facts and selection as free dictionaries;
-# 4: every finding carries its rule id, kvtasks.rules)
-EVIDENCE_SCHEMA = 4
+# 4: every finding carries its rule id, kvtasks.rules; 5: a run's receipt is the package's typed receipt,
+# every field written, the ones that do not apply as null)
+EVIDENCE_SCHEMA = 5
 
 
 class _Evidence(BaseModel):

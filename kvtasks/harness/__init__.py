@@ -120,7 +120,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(kept), digest, note
     done.scratch = str(scratch)
     if routes:
-        done.stats.observed_work = sum((receipt or {}).get("route_calls", {}).values()) if receipt else 0
+        done.stats.observed_work = sum(receipt.route_calls.values()) if receipt else 0
     return done
 
 

@@ -17,6 +17,7 @@ from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
 from kvtasks import faults, processes
+from kvtasks.harness.receipts import StampedReceipt
 
 PYTEST_USAGE_ERROR = 4
 PYTEST_NOTHING_COLLECTED = 5
@@ -61,7 +62,7 @@ class TargetRun(BaseModel):
     duration_s: float
     log: str
     stats: ExecutionStats
-    receipt: dict | None = None
+    receipt: StampedReceipt | None = None  # None: the run left no valid receipt of its own (receipt_note)
     receipt_path: str | None = None
     receipt_sha256: str | None = None
     receipt_note: str = ""

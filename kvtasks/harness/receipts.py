@@ -7,7 +7,7 @@ import json
 import secrets
 import shutil
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -31,6 +31,18 @@ class ReadReceipt(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     receipt: Receipt
+
+
+@dataclass
+class StampedReceipt(Receipt):
+    """A validated receipt of this launch's own package, as every reader gets it (`TargetRun.receipt`):
+    the package's definition, stamped with what the process never knew."""
+    producer: str = PRODUCER
+    label: str = ""  # the run's
+
+    @classmethod
+    def of(cls, receipt: Receipt, label: str) -> "StampedReceipt":
+        return cls(**{item.name: getattr(receipt, item.name) for item in fields(Receipt)}, label=label)
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ def validated(raw: bytes | str) -> Receipt:
                                            ).receipt
 
 
-def read(module: ProbeModule, label: str) -> tuple[dict | None, str | None, str]:
+def read(module: ProbeModule, label: str) -> tuple[StampedReceipt | None, str | None, str]:
     """(receipt, its SHA-256, a note): the receipt only when it exists, parses, matches the package's
     definition and is this run's; it is stamped with the producer and the run's label, which the
     process never knew."""
@@ -109,8 +121,7 @@ def read(module: ProbeModule, label: str) -> tuple[dict | None, str | None, str]
     if not isinstance(receipt, dict) or receipt.get("nonce") != module.nonce:
         return None, digest, "the receipt did not come from this run's probe"
     try:
-        validated(raw)
+        return StampedReceipt.of(validated(raw), label), digest, ""
     except ValidationError as exc:
         return None, digest, f"the receipt does not match its definition: {exc.errors()[0]['loc']}: " \
                              f"{exc.errors()[0]['msg']}"
-    return {**receipt, "producer": PRODUCER, "label": label}, digest, ""

@@ -19,42 +19,45 @@ caller runs the parts alone.
 """
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
 
+from kvtasks.harness.in_target.receipt import PartReceipt
 from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, CaseResult, ExecutionStats, TargetRun, FAILED_TESTS_KEPT
+from kvtasks.harness.receipts import StampedReceipt
 
 _ENDED_AS_TESTS = (0, 1)  # pytest's OK and TESTS_FAILED: every item ran and JUnit holds it
 
 
 def unusable(session: TargetRun) -> str | None:
     """Why the session cannot stand for its parts; None when it can."""
-    receipt = session.receipt or {}
+    receipt = session.receipt
     if session.timed_out:
         return f"it timed out ({session.stats.note})"
     if session.exit not in _ENDED_AS_TESTS:
         return f"it ended with exit {session.exit}, not as a run of tests ({session.log_tail(2)})"
     if not session.cases:
         return f"it left no readable JUnit XML ({session.stats.note or 'no items'})"
-    if "parts" not in receipt:
+    if receipt is None or receipt.parts is None:
         return f"it left no merged receipt ({session.receipt_note or 'the probe did not count the parts'})"
-    if receipt.get("xdist"):
-        return f"pytest-xdist ({receipt['xdist']}) ran its items in workers the probe does not count"
-    if not receipt.get("merged_marks"):
+    if receipt.xdist:
+        return f"pytest-xdist ({receipt.xdist}) ran its items in workers the probe does not count"
+    if not receipt.merged_marks:
         return "the probe found no parametrize mark to add the grid's cells to"
-    if receipt.get("session_stopped"):
-        return f"it stopped before its last item ({receipt['session_stopped']})"
-    if receipt.get("session_hooks"):
+    if receipt.session_stopped:
+        return f"it stopped before its last item ({receipt.session_stopped})"
+    if receipt.session_hooks:
         return ("the repository's own session hooks see the whole session's outcome, which the poisoned cell "
-                f"makes a failure ({', '.join(receipt['session_hooks'][:3])})")
-    if receipt.get("report_hooks"):
+                f"makes a failure ({', '.join(receipt.session_hooks[:3])})")
+    if receipt.report_hooks:
         return ("the repository's own hooks can rewrite an item's report or outcome or call its test, and so "
-                f"treat the items kvtasks added apart from its own ({', '.join(receipt['report_hooks'][:3])})")
-    if receipt.get("exit_rewritten"):
-        return f"a hook rewrote its exit status ({receipt['exit_rewritten']})"
-    if receipt.get("added_teardown_failed"):
+                f"treat the items kvtasks added apart from its own ({', '.join(receipt.report_hooks[:3])})")
+    if receipt.exit_rewritten:
+        return f"a hook rewrote its exit status ({receipt.exit_rewritten})"
+    if receipt.added_teardown_failed:
         return ("a teardown failed on an item kvtasks added, where a higher-scoped fixture reports on the last item "
-                f"that used it ({receipt['added_teardown_failed'][0]})")
-    named = {junit_key(nodeid) for nodeid in receipt.get("added") or {}}
+                f"that used it ({receipt.added_teardown_failed[0]})")
+    named = {junit_key(nodeid) for nodeid in receipt.added or {}}
     if not named or not named <= {(case.classname, case.name) for case in session.cases}:
         return "its JUnit XML does not name every item kvtasks added"
     return None
@@ -73,25 +76,21 @@ def junit_key(nodeid: str) -> tuple[str, str]:
 def cells_by_case(run: TargetRun) -> dict[tuple[str, str], int]:
     """Which grid row each of a run's JUnit items ran, as the probe's receipt says (its `cells`):
     the ids pytest gave the items name nothing of the grid."""
-    return {junit_key(nodeid): index for nodeid, index in ((run.receipt or {}).get("cells") or {}).items()}
-
-
-def _parts_of(receipt: dict) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
-    added = receipt.get("added") or {}
-    return {junit_key(nodeid): part for nodeid, part in added.items()}, added
+    cells = run.receipt.cells if run.receipt else None
+    return {junit_key(nodeid): index for nodeid, index in (cells or {}).items()}
 
 
 def part(session: TargetRun, name: str, label: str) -> TargetRun:
     """The `name` part ("repo", "grid" or "proof") of a usable session, as a run labelled `label`."""
-    by_case, _ = _parts_of(session.receipt or {})
+    by_case = {junit_key(nodeid): part for nodeid, part in (session.receipt.added or {}).items()}
     cases = [case for case in session.cases if by_case.get((case.classname, case.name), "repo") == name]
     stats = _stats(cases, session, name)
     # no item: the repository's part is pytest's "nothing collected"; a grid or proof part alone would
     # have run the repository's other tests too, so its missing cells are judged as cells, not as a crash
     exit_code = 1 if stats.failures or stats.errors else PYTEST_NOTHING_COLLECTED if not cases and name == "repo" else 0
-    receipt = _receipt(session.receipt or {}, name, label)
+    receipt = _receipt(session.receipt, name, label)
     if session.stats.observed_work is not None:
-        stats.observed_work = sum(receipt["route_calls"].values())
+        stats.observed_work = sum(receipt.route_calls.values())
     log = Path(session.log).with_name(f"{label}.log")
     log.write_text(_log(session, name, cases, stats))
     return session.model_copy(update={
@@ -111,32 +110,31 @@ def _stats(cases: list[CaseResult], session: TargetRun, name: str) -> ExecutionS
                           failed_tests=failed[:FAILED_TESTS_KEPT])
 
 
-def _receipt(receipt: dict, name: str, label: str) -> dict:
+def _receipt(receipt: StampedReceipt, name: str, label: str) -> StampedReceipt:
     """The session's receipt as this part alone would have written it: its route calls and shapes,
     and the NaN/Inf watch and the CPU tier's per-test findings of its own items."""
-    counted = (receipt.get("parts") or {}).get(name) or {"route": "", "kernel_symbols": [], "route_calls": {},
-                                                         "executed_shapes": []}
-    _, added = _parts_of(receipt)
+    counted = (receipt.parts or {}).get(name) or PartReceipt(route="", kernel_symbols=[], route_calls={},
+                                                            executed_shapes=[])
+    added = receipt.added or {}
 
     def part_of(test: str) -> str:
         return added.get(test, "repo")
 
-    mine = {key: value for key, value in receipt.items() if key not in ("parts", "merged_marks", "added")}
-    mine.update(counted, label=label)
-    mine["cells"] = {test: index for test, index in (receipt.get("cells") or {}).items() if part_of(test) == name}
-    corrupted = receipt.get("sensitivity")
+    corrupted, tier = receipt.sensitivity, receipt.cpu_tier
     if corrupted:  # a corrupted session: this part's tests, as its run alone would have counted them
-        mine["sensitivity"] = {**{key: value for key, value in corrupted.items() if key != "parts"},
-                               **((corrupted.get("parts") or {}).get(name) or {})}
-    mine["route_outputs"] = [entry for entry in receipt.get("route_outputs") or []
-                             if part_of(str(entry.get("cell", ""))) == name]
-    tier = receipt.get("cpu_tier")
+        own = corrupted.parts.get(name)
+        corrupted = replace(corrupted, parts={}, **({item.name: getattr(own, item.name) for item in fields(own)}
+                                                    if own else {}))
     if tier:
-        mine["cpu_tier"] = {**tier, **{key: [entry for entry in tier.get(key) or []
-                                             if part_of(str(entry.get("test") or "")) == name]
-                                       for key in ("violations", "sparse_launches")},
-                            "bf16_skipped": [test for test in tier.get("bf16_skipped") or [] if part_of(test) == name]}
-    return mine
+        tier = {**tier, **{key: [entry for entry in tier.get(key) or []
+                                 if part_of(str(entry.get("test") or "")) == name]
+                           for key in ("violations", "sparse_launches")},
+                "bf16_skipped": [test for test in tier.get("bf16_skipped") or [] if part_of(test) == name]}
+    return replace(receipt, route=counted.route, kernel_symbols=counted.kernel_symbols,
+                   route_calls=counted.route_calls, executed_shapes=counted.executed_shapes, label=label,
+                   parts=None, merged_marks=None, added=None, sensitivity=corrupted, cpu_tier=tier,
+                   cells={test: index for test, index in (receipt.cells or {}).items() if part_of(test) == name},
+                   route_outputs=[entry for entry in receipt.route_outputs if part_of(entry.cell) == name])
 
 
 def _log(session: TargetRun, name: str, cases: list[CaseResult], stats: ExecutionStats) -> str:

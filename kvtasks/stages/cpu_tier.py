@@ -120,7 +120,7 @@ def launch_options(ctx: Context) -> dict:
 def run_evidence(run: TargetRun) -> dict | None:
     """What the tier saw in one run (the versions it imported, violations, sparse launches, bf16
     skips), from its receipt."""
-    seen = (run.receipt or {}).get("cpu_tier")
+    seen = run.receipt.cpu_tier if run.receipt else None
     if not seen:
         return None
     autotuned = seen.get("autotuned", {})

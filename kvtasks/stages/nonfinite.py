@@ -9,13 +9,15 @@ sensitivity proof) records nothing.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from kvtasks.stages import StageResult
 from kvtasks.harness.launch import TargetRun
 
 
 def outputs(run: TargetRun) -> list[dict]:
     """What the probe saw of the route's outputs in one run (stored with the run's stage fields)."""
-    return list((run.receipt or {}).get("route_outputs") or [])
+    return [asdict(entry) for entry in run.receipt.route_outputs] if run.receipt else []
 
 
 def appeared(head: TargetRun, base_outputs: list[dict] | None) -> list[dict]:

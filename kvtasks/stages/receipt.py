@@ -16,6 +16,7 @@ from pydantic import ConfigDict
 from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, baseline_control, grid, repo_tests, result
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, RepoTests
 from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.in_target.receipt import SCHEMA_VERSION
 from kvtasks.harness.receipts import PRODUCER
 
 NAME = "execution_receipt"
@@ -72,7 +73,7 @@ def run(ctx: Context) -> StageResult:
         stage.stage.judges_replaced = replaced
         stage.finding("receipt.judged-by-checkout", "blocker", f"head's run judged with functions bound to the checkout's code, which base's runs "
                                  f"had untouched: {', '.join(replaced)}; its tests compared nothing")
-    base_runs = [run for run in (baseline.runs if baseline else []) if "written_arguments" in (run.receipt or {})]
+    base_runs = [run for run in (baseline.runs if baseline else []) if run.receipt is not None]
     written = sorted(_written([run for _, run in _head_runs(ctx)]) - _written(base_runs)) if base_runs else []
     if written:
         stage.stage.arguments_written = written
@@ -85,11 +86,11 @@ def run(ctx: Context) -> StageResult:
 def _written(runs: list[TargetRun]) -> set[str]:
     """route(argument) for every argument a run's route calls wrote into."""
     return {f"{route}({name})" for run in runs
-            for route, names in ((run.receipt or {}).get("written_arguments") or {}).items() for name in names}
+            for route, names in (run.receipt.written_arguments if run.receipt else {}).items() for name in names}
 
 
 def _replaced(runs: list[TargetRun]) -> set[str]:
-    return {judge for run in runs for judge in (run.receipt or {}).get("judges_replaced", [])}
+    return {judge for run in runs for judge in (run.receipt.judges_replaced if run.receipt else [])}
 
 
 def _read(ctx: Context) -> StageResult:
@@ -98,7 +99,7 @@ def _read(ctx: Context) -> StageResult:
     if not expected:
         return _skip("--expected-route was not supplied, so no route was watched")
     runs = _head_runs(ctx)
-    with_route = [(scope, run) for scope, run in runs if run.receipt and run.receipt.get("route")]
+    with_route = [(scope, run) for scope, run in runs if run.receipt and run.receipt.route]
     if not runs:
         return _skip("no head run took place, so there is no receipt to read")
     scope, chosen = (with_route or runs)[0]
@@ -109,22 +110,22 @@ def _read(ctx: Context) -> StageResult:
     fields = {"receipt": chosen.receipt_path, "receipt_sha256": chosen.receipt_sha256, "receipt_scope": scope}
     if receipt is None:
         return _skip(f"{chosen.label}: {chosen.receipt_note}", **fields)
-    if receipt.get("schema_version") != 1:
-        return _skip(f"receipt schema_version {receipt.get('schema_version')!r} is not 1", **fields)
-    if receipt.get("producer") != PRODUCER:
+    if receipt.schema_version != SCHEMA_VERSION:
+        return _skip(f"receipt schema_version {receipt.schema_version!r} is not {SCHEMA_VERSION}", **fields)
+    if receipt.producer != PRODUCER:
         return _skip("the receipt was not produced by validator instrumentation", **fields)
-    observed = sorted(set(receipt.get("kernel_symbols") or []))
+    observed = sorted(set(receipt.kernel_symbols))
     if observed != expected:
-        unresolved = receipt.get("unresolved_routes") or []
+        unresolved = receipt.unresolved_routes
         why = f"; unresolvable in the target: {', '.join(unresolved)}" if unresolved else ""
         return _skip(f"expected route {','.join(expected)}, observed {','.join(observed) or 'nothing'}{why}", **fields)
-    shapes = receipt.get("executed_shapes")
-    if not isinstance(shapes, list) or not all(isinstance(s, str) and s for s in shapes):
+    shapes = receipt.executed_shapes
+    if not all(shapes):
         return _skip("the receipt holds no executed_shapes list", **fields)
     requested = request.shape_var_names
     unique_shapes = list(dict.fromkeys(shapes))
     fields.update(route=",".join(observed), producer=PRODUCER, kernel_symbols=observed,
-                  route_calls=receipt.get("route_calls", {}), mechanism=receipt.get("mechanism", ""),
+                  route_calls=receipt.route_calls, mechanism=receipt.mechanism,
                   required_shapes=list(required_shapes), executed_shapes=unique_shapes,
                   shape_capture={"requested": requested, "observed": len(shapes),
                                  "note": "" if shapes else "no route call bound every shape var"})
@@ -140,7 +141,7 @@ def _read(ctx: Context) -> StageResult:
         missing = [shape for shape in required_shapes if grid.canonical_row(shape) not in observed_rows]
         if missing:
             return _skip(f"missing required shapes: {missing}", **fields)
-    calls = sum(receipt.get("route_calls", {}).values())
+    calls = sum(receipt.route_calls.values())
     return result(NAME, "pass", f"{','.join(observed)} ran {calls} times over {len(unique_shapes)} distinct shapes "
                                 f"({chosen.label})", **fields)
 

@@ -19,6 +19,7 @@ without a route, every changed file outside tests, pytest's configuration and st
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import PurePosixPath
 
 from pydantic import BaseModel
@@ -74,9 +75,8 @@ def base_loaded(ctx: Context) -> tuple[list[dict[str, str]] | None, str]:
     modules it imported and the files a route's import or call opened."""
     baseline = ctx.result_of(baseline_control.BaselineControl)
     for run in baseline.runs if baseline is not None else []:
-        loaded = (run.receipt or {}).get("loaded")
-        if loaded is not None and run.label.startswith("base"):
-            return [*(loaded.get("modules") or []), *(loaded.get("opened") or [])], run.label
+        if run.receipt is not None and run.label.startswith("base"):
+            return [asdict(file) for file in (*run.receipt.loaded.modules, *run.receipt.loaded.opened)], run.label
     reason = "the base control did not run" if baseline is None else \
         f"no base run's receipt says what it loaded ({baseline.stage.note if baseline.stage else 'no stage'})"
     return None, reason

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvtasks.harness import receipts
+from kvtasks.harness.in_target.receipt import LoadedFile
 
 
 def _candidates():
@@ -103,14 +104,14 @@ def test_alias_taken_before_the_call_is_still_seen(tmp_path, python):
         "from kern.ops import tile_add\n\nif __name__ == '__main__':\n"
         "    for n in (64, 2000):\n        tile_add(4, n)\n    print('done')\n"), ["kern.ops:tile_add"])
     assert done.returncode == 0 and "done" in done.stdout
-    assert receipt["route"] == "kern.ops:tile_add" and receipt["route_calls"] == {"kern.ops:tile_add": 2}
-    assert receipt["executed_shapes"] == ["4,64", "4,2000"]
+    assert receipt.route == "kern.ops:tile_add" and receipt.route_calls == {"kern.ops:tile_add": 2}
+    assert receipt.executed_shapes == ["4,64", "4,2000"]
 
 
 @pytest.mark.parametrize("python", interpreters())
 def test_decorated_route_resolves_to_the_wrapped_function(tmp_path, python):
     _, receipt, _ = run_probe(tmp_path, python, "import kern.ops as k\nk.decorated(3, 5)\n", ["kern.ops:decorated"])
-    assert receipt["route_calls"] == {"kern.ops:decorated": 1} and receipt["executed_shapes"] == ["3,5"]
+    assert receipt.route_calls == {"kern.ops:decorated": 1} and receipt.executed_shapes == ["3,5"]
 
 
 @pytest.mark.parametrize("python", interpreters())
@@ -118,15 +119,15 @@ def test_method_and_static_method_routes(tmp_path, python):
     _, receipt, _ = run_probe(tmp_path, python, (
         "from kern.ops import Kernel\nKernel().launch(8, 2)\nKernel.build(16, 1)\nKernel().build(32, 1)\n"),
         ["kern.ops:Kernel.launch", "kern.ops:Kernel.build"])
-    assert receipt["route_calls"] == {"kern.ops:Kernel.launch": 1, "kern.ops:Kernel.build": 2}
-    assert sorted(receipt["executed_shapes"]) == ["16,1", "32,1", "8,2"]
+    assert receipt.route_calls == {"kern.ops:Kernel.launch": 1, "kern.ops:Kernel.build": 2}
+    assert sorted(receipt.executed_shapes) == ["16,1", "32,1", "8,2"]
 
 
 @pytest.mark.parametrize("python", interpreters())
 def test_shape_vars_assigned_inside_the_body_are_read_at_return(tmp_path, python):
     _, receipt, _ = run_probe(tmp_path, python, "from kern.ops import body_shapes\nbody_shapes([[1, 2, 3]] * 7)\n",
                               ["kern.ops:body_shapes"], shape_vars=("M", "N", "dtype_str"))
-    assert receipt["executed_shapes"] == ["7,3,f16"]
+    assert receipt.executed_shapes == ["7,3,f16"]
 
 
 @pytest.mark.parametrize("python", interpreters())
@@ -135,19 +136,19 @@ def test_script_raising_mid_run_still_writes_its_receipt(tmp_path, python):
         "from kern.ops import tile_add\ntile_add(1, 2)\nraise RuntimeError('kernel exploded')\n"),
         ["kern.ops:tile_add"])
     assert done.returncode == 1 and "kernel exploded" in done.stderr
-    assert receipt["route_calls"] == {"kern.ops:tile_add": 1} and receipt["exit_status"] == 1
+    assert receipt.route_calls == {"kern.ops:tile_add": 1} and receipt.exit_status == 1
 
 
 @pytest.mark.parametrize("python", interpreters())
 def test_sys_exit_codes_pass_through(tmp_path, python):
     done, receipt, _ = run_probe(tmp_path, python, "import sys\nsys.exit(3)\n", ["kern.ops:tile_add"])
-    assert done.returncode == 3 and receipt["exit_status"] == 3 and receipt["route"] == ""
+    assert done.returncode == 3 and receipt.exit_status == 3 and receipt.route == ""
 
 
 @pytest.mark.parametrize("python", interpreters())
 def test_unresolvable_route_is_named_in_the_receipt(tmp_path, python):
     _, receipt, _ = run_probe(tmp_path, python, "import kern.ops\n", ["kern.ops:no_such_function"])
-    assert receipt["unresolved_routes"] == ["kern.ops:no_such_function"]
+    assert receipt.unresolved_routes == ["kern.ops:no_such_function"]
 
 
 def test_a_receipt_from_another_run_is_refused(tmp_path):
@@ -240,23 +241,23 @@ def test_sensitivity_corrupts_the_tail_of_returned_arrays_and_names_what_it_cann
     assert seen["pair"] == [[2, 3, 4, 11], [0, 1, 2]]  # the floating member only
     assert seen["counts"] == [1, 2] and seen["nothing"] is None
     assert seen["mean"] == 2.5 * 2 + 1
-    report = receipt["sensitivity"]
-    assert report["corrupted_calls"] == 3 and report["max_relative_error"] == pytest.approx(3.5 / 2.5)
-    assert report["not_corrupted"] == {"returned int64 ndarray": 1, "returned nothing (None)": 1}
-    assert receipt["mechanism"] == "import-hook wrapper" and receipt["route_calls"]["kern.arrays:scale"] == 1
+    report = receipt.sensitivity
+    assert report.corrupted_calls == 3 and report.max_relative_error == pytest.approx(3.5 / 2.5)
+    assert report.not_corrupted == {"returned int64 ndarray": 1, "returned nothing (None)": 1}
+    assert receipt.mechanism == "import-hook wrapper" and receipt.route_calls["kern.arrays:scale"] == 1
 
 
 def test_sensitivity_relative_error_nan_and_output_argument(tmp_path):
     seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail", "error": 0.01}, ["scale"])
     assert seen["scale"][-1] == pytest.approx(8 * 1.01)
-    assert receipt["sensitivity"]["max_relative_error"] == pytest.approx(0.01, rel=1e-4)
+    assert receipt.sensitivity.max_relative_error == pytest.approx(0.01, rel=1e-4)
     seen, receipt = sensitivity_probe(tmp_path, {"mode": "nan"}, ["scale", "pair"])
     assert all(value != value for value in seen["scale"]) and seen["pair"][1] == [0, 1, 2]
-    assert receipt["sensitivity"]["nan_elements"] == 8 and receipt["sensitivity"]["max_relative_error"] is None
+    assert receipt.sensitivity.nan_elements == 8 and receipt.sensitivity.max_relative_error is None
     seen, receipt = sensitivity_probe(tmp_path, {"mode": "tail", "output": "out"}, ["write_into", "scale"])
     assert seen["out"] == [2, 4, 6, 17] and seen["scale"] == [2, 4, 6, 8]  # only the named argument
-    assert receipt["sensitivity"]["corrupted_calls"] == 1
-    assert receipt["sensitivity"]["not_corrupted"] == {"argument out: a call without an argument named 'out'": 1}
+    assert receipt.sensitivity.corrupted_calls == 1
+    assert receipt.sensitivity.not_corrupted == {"argument out: a call without an argument named 'out'": 1}
 
 
 ECHO_SCRIPT = '''import json
@@ -277,9 +278,9 @@ def test_only_what_the_route_produced_is_corrupted_and_each_output_is_named(tmp_
     assert seen["out"] == [2, 4, 6, 17] and seen["same_object"]  # produced: corrupted, in place
     assert seen["echoed"] == seen["x"] == [1, 2, 3, 4] and seen["view"] == [2, 3, 4]  # the input and its views: not
     assert seen["reshaped"] == [[1, 2], [3, 4]]
-    report = receipt["sensitivity"]
-    assert report["corrupted_calls"] == 1 and report["outputs_corrupted"] == {"return[0]": 1}
-    assert report["outputs_left_alone"] == {f"return[{index}]": "an input (argument x, or memory shared with it)"
+    report = receipt.sensitivity
+    assert report.corrupted_calls == 1 and report.outputs_corrupted == {"return[0]": 1}
+    assert report.outputs_left_alone == {f"return[{index}]": "an input (argument x, or memory shared with it)"
                                             for index in (1, 2, 3)}
 
 
@@ -322,7 +323,7 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
     (tmp_path / "kern/torched.py").write_text(TORCH_KERNELS)
     _, receipt = sensitivity_probe(tmp_path, {"mode": "tail"}, [], script="import sys\nassert 'numpy' not in "
                                    "sys.modules and 'torch' not in sys.modules\nprint('{}')\n")
-    assert receipt["sensitivity"]["corrupted_calls"] == 0
+    assert receipt.sensitivity.corrupted_calls == 0
     probe = receipts.prepare(tmp_path / "probe2", shape_vars=[],
                              routes=["kern.torched:softmax", "kern.torched:argmax", "kern.torched:add_into",
                                      "kern.torched:with_view"],
@@ -333,18 +334,18 @@ def test_sensitivity_corrupts_torch_tensors_without_importing_torch_itself(tmp_p
     assert done.returncode == 0, done.stderr
     seen, receipt = json.loads(done.stdout), receipts.read(probe, "head-repo")[0]
     assert seen["out"] == [[0.0, -2.0], [-1.0, 5.0]]  # bf16 out-argument: last element 2*2 + 1
-    report = receipt["sensitivity"]
-    assert report["corrupted_calls"] == 1 and report["max_relative_error"] == pytest.approx(1.5)
-    assert report["not_corrupted"] == {"argument out: a call without an argument named 'out'": 3}
+    report = receipt.sensitivity
+    assert report.corrupted_calls == 1 and report.max_relative_error == pytest.approx(1.5)
+    assert report.not_corrupted == {"argument out: a call without an argument named 'out'": 3}
     assert seen["view"] == [-1.0, 0.0, 3.0]  # a view of the input is never corrupted
     probe = receipts.prepare(tmp_path / "probe3", shape_vars=[], routes=["kern.torched:with_view"],
                              receipt=tmp_path / "receipt3.json", sensitivity={"mode": "tail"})
     done = subprocess.run([sys.executable, "-m", probe.name, str(tmp_path / "torch_target.py")], cwd=tmp_path,
                           capture_output=True, text=True, env=probe_env(probe, tmp_path))
     assert done.returncode == 0, done.stderr
-    report = receipts.read(probe, "head-repo")[0]["sensitivity"]
-    assert report["outputs_corrupted"] == {"return[0]": 1}
-    assert report["outputs_left_alone"] == {"return[1]": "an input (argument x, or memory shared with it)"}
+    report = receipts.read(probe, "head-repo")[0].sensitivity
+    assert report.outputs_corrupted == {"return[0]": 1}
+    assert report.outputs_left_alone == {"return[1]": "an input (argument x, or memory shared with it)"}
 
 
 LOADS = {
@@ -376,16 +377,16 @@ def test_a_pytest_receipt_names_what_the_run_loaded_and_what_the_route_imported(
                           env=probe_env(probe, tmp_path))
     receipt, _, note = receipts.read(probe, "base-repo")
     assert done.returncode == 0, done.stdout + done.stderr
-    loaded = receipt["loaded"]
-    modules = {entry["path"]: entry["during"] for entry in loaded["modules"]}
+    loaded = receipt.loaded
+    modules = {entry.path: entry.during for entry in loaded.modules}
     assert sorted(modules) == ["pkg/__init__.py", "pkg/_impl.py", "pkg/_lazy.py", "pkg/checks.py", "pkg/ops.py",
                                "tests/conftest.py", "tests/test_x.py"]
     assert list(modules).index("pkg/checks.py") < list(modules).index("pkg/_lazy.py")  # the order they loaded in
     assert modules["pkg/_impl.py"] == "route-import" and modules["pkg/_lazy.py"] == "route-call"
     assert modules["pkg/checks.py"] == "" and modules["pkg/ops.py"] == ""
-    assert loaded["config_file"] == "pytest.ini" and loaded["rootdir"] == "."
-    assert loaded["opened"] == [{"path": "configs/ops.json", "during": "route-call"}]  # the route reads its config
-    assert "tests/conftest.py" in loaded["plugins"] and receipt["route_calls"] == {"pkg.ops:route": 1}
+    assert loaded.config_file == "pytest.ini" and loaded.rootdir == "."
+    assert loaded.opened == [LoadedFile("configs/ops.json", "route-call")]  # the route reads its config
+    assert "tests/conftest.py" in loaded.plugins and receipt.route_calls == {"pkg.ops:route": 1}
 
 
 WRITES = {"kern/writes.py": '''import numpy as np
@@ -416,4 +417,4 @@ def test_the_arguments_a_route_writes_into_are_named_and_odd_ones_never_fail_the
         "    scale(np.ones((2, 2)), np.empty((2, 2)), np.ndarray)\n"
         "    print('done')\n"), ["kern.writes:scale"], shape_vars=())
     assert done.returncode == 0 and "done" in done.stdout, done.stderr
-    assert receipt["written_arguments"] == {"kern.writes:scale": ["x", "out"]}, note
+    assert receipt.written_arguments == {"kern.writes:scale": ["x", "out"]}, note

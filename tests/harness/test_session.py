@@ -7,8 +7,10 @@ import pytest
 from kvtasks import harness
 from kvtasks.harness import session
 from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.harness.receipts import StampedReceipt
 from kvtasks.request import build_request
 from tests.kernel_repos import make_repo
+from tests.receipts import receipt as recorded
 
 SUITE = '''import numpy as np
 import pytest
@@ -54,28 +56,28 @@ def test_one_session_runs_the_repo_tests_then_the_grid_then_the_poisoned_cell(tm
     assert names[3].startswith("test_scale[6-7") and names[4].startswith("test_scale[64-7")
     assert names[6].startswith("test_scale[6-7") and names[7].startswith("test_scale[64-7")
     assert names[8:] == ["test_scale[3-2]", "test_scale[__VALIDATOR_INVALID_GRID__-__VALIDATOR_INVALID_GRID__]"]
-    assert not any("kv" in name for name in names) and run.exit == 1 and run.receipt["maxfail_dropped"] == 1
+    assert not any("kv" in name for name in names) and run.exit == 1 and run.receipt.maxfail_dropped == 1
 
     repo_part = session.part(run, "repo", "head-repo")
     # the cells whose ids and values equal the grid's are the repository's: the probe's indices say which are added
     assert (repo_part.exit, repo_part.stats.tests, repo_part.stats.skipped, repo_part.stats.executed) == (0, 6, 1, 5)
-    assert repo_part.receipt["route_calls"] == {"kern.ops:scale": 5} and repo_part.stats.observed_work == 5
+    assert repo_part.receipt.route_calls == {"kern.ops:scale": 5} and repo_part.stats.observed_work == 5
     grid_part = session.part(run, "grid", "head-grid")
     assert grid_part.exit == 0 and grid_part.stats.executed == 3 and grid_part.session == "head-session"
-    assert grid_part.receipt["route_calls"] == {"kern.ops:scale": 3} and grid_part.receipt["label"] == "head-grid"
+    assert grid_part.receipt.route_calls == {"kern.ops:scale": 3} and grid_part.receipt.label == "head-grid"
     grid_items = [f"tests/test_ops.py::{name}" for name in names[6:9]]
-    assert {entry["cell"] for entry in grid_part.receipt["route_outputs"]} == set(grid_items)
+    assert {entry.cell for entry in grid_part.receipt.route_outputs} == set(grid_items)
     assert session.cells_by_case(grid_part) == {("tests.test_ops", name): index
                                                 for index, name in enumerate(names[6:9])}
     proof = session.part(run, "proof", "head-grid-probe")
     assert proof.exit == 1 and [case.outcome for case in proof.cases] == ["failed"]
     assert "FAILED tests.test_ops::test_scale[__VALIDATOR_INVALID_GRID__" in Path(proof.log).read_text()
-    assert proof.receipt["route_calls"] == {}  # the poisoned cell never reached the route
+    assert proof.receipt.route_calls == {}  # the poisoned cell never reached the route
 
 
 def test_a_session_that_did_not_end_as_a_run_of_tests_stands_for_nothing(tmp_path):
-    def receipt(**said) -> dict:
-        return {"parts": {}, "merged_marks": 1, "added": {"t.py::test_a[1]": "grid"}, **said}
+    def receipt(**said) -> StampedReceipt:
+        return recorded(**{"parts": {}, "merged_marks": 1, "added": {"t.py::test_a[1]": "grid"}, **said})
 
     def ended(**how) -> TargetRun:
         fields = {"label": "base-session", "runner": "pytest", "command": [], "exit": 1, "duration_s": 1.0,
@@ -89,6 +91,7 @@ def test_a_session_that_did_not_end_as_a_run_of_tests_stands_for_nothing(tmp_pat
     assert "exit 2" in session.unusable(ended(exit=2))  # an interrupted collection
     assert "JUnit" in session.unusable(ended(cases=[]))
     assert "merged receipt" in session.unusable(ended(receipt=None))
+    assert "merged receipt" in session.unusable(ended(receipt=recorded()))  # a run of its own, not a session
     assert "no parametrize mark" in session.unusable(ended(receipt=receipt(merged_marks=0)))
     assert "stopped before its last item" in session.unusable(ended(receipt=receipt(session_stopped="-x")))
     assert "rewrote its exit status (1 -> 0)" in session.unusable(ended(receipt=receipt(exit_rewritten="1 -> 0")))

@@ -112,7 +112,7 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     assert "sensitivity" not in probe_state and "PRODUCER" not in probe_state and "CONFIG" not in probe_state
     # and the corruption did happen (the repository's cell and the grid's), the grid's judged by its own items
     grid_part = session.part(corrupted, "grid", "head-sensitivity-tail")
-    seen = grid_part.receipt["sensitivity"]
-    assert seen["corrupted_calls"] == 1 and seen["outputs_corrupted"] == {"return": 2}
-    assert (seen["tests_green_count"], seen["tests_green"]) == (1, ["tests/test_ops.py::test_scale[64-7]"])
-    assert session.part(ordinary, "grid", "head-grid").receipt.get("sensitivity") is None
+    seen = grid_part.receipt.sensitivity
+    assert seen.corrupted_calls == 1 and seen.outputs_corrupted == {"return": 2}
+    assert (seen.tests_green_count, seen.tests_green) == (1, ["tests/test_ops.py::test_scale[64-7]"])
+    assert session.part(ordinary, "grid", "head-grid").receipt.sensitivity is None

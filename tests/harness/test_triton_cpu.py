@@ -27,7 +27,7 @@ def test_the_sanitizer_names_kernel_argument_offset_and_extent(tmp_path):
     run = _run(repo, "tests/test_softmax.py", tmp_path, grid_argnames=["M", "N", "dtype"],
                grid_rows=[["4", "100", "f32"]])
     violations = [(v["kernel"], v["op"], v["argument"], v["element_offset"], v["extent_elements"], v["program"])
-                  for v in run.receipt["cpu_tier"]["violations"]]
+                  for v in run.receipt.cpu_tier["violations"]]
     assert run.exit == 1 and violations == [("softmax_kernel", "load", "in_ptr", 400, 400, [3, 0, 0])]
     log = Path(run.log).read_text()
     assert "kvtasks bounds sanitizer: load out of bounds in kernel softmax_kernel (program (3, 0, 0))" in log
@@ -37,7 +37,7 @@ def test_the_sanitizer_names_kernel_argument_offset_and_extent(tmp_path):
 def test_masked_kernel_passes_and_bf16_cells_are_skipped_as_an_interpreter_limitation(tmp_path):
     repo = triton_repos.softmax_repo(tmp_path / "repo")
     run = _run(repo, "tests/test_softmax.py", tmp_path)
-    tier = run.receipt["cpu_tier"]
+    tier = run.receipt.cpu_tier
     assert run.exit == 0 and run.stats.executed == 2 and run.stats.skipped == 1
     assert tier["bf16_skipped"] == ["tests/test_softmax.py::test_softmax[2-64-bf16]"]
     assert cpu_tier.BF16_REASON in Path(run.stats.junit_xml).read_text()
@@ -47,16 +47,16 @@ def test_masked_kernel_passes_and_bf16_cells_are_skipped_as_an_interpreter_limit
 def test_hard_coded_cuda_device_runs_on_the_cpu_only_with_the_redirect(tmp_path):
     repo = triton_repos.softmax_repo(tmp_path / "repo")
     redirected = _run(repo, "tests/test_softmax.py", tmp_path / "on")
-    assert redirected.exit == 0 and redirected.receipt["cpu_tier"]["redirected_device_calls"] >= 2
+    assert redirected.exit == 0 and redirected.receipt.cpu_tier["redirected_device_calls"] >= 2
     plain = _run(repo, "tests/test_softmax.py", tmp_path / "off", cpu_tier=None,
                  env_extra={"TRITON_INTERPRET": "1"})
-    assert plain.exit != 0 and "cpu_tier" not in plain.receipt
+    assert plain.exit != 0 and plain.receipt.cpu_tier is None
 
 
 def test_an_autotuned_kernel_runs_every_config_once_under_the_sanitizer(tmp_path):
     repo = triton_repos.autotuned_repo(tmp_path / "repo")
     run = _run(repo, "tests/test_add.py", tmp_path)
-    tier = run.receipt["cpu_tier"]
+    tier = run.receipt.cpu_tier
     assert run.exit == 0 and run.stats.executed == 1, run.log_tail()
     assert {k: v for k, v in tier["autotuned"]["add_kernel"].items() if k != "seconds"} == {
         "keys": 1, "configs_run": 3, "duplicates_skipped": 0}
@@ -67,16 +67,16 @@ def test_int32_offset_overflow_past_2_31_elements_is_caught_on_the_sparse_grid(t
     rows = [["524289", "4096"]]  # 524289 * 4096 > 2^31 elements; the last row starts past int32
     broken = _run(triton_repos.scale_repo(tmp_path / "int32"), "tests/test_scale.py", tmp_path / "a",
                   grid_argnames=["M", "N"], grid_rows=rows)
-    violation = broken.receipt["cpu_tier"]["violations"][0]
+    violation = broken.receipt.cpu_tier["violations"][0]
     assert broken.exit == 1
     assert (violation["kernel"], violation["argument"], violation["program"]) == ("scale_kernel", "in_ptr",
                                                                                  [524288, 0, 0])
     assert violation["element_offset"] < 0  # the wrapped 32-bit row offset
-    assert broken.receipt["cpu_tier"]["sparse_launches"][0]["programs_run"] == 2
+    assert broken.receipt.cpu_tier["sparse_launches"][0]["programs_run"] == 2
 
     fixed = _run(triton_repos.scale_repo(tmp_path / "int64", triton_repos.SCALE_INT64), "tests/test_scale.py",
                  tmp_path / "b", grid_argnames=["M", "N"], grid_rows=rows)
-    assert fixed.exit == 0 and fixed.receipt["cpu_tier"]["violations"] == []
+    assert fixed.exit == 0 and fixed.receipt.cpu_tier["violations"] == []
     # only two of 524289 programs ran: the test claims what the sanitizer checked, nothing more
     assert fixed.stats.skipped == 1 and fixed.stats.executed == 0
 
@@ -133,7 +133,7 @@ def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path)
     request = build_request({"repo": str(repo), "target": "queries.py"})
     run = harness.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
                      cpu_tier={**TIER, "device_capability": "9.0"})
-    tier = run.receipt["cpu_tier"]
+    tier = run.receipt.cpu_tier
     assert run.exit == 0, Path(run.log).read_text()[-2000:]
     assert tier["device_capability"] == "9.0"
     assert {"get_device_capability", "get_device_properties", "mem_get_info", "get_current_target",
@@ -149,7 +149,7 @@ def test_each_closed_gap_reaches_the_tail_bug_behind_it_and_passes_the_fix(tmp_p
         options["env"] = ["TINY_BACKEND=triton"]
     request = build_request(options)
     run = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-tier", cpu_tier=TIER)
-    tier = run.receipt["cpu_tier"]
+    tier = run.receipt.cpu_tier
     log = Path(run.log).read_text()
     assert tier["crashes"] == [], log[-3000:]
     assert run.exit == 1 and run.stats.executed == 2 and run.stats.failures == 1, log[-3000:]

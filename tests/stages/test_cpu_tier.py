@@ -15,6 +15,7 @@ from tests import triton_repos
 from tests.conftest import Validation
 from tests.kernel_repos import make_patch, snapshot
 from tests.kit import stage_context
+from tests.receipts import receipt
 
 GRID = ["--shape-argnames", "M,N,dtype", "--grid", "4,100,f32;3,1000,f32;2,100,bf16",
         "--expected-route", "softmax:softmax", "--shape-vars", "M,N", "--target", "tests/test_softmax.py"]
@@ -90,10 +91,10 @@ def test_a_bad_cpu_tier_is_a_usage_error(tmp_path, capsys):
 # -- judging, on recorded runs ---------------------------------------------------------------------
 
 def _run(runner="pytest", exit_code=1, violations=(), sparse=(), crashes=(), failures=0):
-    receipt = {"cpu_tier": {"violations": list(violations), "sparse_launches": list(sparse), "bf16_skipped": [],
-                            "autotuned": {}, "launches": 1, "crashes": list(crashes)}}
+    tier = {"violations": list(violations), "sparse_launches": list(sparse), "bf16_skipped": [], "autotuned": {},
+            "launches": 1, "crashes": list(crashes)}
     return TargetRun(label="head-grid", runner=runner, command=[], exit=exit_code, duration_s=0.0, log="",
-                     stats=ExecutionStats(failures=failures), receipt=receipt)
+                     stats=ExecutionStats(failures=failures), receipt=receipt(cpu_tier=tier))
 
 
 OOB = {"kernel": "k", "op": "store", "argument": "out_ptr", "element_offset": 70, "extent_elements": 64,

@@ -2,6 +2,7 @@
 from kvtasks.stages import Stage, StageResult, nonfinite
 from kvtasks.harness.launch import ExecutionStats, TargetRun
 from tests.kernel_repos import make_patch, make_repo
+from tests.receipts import receipt
 
 KL = '''import numpy as np
 
@@ -64,7 +65,7 @@ def test_nan_behind_a_nan_blind_helper_blocks_naming_the_cell(tmp_path, validate
 
 def _run(outputs):
     return TargetRun(label="head-repo", runner="pytest", command=[], exit=0, duration_s=0.0, log="",
-                     stats=ExecutionStats(), receipt={"route_outputs": outputs})
+                     stats=ExecutionStats(), receipt=receipt(route_outputs=outputs))
 
 
 def test_only_a_cell_base_checked_and_saw_finite_counts():

@@ -13,6 +13,7 @@ from kvtasks.harness.launch import ExecutionStats, TargetRun
 from kvtasks.store import Store
 from tests.batches import doit, reports
 from tests.kernel_repos import make_patch
+from tests.receipts import receipt
 from tests.sensitivity_repos import HELPERS_SELF_REFERENCE, OPS_REFACTORED, sensitivity_repo
 
 ROUTE = ["--expected-route", "kernels.ops:scale", "--shape-vars", "M,N"]
@@ -111,11 +112,11 @@ def test_how_the_output_is_corrupted_is_part_of_the_head_key(sens):
 # -- judging, on recorded runs ---------------------------------------------------------------------
 
 def _recorded(exit_code=0, timed_out=False, **seen):
-    sensitivity = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed_count": 0, "tests_green_count": 0,
-                   "corrupted_outside_tests": 0, **seen}
+    sensitivity = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed": [], "tests_failed_count": 0,
+                   "tests_green": [], "tests_green_count": 0, "corrupted_outside_tests": 0, **seen}
     return TargetRun(label="head-sensitivity-tail", runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
                      duration_s=1.0, log="", stats=ExecutionStats(),
-                     receipt={"route_calls": {"kernels.ops:scale": 2}, "sensitivity": sensitivity})
+                     receipt=receipt(route_calls={"kernels.ops:scale": 2}, sensitivity=sensitivity))
 
 
 @pytest.mark.parametrize("run,status,reason", [

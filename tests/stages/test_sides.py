@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 from kvtasks.stages import sides
 from kvtasks.stages.payloads import BaselineControl
+from tests.receipts import receipt
 
 
 # base's sources: the route's module imports a helper of its own and, through it, the tile sizes
@@ -13,7 +14,7 @@ BASE = {"pkg/__init__.py": "", "pkg/ops.py": "from pkg import _impl\n", "pkg/_im
 
 def context(changes: dict[str, str], loaded: list[dict] | None, routes=("pkg/ops.py", "pkg/ops/__init__.py"),
             base=BASE):
-    runs = [] if loaded is None else [SimpleNamespace(label="base-repo", receipt={"loaded": {"modules": loaded}})]
+    runs = [] if loaded is None else [SimpleNamespace(label="base-repo", receipt=receipt(loaded={"modules": loaded}))]
     baseline = SimpleNamespace(runs=runs, stage=SimpleNamespace(note="base control ran"))
     return SimpleNamespace(head_view=SimpleNamespace(changes=changes), route_files=lambda: set(routes),
                            result_of=lambda kind: baseline if kind is BaselineControl else None,

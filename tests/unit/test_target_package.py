@@ -183,7 +183,7 @@ def test_a_receipt_that_does_not_match_its_definition_is_refused(tmp_path):
         assert read is None and len(digest) == 64 and note.startswith("the receipt does not match its definition")
     probe.receipt.write_text(json.dumps({**to_json(receipt), "nonce": probe.nonce}))
     read, _, note = receipts.read(probe, "head-repo")
-    assert note == "" and read["producer"] == receipts.PRODUCER and read["label"] == "head-repo"
+    assert note == "" and read.producer == receipts.PRODUCER and read.label == "head-repo"
 
 
 ROUTES = '''import numpy as np

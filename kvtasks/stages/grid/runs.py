@@ -161,7 +161,7 @@ def cell_outcomes(ctx: Context, plan: Plan, run: TargetRun) -> tuple[dict[str, s
                      "evidenced"
     if any(len(row) != len(names) for row in plan.rows):
         return None, "the grid cells and --shape-vars differ in width, so the cells were not individually evidenced"
-    captured = (run.receipt or {}).get("executed_shapes") or []
+    captured = run.receipt.executed_shapes if run.receipt else []
     if not captured:
         return None, "the route captured no shape in this run, so the cells were not individually evidenced"
     shapes = {canonical_row(shape) for shape in captured}

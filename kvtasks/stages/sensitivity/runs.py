@@ -72,12 +72,11 @@ def launch(ctx: Context, kind: str, ordinary: TargetRun, label: str, mode: str, 
 
 def judge_run(ctx: Context, mode: str, run: TargetRun, unusable: str = "") -> tuple[str, str, dict]:
     """(pass | fail | skip, reason, fields) for one corrupted run."""
-    receipt = run.receipt or {}
-    seen = receipt.get("sensitivity") or {}
+    seen = run.receipt.sensitivity if run.receipt else None
     fields = {"label": run.label, "exit": run.exit, "timed_out": run.timed_out, "log": run.log,
               "stats": run.stats.model_dump(), "receipt_sha256": run.receipt_sha256, "corruption": describe(ctx, mode),
               **({"session": run.session} if run.session else {}),
-              **{key: seen.get(key) for key in ("corrupted_calls", "max_relative_error", "nan_elements",
+              **{key: getattr(seen, key) if seen else None for key in ("corrupted_calls", "max_relative_error", "nan_elements",
                                                 "not_corrupted", "outputs_corrupted", "outputs_left_alone",
                                                 "tests_failed", "tests_failed_count", "tests_green",
                                                 "tests_green_count")}}
@@ -89,34 +88,34 @@ def judge_run(ctx: Context, mode: str, run: TargetRun, unusable: str = "") -> tu
         return "skip", f"{unusable}: no conclusion either way", fields
     if run.timed_out:
         return "skip", f"the corrupted run timed out after {ctx.request.host.timeout}s: no conclusion either way", fields
-    if not seen:
+    if seen is None:
         return "skip", f"the corrupted run left no usable receipt ({run.receipt_note or 'no sensitivity record'})", \
             fields
-    if not sum((receipt.get("route_calls") or {}).values()):
-        unresolved = receipt.get("unresolved_routes") or []
+    if not sum(run.receipt.route_calls.values()):
+        unresolved = run.receipt.unresolved_routes
         why = f" (unresolvable: {', '.join(unresolved)})" if unresolved else ""
         return "skip", f"the route was never reached in the corrupted run{why}; check --expected-route", fields
-    if not seen.get("corrupted_calls"):
-        reasons = ", ".join(f"{reason} x{count}" for reason, count in (seen.get("not_corrupted") or {}).items())
+    if not seen.corrupted_calls:
+        reasons = ", ".join(f"{reason} x{count}" for reason, count in seen.not_corrupted.items())
         if output:
             return "skip", f"--sensitivity-output {output} could not be corrupted ({reasons})", fields
         if any(reason.startswith(("returned nothing", "returned an input"))
-               for reason in seen.get("not_corrupted") or {}):
+               for reason in seen.not_corrupted):
             return "skip", (f"the route returns nothing it produced ({reasons}); name the argument it writes its "
                             "output into with --sensitivity-output NAME"), fields
         return "skip", f"the route's output is not floating ({reasons}): there is nothing to corrupt", fields
-    if mode == "tail" and not seen.get("max_relative_error"):
+    if mode == "tail" and not seen.max_relative_error:
         return "skip", ("the injected error rounds away in the output's dtype (max relative error injected 0); "
                         "raise --sensitivity-error"), fields
-    calls = seen["corrupted_calls"]
+    calls = seen.corrupted_calls
     if run.runner == "script":
         if run.exit == 0:
             return "fail", f"the script exited 0 after {calls} corrupted calls", fields
         return "pass", f"the script exited {run.exit} after {calls} corrupted calls", fields
-    failed, green = seen.get("tests_failed_count") or 0, seen.get("tests_green_count") or 0
-    if failed or (run.exit not in (0, None) and seen.get("corrupted_outside_tests")):  # a red collection counts
+    failed, green = seen.tests_failed_count, seen.tests_green_count
+    if failed or (run.exit not in (0, None) and seen.corrupted_outside_tests):  # a red collection counts
         return "pass", f"{failed} tests that saw a corrupted call failed ({calls} corrupted calls)", fields
-    outside = seen.get("corrupted_outside_tests") or 0
+    outside = seen.corrupted_outside_tests
     if run.exit == 0 and (green or outside):
         where = f", {outside} of them outside any test (at collection)" if outside else ""
         return "fail", f"{green} tests passed with {calls} corrupted calls{where}", fields

@@ -2,6 +2,7 @@
 from kvtasks.harness.launch import CaseResult, ExecutionStats, TargetRun
 from kvtasks.stages.grid.plan import Plan
 from kvtasks.stages.grid.proof import SENTINEL, proves_channel
+from tests.receipts import receipt
 
 
 def test_a_poisoned_run_proves_a_channel_only_by_naming_the_value(tmp_path):
@@ -10,7 +11,7 @@ def test_a_poisoned_run_proves_a_channel_only_by_naming_the_value(tmp_path):
         log.write_text(text)
         return TargetRun(label="head-grid-probe", runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
                          duration_s=1.0, log=str(log), stats=ExecutionStats(), cases=list(cases),
-                         receipt={"cells": cells or {}})
+                         receipt=receipt(cells=cells or {}))
 
     env, pytest_plan = Plan(channel="env", rows=[["1", "2"]]), Plan(channel="pytest", rows=[["1", "2"]])
     assert proves_channel(env, run(1, f"ValueError: invalid literal for int(): '{SENTINEL}'"))[0]
