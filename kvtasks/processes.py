@@ -1,8 +1,9 @@
 """Every process kvtasks starts: a timeout, its own process group, killed whole, dying with us.
 
 A child runs in a new session (its own process group), so a timeout, an interrupt or the end of
-the run can kill everything it started, grandchildren included. It also gets PR_SET_PDEATHSIG:
-when the process that started it dies, even by SIGKILL, the kernel kills it too. What survives
+the run can kill everything it started, grandchildren included. It also gets PR_SET_PDEATHSIG
+(all but the read-only git queries, which end by themselves and change nothing): when the process
+that started it dies, even by SIGKILL, the kernel kills it too. What survives
 that (a grandchild in the group) is killed by the next run's recovery, which finds the group in
 the worktree's journal: `spawned` observers (the journal, while a tree is lent) hear of every
 tracked group as it starts.
@@ -14,6 +15,7 @@ import os
 import signal
 import subprocess
 import select
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,10 +86,16 @@ def die_with_parent() -> None:
     _die_with_parent(os.getppid())()
 
 
-def popen(argv: Sequence[str], *, track: bool = False, **options) -> subprocess.Popen:
-    """Start `argv` in its own session, armed to die with this process."""
-    process = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
-                               **options)
+def popen(argv: Sequence[str], *, track: bool = False, outlives_us_harmlessly: bool = False,
+          **options) -> subprocess.Popen:
+    """Start `argv` in its own session, armed to die with this process.
+
+    A command that only reads and ends by itself (a git query) may go unarmed: arming it takes
+    Python code in the forked child, which rules out vfork, and a fork of a large validator
+    (a worker that imported torch) costs milliseconds that every one of a validation's dozens of git
+    calls would pay."""
+    arm = None if outlives_us_harmlessly else _die_with_parent(os.getpid())
+    process = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=arm, **options)
     if track:
         try:
             started = start_time(process.pid)
@@ -217,11 +225,24 @@ def _communicate(process: subprocess.Popen, deadline: float) -> tuple:
 def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None = None,
         env: Mapping[str, str] | None = None, stdout: int | IO = subprocess.PIPE,
         stderr: int | IO = subprocess.PIPE, track: bool = False, text: bool = True,
-        errors: str = "surrogateescape") -> Finished:
-    """Run to completion or to `timeout_s`; either way the whole group is gone afterwards."""
+        errors: str = "surrogateescape", stdin_bytes: bytes | None = None,
+        outlives_us_harmlessly: bool = False) -> Finished:
+    """Run to completion or to `timeout_s`; either way the whole group is gone afterwards.
+
+    `stdin_bytes` is what it reads on its standard input (nothing otherwise)."""
     started = time.monotonic()
-    process = popen(argv, track=track, cwd=cwd, env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
-                    stdout=stdout, stderr=stderr, text=text, errors=errors if text else None)
+    given = None
+    if stdin_bytes is not None:  # a file, not a pipe: the waits below retry, and input would be sent once
+        given = tempfile.TemporaryFile()
+        given.write(stdin_bytes)
+        given.seek(0)
+    try:
+        process = popen(argv, track=track, outlives_us_harmlessly=outlives_us_harmlessly, cwd=cwd,
+                        env=None if env is None else dict(env), stdin=subprocess.DEVNULL if given is None else given,
+                        stdout=stdout, stderr=stderr, text=text, errors=errors if text else None)
+    finally:
+        if given is not None:
+            given.close()  # the child holds its own copy
     timed_out = False
     try:
         out, err = _communicate(process, started + timeout_s)

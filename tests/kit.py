@@ -33,6 +33,9 @@ class MemoryWorktree:
     def read_base(self, path: str) -> str | None:
         return self.base.get(path)
 
+    def read_base_many(self, paths) -> dict[str, str | None]:
+        return {path: self.base.get(path) for path in paths}
+
     def exists_on_base(self, path: str) -> bool:
         return path in self.base
 

@@ -12,7 +12,7 @@ from typing import Mapping
 from kvtasks import processes
 from kvtasks.gpu import lease
 from kvtasks.request import Request
-from kvtasks.harness import environment, in_target, layout, receipts, runtime_probe, startup
+from kvtasks.harness import environment, layout, receipts, runtime_probe, startup
 from kvtasks.harness.launch import TargetRun, launch, pytest_runnable
 
 # Until a device is claimed the target sees none: an empty list hides every GPU.
@@ -175,8 +175,7 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
         # checkout's modules
         package = receipts.neutral_name()
         shutil.rmtree(probe_dir / "tier", ignore_errors=True)
-        shutil.copytree(Path(in_target.__file__).parent, probe_dir / "tier" / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        receipts.copy_package(probe_dir / "tier" / package)
         tier = json.dumps({"folder": str(probe_dir / "tier"), "package": package, "settings": cpu_tier})
         env["TRITON_INTERPRET"] = "1"
     with gpu_turn(request, visible_devices):

@@ -2,11 +2,15 @@
 its receipt read back and validated."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
+import py_compile
 import secrets
 import shutil
 import string
+import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -19,6 +23,34 @@ from kvtasks.harness.in_target.receipt import Receipt
 # what a receipt read back from this launch's own package (its nonce matched) is stamped with; the
 # package itself carries no name of the validator's
 PRODUCER = "validate-kernel-pr.validation_probe"
+
+
+_PACKAGE = Path(in_target.__file__).parent
+
+
+@functools.cache
+def _compiled_package() -> dict[str, bytes]:
+    """The package's modules compiled once per validator, as `__pycache__` files keyed by their
+    source's hash (not its path or time): every copy, whatever its name, loads them instead of
+    compiling its modules again at each of a validation's launches. An interpreter of another
+    version looks for its own files, finds none, and compiles the sources as before."""
+    compiled = {}
+    with tempfile.TemporaryDirectory(prefix="kvtasks-in-target-") as scratch:
+        for source in sorted(_PACKAGE.glob("*.py")):
+            cache = Path(importlib.util.cache_from_source(str(source)))
+            output = Path(scratch) / cache.name
+            py_compile.compile(str(source), cfile=str(output), doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+            compiled[f"{cache.parent.name}/{cache.name}"] = output.read_bytes()
+    return compiled
+
+
+def copy_package(destination: Path) -> None:
+    """The in-target package at `destination`, whose last part is the name it is imported by."""
+    shutil.copytree(_PACKAGE, destination, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for relative, compiled in _compiled_package().items():
+        (destination / relative).parent.mkdir(exist_ok=True)
+        (destination / relative).write_bytes(compiled)
 
 
 def neutral_name() -> str:
@@ -85,8 +117,7 @@ def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: 
     Triton CPU hooks; with sensitivity (mode, error, output) it corrupts what the routes produce."""
     folder.mkdir(parents=True, exist_ok=True)
     name = neutral_name()
-    shutil.copytree(Path(in_target.__file__).parent, folder / name,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    copy_package(folder / name)
     configuration = Configuration(
         routes=list(routes), shape_vars=list(shape_vars), receipt=str(receipt), nonce=secrets.token_hex(16),
         grid_argnames=list(grid_argnames), grid_rows=[list(row) for row in grid_rows],

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from pydantic import BaseModel, SerializeAsAny, field_validator
 
@@ -152,6 +152,13 @@ class Context:
         if self.head_view is not None and path in self.head_view.changes:
             return self.head_view.read(path)
         return self.worktree.read_base(path)
+
+    def head_texts(self, paths: Iterable[str]) -> dict[str, str | None]:
+        """`head_text` of each path, the base ones read together."""
+        paths = list(paths)
+        changed = self.head_view.changes if self.head_view is not None else {}
+        texts = self.worktree.read_base_many(path for path in paths if path not in changed)
+        return {path: self.head_view.read(path) if path in changed else texts[path] for path in paths}
 
     def target_sources(self) -> list[str]:
         """The target, the conftest.py files pytest would load for it, and checkout modules it imports

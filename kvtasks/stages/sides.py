@@ -98,12 +98,13 @@ def _imported_on_base(ctx: Context, modules: set[str]) -> set[str]:
         tree = sources.parse(ctx.worktree.read_base(path))
         absolute = [*sources.imported_modules(tree), *(f"{module}.{name}" for module, name, _ in
                                                        sources.imported_names(tree))]  # `from pkg import submodule`
-        names = [*sources.imported_files(tree, PurePosixPath(path).parent),
-                 *(file for name in absolute for root in [PurePosixPath(), *roots]
-                   for file in sources.module_files(name, root))]
+        names = [name.removeprefix("./") for name in
+                 [*sources.imported_files(tree, PurePosixPath(path).parent),
+                  *(file for name in absolute for root in [PurePosixPath(), *roots]
+                    for file in sources.module_files(name, root))]]
+        texts = ctx.worktree.read_base_many(name for name in names if name not in found and not judges(name))
         for name in names:
-            name = name.removeprefix("./")
-            if name not in found and not judges(name) and ctx.worktree.read_base(name) is not None:
+            if name not in found and not judges(name) and texts[name] is not None:
                 found.add(name)
                 pending.append(name)
     return found
@@ -125,7 +126,7 @@ def decide(ctx: Context) -> Sides:
                  f"({', '.join(sorted(modules)) or 'not loaded'}), its packages and what its import or calls first "
                  "imported")
     else:
-        modules = {path for path in candidates if ctx.worktree.exists_on_base(path)}
+        modules = {path for path, text in ctx.worktree.read_base_many(candidates).items() if text is not None}
         route = set(modules)
         basis = f"static: {said_by}, so the route side is the route's module and its packages alone"
     route |= _imported_on_base(ctx, modules)

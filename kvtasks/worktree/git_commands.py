@@ -49,8 +49,15 @@ class PatchRefused(GitFailed):
         super().__init__(f"the patch could not be applied to the worktree for a head run: {git_said}")
 
 
+# git commands that only read (status included: GIT_OPTIONAL_LOCKS=0 keeps it from refreshing the
+# index): one that outlives a validator killed outright changes nothing, so it needs no death signal
+_QUERIES = frozenset({"rev-parse", "show", "cat-file", "status", "diff", "grep", "ls-files", "ls-tree", "log",
+                      "merge-base"})
+
+
 def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
-            timeout_s: float = _GIT_TIMEOUT_S, text: bool = True, confined: bool = True) -> processes.Finished:
+            timeout_s: float = _GIT_TIMEOUT_S, text: bool = True, confined: bool = True,
+            stdin_bytes: bytes | None = None) -> processes.Finished:
     """One git command on the repository at `cwd`, in its own process group, killed whole after
     `timeout_s`; `text=False` keeps its output as bytes (a patch's CRs are content).
 
@@ -59,7 +66,8 @@ def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = Non
     the one that happens to enclose it, whose uncommitted work a restore would otherwise act on."""
     ceiling = {"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)} if confined else {}
     return processes.run(["git", *args], cwd=cwd, env=git_environment({**ceiling, **(env or {})}),
-                         timeout_s=timeout_s, text=text)
+                         timeout_s=timeout_s, text=text, stdin_bytes=stdin_bytes,
+                         outlives_us_harmlessly=args[0] in _QUERIES)
 
 
 def toplevel_is(tree: str | os.PathLike) -> None:

@@ -10,6 +10,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import git
 
@@ -53,6 +54,7 @@ class TreeReader:
         # base files already read: HEAD never moves while kvtasks holds the tree (a lend changes the
         # working tree only), and the same file is read by several stages
         self._base_texts: dict[str, str | None] = {}
+        self._head_oid: str | None = None
 
     def _run(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[int, str, str]:
         done = run_git(self.path, *args, env=env)
@@ -62,7 +64,9 @@ class TreeReader:
         return status, done.stdout, done.stderr
 
     def head_oid(self) -> str:
-        return self._run("rev-parse", "HEAD")[1].strip()
+        if self._head_oid is None:  # read once, like the base files: HEAD never moves while kvtasks holds the tree
+            self._head_oid = self._run("rev-parse", "HEAD")[1].strip()
+        return self._head_oid
 
     def kind(self) -> str:
         if (self.path / "aiter" / "__init__.py").is_file():
@@ -89,10 +93,43 @@ class TreeReader:
         return entries
 
     def read_base(self, path: str) -> str | None:
-        if path not in self._base_texts:
-            status, out, _ = self._run("show", f"HEAD:{path}", check=False)
-            self._base_texts[path] = out if status == 0 else None
-        return self._base_texts[path]
+        """The base commit's text of the file at `path`; None where base has no file there."""
+        return self.read_base_many([path])[path]
+
+    def read_base_many(self, paths: Iterable[str]) -> dict[str, str | None]:
+        """`read_base` of each path, the ones not read before in one git call (a stage reads a
+        dozen files at a time, and each git process costs more than the reading)."""
+        paths = list(dict.fromkeys(paths))
+        unread = [path for path in paths if path not in self._base_texts]
+        by_line = [path for path in unread if "\n" not in path]  # cat-file's input is one object name a line
+        if by_line:
+            self._base_texts.update(self._cat_files(by_line))
+        for path in unread:
+            if path not in self._base_texts:
+                status, out, _ = self._run("show", f"HEAD:{path}", check=False)
+                self._base_texts[path] = out if status == 0 and not out.startswith(f"tree HEAD:{path}") else None
+        return {path: self._base_texts[path] for path in paths}
+
+    def _cat_files(self, paths: list[str]) -> dict[str, str | None]:
+        names = "".join(f"HEAD:{path}\n" for path in paths).encode("utf-8", "surrogateescape")
+        done = run_git(self.path, "cat-file", "--batch", stdin_bytes=names, text=False)
+        if not done.ok:
+            raise GitFailed(f"git cat-file: {done.said()}")
+        out, found, at = done.stdout, {}, 0
+        for path in paths:  # each answer: "<oid> <type> <size>\n<content>\n", or "<name> missing\n"
+            end = out.index(b"\n", at)
+            header = out[at:end].split()
+            at = end + 1
+            if header[-1] in (b"missing", b"ambiguous"):
+                found[path] = None
+                continue
+            size = int(header[2])
+            content = out[at:at + size]
+            at += size + 1
+            # as `git show` read in text mode gave it: UTF-8, undecodable bytes kept, universal newlines
+            found[path] = content.decode("utf-8", "surrogateescape").replace("\r\n", "\n").replace("\r", "\n") \
+                if header[1] == b"blob" else None
+        return found
 
     def grep_base(self, needles: list[str], suffix: str = ".py") -> list[str]:
         """Files of the base commit containing any of `needles` (fixed strings), in one git call."""
@@ -102,7 +139,8 @@ class TreeReader:
         return [item.split(":", 1)[1] for item in out.split("\0") if item] if status == 0 else []
 
     def exists_on_base(self, path: str) -> bool:
-        return self._run("cat-file", "-e", f"HEAD:{path}", check=False)[0] == 0
+        """Whether base has a file at `path`."""
+        return self.read_base(path) is not None
 
     def head_view(self, patch: str) -> HeadView:
         """Apply `patch` to a private index and object store; raise GitFailed on conflict.

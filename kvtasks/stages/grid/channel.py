@@ -32,8 +32,8 @@ def channel(ctx: Context) -> StageResult:
         else:
             chosen, defaults, evidence = "cli", flags[request.shape_arg], f"add_argument({request.shape_arg!r})"
     if request.shape_env and not chosen:
-        readers = [path for path in ctx.target_sources()
-                   if (tree := sources.parse(ctx.head_text(path))) is not None and reads_env(tree, request.shape_env)]
+        readers = [path for path, text in ctx.head_texts(ctx.target_sources()).items()
+                   if (tree := sources.parse(text)) is not None and reads_env(tree, request.shape_env)]
         if readers:
             chosen, evidence = "env", f"{request.shape_env} read in {', '.join(readers)}"
         else:
