@@ -150,3 +150,24 @@ def test_a_recovery_restores_the_committed_files_a_dead_run_changed(repo, tmp_pa
     assert recovered["patch_reversed"] is True and recovered["still_dirty"] == 0
     assert set(recovered["removed"]) == {"tests/test_kernel.py", "written.log"}
     assert snapshot(repo) == supplied and tree.journal.pending() is None
+
+
+def test_base_files_read_together_are_what_git_show_gives_one_by_one(tmp_path):
+    files = {"crlf.py": "a = 1\r\nb = 2\rc = 3\n", "pkg/mod.py": "x = 'é'\n", "with space.py": "",
+             "empty.txt": "", "no newline.py": "tail"}
+    repo = make_repo(tmp_path / "r", files)
+    (repo / "latin1.py").write_bytes(b"s = '\xe9'\n")
+    (repo / "line\nbreak.py").write_text("odd = True\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "more"], cwd=repo, check=True)
+    paths = [*files, "latin1.py", "line\nbreak.py", "pkg", "gone.py", "pkg/gone.py"]
+    shown = {path: done.stdout if (done := subprocess.run(["git", "show", f"HEAD:{path}"], cwd=repo, capture_output=True,
+                                                          text=True, errors="surrogateescape")).returncode == 0
+             else None for path in paths}
+    shown["pkg"] = None  # a folder is no file
+    read = Worktree(repo, None).read_base_many(paths)
+    assert read == shown
+    assert read["latin1.py"].encode("utf-8", "surrogateescape") == b"s = '\xe9'\n"
+    tree = Worktree(repo, None)
+    assert [tree.read_base(path) for path in paths] == list(shown.values())
+    assert tree.exists_on_base("pkg/mod.py") and not tree.exists_on_base("pkg") and not tree.exists_on_base("gone.py")

@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 from kvtasks.stages import sides
 from kvtasks.stages.payloads import BaselineControl
+from tests.kit import MemoryWorktree
 from tests.receipts import receipt
 
 
@@ -19,7 +20,7 @@ def context(changes: dict[str, str], loaded: list[dict] | None, routes=("pkg/ops
     return SimpleNamespace(head_view=SimpleNamespace(changes=changes), route_files=lambda: set(routes),
                            result_of=lambda kind: baseline if kind is BaselineControl else None,
                            request=SimpleNamespace(repo="/nonexistent", python_path=[]),
-                           worktree=SimpleNamespace(exists_on_base=lambda path: path in base, read_base=base.get))
+                           worktree=MemoryWorktree(base))
 
 
 LOADED = [{"path": "pkg/__init__.py", "during": ""}, {"path": "pkg/ops.py", "during": ""},
