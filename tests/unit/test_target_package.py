@@ -1,8 +1,11 @@
 """The in-target package's pieces, imported directly (no target process): its configuration taken and
-gone, corruption of numpy arrays, the NaN/Inf watch, written arguments, grid cells, and the receipt
-written by one side and validated by the other."""
+gone, corruption of numpy arrays, the NaN/Inf watch, written arguments, grid cells, the receipt
+written by one side and validated by the other, and a copy loading the modules compiled once."""
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -51,6 +54,25 @@ def test_an_ordinary_run_has_no_sensitivity_and_prepare_writes_it_again_for_a_re
     ordinary.configuration_file.unlink()
     ordinary.write_configuration()
     assert decode(ordinary.configuration_file.read_text())[0] == ordinary.configuration
+
+
+def test_each_copy_loads_the_modules_compiled_once_and_names_its_own_files(tmp_path):
+    first = receipts.prepare(tmp_path / "one", routes=[], shape_vars=[], receipt=tmp_path / "r.json")
+    second = receipts.prepare(tmp_path / "two", routes=[], shape_vars=[], receipt=tmp_path / "r.json")
+    copy = second.folder / second.name
+    assert sorted(p.name for p in (copy / "__pycache__").iterdir()) == \
+        sorted(p.name for p in (first.folder / first.name / "__pycache__").iterdir())
+    done = subprocess.run([sys.executable, "-v", "-c", f"import {second.name}.monitor as m; print(m.install.__code__.co_filename)"],
+                          cwd=second.folder, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(second.folder), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(copy / "monitor.py")  # a traceback names this copy's file
+    assert f"code object from '{copy / '__pycache__'}" in done.stderr  # and nothing was compiled again
+    (copy / "monitor.py").write_text((copy / "monitor.py").read_text() + "\nEDITED = True\n")
+    edited = subprocess.run([sys.executable, "-c", f"import {second.name}.monitor as m; print(m.EDITED)"],
+                            cwd=second.folder, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(second.folder), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert edited.stdout.strip() == "True"  # the compiled file is checked against its source
 
 
 def test_the_tail_of_a_produced_array_is_corrupted_and_inputs_are_not():
