@@ -74,6 +74,12 @@ def run(ctx: Context) -> StageResult:
     if not renamed and not added and (not base_repo or base_repo.get("state") != "ran"):
         return result(NAME, "skip", "the target did not run on base, so base's tests have no outcome to hold head to")
 
+    if not renamed and not added and set(ctx.head_view.changes) <= set(kept):
+        # holding every change at base leaves base's tree itself, which the baseline ran: running it
+        # again in head's turn would only repeat base's outcomes
+        return result(NAME, "pass", "the PR changes only its test side: head's code under base's test side is "
+                                    "base's tree, whose outcomes are the baseline's own", kept_at_base=kept,
+                      judged_by=request.target_path)
     judged_by = renamed or request.target_path
     oracle_request = request if not renamed else \
         request.model_copy(update={"target": renamed + request.target[len(request.target_path):]})
