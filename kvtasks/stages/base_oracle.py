@@ -5,7 +5,8 @@ data, pytest's configuration, conftest.py files and plugins (the test side, kvta
 decided from what base's own run loaded). So when the PR changes any test-side file, head's code
 runs once more with every changed test-side file kept at base (`Worktree.lend("head", keep_base=...)`,
 inside the same lend that hands the tree back clean); the grid cells run the same way when the grid
-ran on both sides. A target the PR renamed is judged by base's file at base's path (run on base too,
+ran on both sides. A PR that changes nothing else leaves base's own tree, and the baseline's outcomes
+are the oracle's. A target the PR renamed is judged by base's file at base's path (run on base too,
 so each of its tests has a base outcome); a target the PR adds runs under base's version of the rest.
 
 Judged per test and per grid cell: one that passed on base and fails on head by an assertion or a
