@@ -13,6 +13,13 @@ IDLE_AMD = {"hip_id": 57, "bdf": "0000:c1:00.0", "market_name": "Fake Instinct M
             "target_graphics_version": "gfx-test", "gfx_activity": [0, 1], "vram_total": 196608, "vram_used": 300}
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the cores. Most tests wait on the processes they start
+    (targets, git, doit, Ray, a browser), so with a worker per core the cores sit idle a fifth of
+    the time; on two cores a third worker took the suite from 356 s to 320 s (a fourth: 329 s)."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 @pytest.fixture(autouse=True)
 def private_gpu_locks(tmp_path, monkeypatch):
     """Every test gets its own lock and scratch folders and a fast sampling window; none touches

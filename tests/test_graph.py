@@ -175,18 +175,6 @@ def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
     assert doit(home, "cache-gc", "older=soon").returncode == 64
 
 
-def test_parallel_batch_takes_turns_with_the_worktree_and_runs_the_base_once(tiled, home, tmp_path, gpu_host):
-    gpu_host(amd=[IDLE_AMD, {**IDLE_AMD, "hip_id": 58, "bdf": "0000:c2:00.0"}])  # one per worker, same model
-    before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=tiled, capture_output=True, text=True)
-    doit(home, "-n", "2", "batch", f"manifest={write_manifest(tiled, tmp_path)}")
-    verdicts = {label: json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
-                for label in ("clean", "tail", "loose")}
-    assert verdicts["tail"] == "BLOCK" and verdicts["loose"] == "BLOCK" and verdicts["clean"] != "BLOCK"
-    assert [row["run"] for row in base_launches(home) if row["run"] == "base-repo"] == ["base-repo"]
-    after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=tiled, capture_output=True, text=True)
-    assert after.stdout == before.stdout == ""
-
-
 def test_a_second_validator_on_a_busy_worktree_is_refused(tiled, home, tmp_path):
     from kvtasks import worktree
 
