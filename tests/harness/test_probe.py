@@ -1,5 +1,6 @@
 """The route probe inside real interpreters: the import-hook wrapper, on every Python this machine has
 (a corrupted run and the run it repeats take the same path)."""
+import functools
 import json
 import shutil
 import subprocess
@@ -23,8 +24,10 @@ def _candidates():
             yield from (str(path) for path in Path(root).glob(f"versions/3.{minor}.*/bin/python3.{minor}"))
 
 
+@functools.cache
 def interpreters():
-    """Every Python >= 3.10 this machine has, one per minor version: each probe mechanism runs."""
+    """Every Python >= 3.10 this machine has, one per minor version: each probe mechanism runs.
+    Asked once per process: each answer starts every candidate (pyenv's shims are shell scripts)."""
     found, versions = [], set()
     for candidate in _candidates():
         if not candidate:
@@ -34,7 +37,7 @@ def interpreters():
         if version and version not in versions:
             versions.add(version)
             found.append(pytest.param(candidate, id=f"python{version}"))
-    return found
+    return tuple(found)
 
 
 KERNELS = {

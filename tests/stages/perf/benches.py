@@ -35,44 +35,6 @@ def perf_repo(tmp_path, rows=6, extra="pass", control="1.0"):
 
 PERF = ["--target", "tests/test_op.py", "--perf-args", "bench/bench_op.py"]
 
-# aiter's perftest convention: one [perf] line per shape; `torch` is both a metric and part of the dtype
-AITER_BENCH = '''import os
-import random
-
-from kernels.op import COST, op
-
-if __name__ == "__main__":
-    jitter = random.Random(os.getpid())
-    for m in range(6):
-        op(m)
-        base = 10.0 * (m + 1)
-        print(f"[perf] dim: ({64 * (m + 1)}, 1024), dtype: torch.bfloat16, "
-              f"torch avg: {base * (1 + jitter.uniform(0, 0.01)):.2f} us, "
-              f"ck avg: {base * COST * (1 + jitter.uniform(0, 0.01)):.2f} us")
-'''
-# a measured error column beside the timing: its value differs on every run, base or head
-ERROR_COLUMN_BENCH = '''import os
-import random
-
-from kernels.op import COST, op
-
-if __name__ == "__main__":
-    jitter = random.Random(os.getpid())
-    print("| M | N | kernel us | rel err |")
-    print("|---|---|---|---|")
-    for m in range(6):
-        op(m)
-        print(f"| {m} | 128 | {10.0 * (m + 1) * COST * (1 + jitter.uniform(0, 0.01)):.3f} | "
-              f"{jitter.uniform(1e-4, 9e-4):.2e} |")
-'''
-
-
-def slower_head(tmp_path, bench):
-    repo = make_repo(tmp_path / "perf-repo", {"kernels/__init__.py": "", "kernels/op.py": KERNEL,
-                                              "tests/test_op.py": TEST, "bench/bench_op.py": bench})
-    return repo, make_patch(repo, {"kernels/op.py": KERNEL.replace("COST = 1.0", "COST = 1.25")},
-                            tmp_path / "slow.patch")
-
 
 def pr_added_bench(tmp_path, control):
     repo = make_repo(tmp_path / "perf-repo", {"kernels/__init__.py": "", "kernels/op.py": KERNEL,

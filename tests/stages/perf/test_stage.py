@@ -9,8 +9,7 @@ from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.stage import Perf
 from kvtasks.stages.perf.stats import compare
 from tests.kernel_repos import make_patch
-from tests.stages.perf.benches import (AITER_BENCH, BENCH, ERROR_COLUMN_BENCH, KERNEL, PERF, perf_repo, pr_added_bench,
-                                       slower_head)
+from tests.stages.perf.benches import BENCH, KERNEL, PERF, perf_repo, pr_added_bench
 from tests.test_report import results
 
 
@@ -32,24 +31,6 @@ def test_head_25_percent_slower_needs_work_with_the_rows(tmp_path, validate, mon
     assert "| time (us) | 0 / 128 |" in summary
     assert re.search(r"\| time \(us\) \| 0\.[78]\d\d \| 0\.\d+-0\.\d+ \|", summary)
     assert "Statistics: per row: best of n rounds per side" in summary and "bootstrap" not in summary
-
-
-def test_aiter_perf_lines_are_rows_of_one_table(tmp_path, validate):
-    repo, patch = slower_head(tmp_path, AITER_BENCH)
-    perf = validate(repo, "--patch", str(patch), *PERF).stage("perf")
-    assert perf["status"] == "fail" and perf["matched_rows"] == 6, perf["note"]
-    assert perf["worst_column"] == "ck us" and perf["median_ratio"] == pytest.approx(0.8, abs=0.02)
-    assert perf["columns"]["torch us"]["median_ratio"] == pytest.approx(1.0, abs=0.02)
-    assert {row["row"] for row in perf["rows"]} == {f"dim: ({64 * m}, 1024), dtype: torch.bfloat16"
-                                                    for m in range(1, 7)}
-
-
-def test_a_measured_error_column_never_breaks_row_identity(tmp_path, validate):
-    repo, patch = slower_head(tmp_path, ERROR_COLUMN_BENCH)
-    perf = validate(repo, "--patch", str(patch), *PERF).stage("perf")
-    assert perf["status"] == "fail" and perf["matched_rows"] == 6, perf["note"]
-    assert perf["worst_column"] == "kernel us" and {row["row"] for row in perf["rows"]} == {
-        f"{m} / 128" for m in range(6)}
 
 
 def test_head_unchanged_passes(tmp_path, validate):

@@ -1,6 +1,9 @@
+import random
+
 import numpy as np
 import pytest
 
+from kvtasks.stages.perf.scrape import scrape
 from kvtasks.stages.perf.stats import best_of, compare, median_interval
 
 
@@ -33,3 +36,40 @@ def test_statistics_do_not_call_noise_a_regression():
             for _ in range(3)]
     assert compare(base, head, 0.99, 3).status != "regression"
     assert best_of([10, 11], [12, 13], "latency") == pytest.approx(10 / 12)
+
+
+# -- logs as benches print them, scraped and compared (the stage runs the bench: test_stage.py) ----
+
+def _rounds(print_log, rounds=3):
+    """Three rounds a side, head's kernel 25% slower, each value with up to 1% jitter."""
+    rng = random.Random(7)
+    return ([scrape(print_log(1.0, rng)) for _ in range(rounds)], [scrape(print_log(1.25, rng)) for _ in range(rounds)])
+
+
+def _aiter_log(cost, rng):
+    # aiter's perftest convention: one [perf] line per shape; `torch` is both a metric and part of the dtype
+    return "\n".join(f"[perf] dim: ({64 * (m + 1)}, 1024), dtype: torch.bfloat16, "
+                     f"torch avg: {10.0 * (m + 1) * (1 + rng.uniform(0, 0.01)):.2f} us, "
+                     f"ck avg: {10.0 * (m + 1) * cost * (1 + rng.uniform(0, 0.01)):.2f} us" for m in range(6))
+
+
+def _error_column_log(cost, rng):
+    # a measured error column beside the timing: its value differs on every run, base or head
+    return "\n".join(["| M | N | kernel us | rel err |", "|---|---|---|---|"] + [
+        f"| {m} | 128 | {10.0 * (m + 1) * cost * (1 + rng.uniform(0, 0.01)):.3f} | {rng.uniform(1e-4, 9e-4):.2e} |"
+        for m in range(6)])
+
+
+def test_aiter_perf_lines_are_rows_of_one_table():
+    compared = compare(*_rounds(_aiter_log), 0.95, 3)
+    assert compared.status == "regression" and compared.matched_rows == 6, compared.reason
+    assert compared.worst_column == "ck us" and compared.headline == pytest.approx(0.8, abs=0.02)
+    assert compared.columns["torch us"].median_ratio == pytest.approx(1.0, abs=0.02)
+    assert {row.row for row in compared.rows} == {f"dim: ({64 * m}, 1024), dtype: torch.bfloat16" for m in range(1, 7)}
+
+
+def test_a_measured_error_column_never_breaks_row_identity():
+    compared = compare(*_rounds(_error_column_log), 0.95, 3)
+    assert compared.status == "regression" and compared.matched_rows == 6, compared.reason
+    assert compared.worst_column == "kernel us" and set(compared.columns) == {"kernel us"}
+    assert {row.row for row in compared.rows} == {f"{m} / 128" for m in range(6)}
