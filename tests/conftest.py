@@ -13,6 +13,7 @@ IDLE_AMD = {"hip_id": 57, "bdf": "0000:c1:00.0", "market_name": "Fake Instinct M
             "target_graphics_version": "gfx-test", "gfx_activity": [0, 1], "vram_total": 196608, "vram_used": 300}
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: the suite still runs with -p no:xdist
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the cores. Most tests wait on the processes they start
     (targets, git, doit, Ray, a browser), so with a worker per core the cores sit idle a fifth of
