@@ -40,10 +40,10 @@ def test_statistics_do_not_call_noise_a_regression():
 
 # -- logs as benches print them, scraped and compared (the stage runs the bench: test_stage.py) ----
 
-def _rounds(print_log, rounds=3):
+def _rounds(print_log):
     """Three rounds a side, head's kernel 25% slower, each value with up to 1% jitter."""
     rng = random.Random(7)
-    return ([scrape(print_log(1.0, rng)) for _ in range(rounds)], [scrape(print_log(1.25, rng)) for _ in range(rounds)])
+    return [scrape(print_log(1.0, rng)) for _ in range(3)], [scrape(print_log(1.25, rng)) for _ in range(3)]
 
 
 def _aiter_log(cost, rng):
