@@ -9,6 +9,11 @@ from kvtasks import cli
 from tests.kernel_repos import Bystander, kernel_repo, snapshot
 
 FAKES = Path(__file__).parent / "fakes"
+# The kernel repositories the tests build compute on a few elements, and OpenBLAS (numpy's) starts
+# a thread per core in every process that imports numpy, which then spins waiting for work: a
+# twentieth of the suite's CPU, in targets, runtime probes and workers. The variable passes
+# through to targets as any caller's would (harness.environment).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 IDLE_AMD = {"hip_id": 57, "bdf": "0000:c1:00.0", "market_name": "Fake Instinct MI-T",
             "target_graphics_version": "gfx-test", "gfx_activity": [0, 1], "vram_total": 196608, "vram_used": 300}
 
