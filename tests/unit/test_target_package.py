@@ -56,6 +56,28 @@ def test_an_ordinary_run_has_no_sensitivity_and_prepare_writes_it_again_for_a_re
     assert decode(ordinary.configuration_file.read_text())[0] == ordinary.configuration
 
 
+def test_a_path_resolved_folder_by_folder_is_the_path_resolved_whole(tmp_path):
+    """loads.real_path caches each folder's resolution: links to folders, to files, through other
+    links, .. after a link, relative and missing paths all end where os.path.realpath ends them."""
+    from kvtasks.harness.in_target import loads
+
+    (tmp_path / "real" / "pkg").mkdir(parents=True)
+    (tmp_path / "real" / "pkg" / "mod.py").write_text("")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "target.py").write_text("")
+    (tmp_path / "folder-link").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "pkg" / "file-link.py").symlink_to(tmp_path / "elsewhere" / "target.py")
+    (tmp_path / "chain").symlink_to(tmp_path / "folder-link" / "pkg")
+    paths = [tmp_path / "real" / "pkg" / "mod.py", tmp_path / "folder-link" / "pkg" / "mod.py",
+             tmp_path / "chain" / "file-link.py", tmp_path / "folder-link" / "pkg" / ".." / "pkg" / "mod.py",
+             tmp_path / "chain" / ".." / "pkg" / "mod.py", tmp_path / "chain" / "." / "mod.py",
+             tmp_path / "missing" / "mod.py", tmp_path / "chain", tmp_path / "chain" / "..", "relative/mod.py", "/"]
+    for path in paths:
+        for _ in range(2):  # the second answer comes from the cached folder
+            assert loads.real_path(str(path)) == os.path.realpath(path), path
+    assert loads.real_path(str(tmp_path / "chain" / "file-link.py")) == str(tmp_path / "elsewhere" / "target.py")
+
+
 def test_each_copy_loads_the_modules_compiled_once_and_names_its_own_files(tmp_path):
     first = receipts.prepare(tmp_path / "one", routes=[], shape_vars=[], receipt=tmp_path / "r.json")
     second = receipts.prepare(tmp_path / "two", routes=[], shape_vars=[], receipt=tmp_path / "r.json")

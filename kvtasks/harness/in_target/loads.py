@@ -60,11 +60,27 @@ def own(path: str) -> bool:
     return path.startswith(_HERE)
 
 
+@functools.lru_cache(maxsize=None)
+def _real_folder(folder):
+    return os.path.realpath(folder)
+
+
+def real_path(path):
+    """os.path.realpath(path), each folder resolved once per process: a run's modules share a few
+    hundred folders, and resolving each module's path whole stats every folder above it again (a
+    receipt names every module loaded, thousands in a torch suite)."""
+    folder, name = os.path.split(path)
+    if not os.path.isabs(path) or name in ("", ".", ".."):
+        return os.path.realpath(path)
+    full = os.path.join(_real_folder(folder), name)  # the folder resolves as it would whole: from the left
+    return os.path.realpath(full) if os.path.islink(full) else full
+
+
 @functools.lru_cache(maxsize=4096)
 def in_checkout(source):
     """A file's path relative to the checkout, or None for anything else: installed packages (even in
     a virtual environment inside the checkout) and this package's files are not the checkout's."""
-    path = os.path.realpath(source or "/")
+    path = real_path(source or "/")
     if not path.startswith(_checkout) or path.startswith(installed()) or own(path):
         return None
     return path[len(_checkout):]

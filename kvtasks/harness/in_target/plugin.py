@@ -75,7 +75,7 @@ def _repository_hooks(config, names) -> list[str]:
             plugin = impl.plugin
             source = getattr(plugin, "__file__", None) or getattr(sys.modules.get(type(plugin).__module__), "__file__",
                                                                  None)
-            module = os.path.realpath(source or "/")
+            module = loads.real_path(source or "/")
             if any(module.startswith(root) for root in roots) and not module.startswith(loads.installed()) \
                     and not loads.own(module):
                 found.append(f"{os.path.relpath(module, os.path.realpath(str(config.rootpath)))}: {name}")
