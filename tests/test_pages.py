@@ -177,9 +177,11 @@ def test_failing_test_ids_are_kept_from_junit(tmp_path):
 def test_doit_serve_serves_the_pages_on_localhost_only(tmp_path):
     home = tmp_path / "home"
     publish(home / "reports", compose("pr-1", grid_failing_one_cell()))
-    server = subprocess.Popen([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "serve", "port=0"],
-                              cwd=PROJECT, env={**os.environ, "KVTASKS_HOME": str(home)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
+    errors = tmp_path / "serve.stderr"
+    with errors.open("w") as stderr:  # with every thread's stack, should SIGINT not stop it
+        server = subprocess.Popen([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "serve", "port=0"],
+                                  cwd=PROJECT, env={**os.environ, "KVTASKS_HOME": str(home), "PYTHONFAULTHANDLER": "1"},
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         line = ""
         while "http://" not in line:
@@ -193,7 +195,15 @@ def test_doit_serve_serves_the_pages_on_localhost_only(tmp_path):
             assert "BLOCK · pr-1" in page.read().decode()
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=20)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            signals = [line for line in Path(f"/proc/{server.pid}/status").read_text().splitlines()
+                       if line.startswith("Sig")]
+            server.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack, then it dies
+            server.wait(timeout=20)
+            pytest.fail(f"doit serve did not stop within 20 s of SIGINT ({'; '.join(signals)}):\n"
+                        f"{errors.read_text()[-6000:]}")
     assert doit(home, "serve", "port=http").returncode == 64  # a usage error
 
 
