@@ -28,9 +28,9 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`-n` without `--dist` steals work. xdist's default (load) hands each worker a queue early and
-    never moves it: a suite ran its last 44 s on one worker of three, a sixth of its wall time.
-    Stealing moves half a busy worker's queue to one that runs dry."""
+    """`-n` steals work where it would load (xdist's default, so `--dist load` too). Load hands each
+    worker a queue early and never moves it: a suite ran its last 44 s on one worker of three, a
+    sixth of its wall time. Stealing moves half a busy worker's queue to one that runs dry."""
     if config.getvalue("dist") == "load":
         from xdist.scheduler import WorkStealingScheduling
         return WorkStealingScheduling(config, log)
