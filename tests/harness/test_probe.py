@@ -421,3 +421,53 @@ def test_the_arguments_a_route_writes_into_are_named_and_odd_ones_never_fail_the
         "    print('done')\n"), ["kern.writes:scale"], shape_vars=())
     assert done.returncode == 0 and "done" in done.stdout, done.stderr
     assert receipt.written_arguments == {"kern.writes:scale": ["x", "out"]}, note
+
+
+FREED = {
+    # a cycle made as the conftest imports, before any test: garbage only a collection frees
+    "tests/conftest.py": '''import gc
+import weakref
+
+import pytest
+
+
+class Node:
+    pass
+
+
+def _made_at_import():
+    node = Node()
+    node.self = node
+    return weakref.ref(node)
+
+
+gc.disable()  # until the test collects: no automatic collection frees the cycle first
+MADE_AT_IMPORT = _made_at_import()
+
+
+@pytest.fixture
+def made_at_import():
+    return MADE_AT_IMPORT
+''',
+    "tests/test_gc.py": '''import gc
+
+
+def test_the_repositorys_garbage_is_collected_and_what_ran_before_it_is_frozen(made_at_import):
+    assert gc.get_freeze_count() > 0  # pytest's modules, and the package's, before the conftest
+    gc.collect()
+    gc.enable()
+    assert made_at_import() is None
+''',
+}
+
+
+def test_a_run_freezes_only_what_ran_before_the_repository_s_code(tmp_path):
+    """The objects alive before the repository's code runs are frozen (no collection walks them), and
+    nothing of the repository's is: a cycle its conftest made on import is freed by a collection."""
+    for name, text in FREED.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[], receipt=tmp_path / "receipt.json")
+    done = subprocess.run([sys.executable, "-m", probe.name, "--pytest", "tests/test_gc.py", "-p", "no:cacheprovider"],
+                          cwd=tmp_path, capture_output=True, text=True, env=probe_env(probe, tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
