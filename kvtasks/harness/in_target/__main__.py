@@ -6,10 +6,10 @@ import sys
 from . import monitor, script
 
 # Every object alive now belongs to the interpreter, pytest, this package or the CPU tier (torch),
-# none to the repository, whose code has not run yet: frozen, no collection walks them again. The
-# collections of a run (the automatic ones, and pytest's two in full as its session ends, its check
-# for unraisable exceptions) took a seventh of a small target's CPU time walking them; the
-# repository's own objects are collected as they always are.
+# none to the repository's conftest, tests or routes, which have not run yet: frozen, no
+# collection walks them again. A run's collections (the automatic ones, and pytest's two in full
+# as its session ends, its check for unraisable exceptions) took a seventh of a small target's CPU
+# time walking them; the repository's own objects are collected as they always are.
 if sys.argv[1:2] == ["--pytest"]:
     import pytest
 
