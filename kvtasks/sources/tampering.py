@@ -5,7 +5,8 @@ pytest, unittest, builtins: an attribute set, `setattr`, a monkeypatch or mock p
 their names, `sys.modules` replaced, torch's own `aten` operators re-implemented through `torch.library`;
 reached by any spelling: an alias, `sys.modules[...]`,
 `importlib.import_module`, `getattr`, `vars`, `__builtins__`), looks at the caller's frames or the collector's objects
-(`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, tracing and profiling hooks),
+(`sys._getframe`, `inspect.stack`, `f_back`, `gc.get_objects`, `gc.get_freeze_count`, which is
+non-zero in every run the validator launches, tracing and profiling hooks),
 reads of pytest's or the validator's state (`PYTEST_CURRENT_TEST`, the grid's shape variable, any
 KVTASKS name, a dimension the validator drew for its grid, whether a test framework is loaded), and a context manager whose `__exit__` can return true (it swallows the failure of
 whatever check it wraps). Each is returned with its line, as the finding names it.
@@ -27,7 +28,7 @@ from kvtasks.sources.syntax import dotted, literal, number, parse, qualified
 JUDGES = ("numpy", "torch", "pytest", "_pytest", "unittest", "builtins")
 INTROSPECTION = {"sys._getframe", "sys._current_frames", "inspect.currentframe", "inspect.stack",
                  "inspect.getouterframes", "inspect.trace", "inspect.getinnerframes", "gc.get_objects",
-                 "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "threading.settrace",
+                 "gc.get_freeze_count", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "threading.settrace",
                  "threading.setprofile", "sys.addaudithook", "traceback.extract_stack", "traceback.walk_stack",
                  "traceback.format_stack", "traceback.print_stack", "traceback.StackSummary.extract",
                  "inspect.getframeinfo"}
