@@ -9,12 +9,18 @@ After each run:
 - the tree is byte-identical to what was supplied with its journal settled (after a SIGKILL,
   waiting up to HANDED_BACK_S for the guardian); a fleet run's node trees are clean too;
 - no process of the run is alive (its environment tag, or a working directory in its trees)
-  once ORPHAN_GRACE_S has passed; survivors are listed, counted and killed;
+  once ORPHAN_GRACE_S has passed; orphans are listed, counted and killed;
+- no heartbeat still beats: some PRs' kernels start, at import, a process that outlives its
+  test as a hostile kernel would (a double-forked setsid daemon with its environment cleared, in
+  '/', re-forking every 10 ms; a child that ignores SIGTERM; a shell loop sent into the
+  background), each writing a heartbeat file; one still written ORPHAN_GRACE_S after the run is
+  a survivor (counted, and its writers told to stop by a file beside the heartbeat);
 - the store is consistent: every evidence document reads and names only artifacts that exist,
   and every published report parses and says what its stored evidence composes to (verdict and
   stage statuses; a fleet report, its verdict); anything else counts as fabricated.
 Prints a line per kind of run, then last
-`soak: N runs, K signals, trees handed back K/K, orphans 0, fabricated 0` with the measured numbers.
+`soak: N runs, K signals, trees handed back K/K, orphans 0, fabricated 0, survivors 0` with the
+measured numbers.
 
     python bench/soak.py --runs 200 --seed 1
 """
@@ -38,7 +44,7 @@ from kvtasks.workspace import Workspace  # noqa: E402
 from kvtasks.worktree import Worktree  # noqa: E402
 from tests.batches import PROJECT, eight_prs, write_manifest  # noqa: E402
 from tests.conftest import FAKES, IDLE_AMD  # noqa: E402
-from tests.kernel_repos import (KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot,  # noqa: E402
+from tests.kernel_repos import (KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot,  # noqa: E402
                                 tiled_repo)
 
 SIGNALS = (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -52,6 +58,37 @@ ORPHAN_GRACE_S = 15
 # after about a minute, and then exit
 RAY_ORPHAN_GRACE_S = 90
 TAG = "KVTASKS_SOAK_RUN"
+BEAT_QUIET_S = 0.3  # a heartbeat unchanged for this long has stopped
+
+# kernels that leave a process behind at import, each beating into the file named {beat}
+DAEMONS = {
+    "setsid-daemon": """import os, signal, time
+if os.fork() == 0:
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        os.chdir("/")
+        os.closerange(0, 1024)
+        os.environ.clear()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while not os.path.exists({beat!r} + ".stop"):
+            if os.fork():
+                os._exit(0)
+            with open({beat!r}, "a") as beat:
+                beat.write("beat\\n")
+            time.sleep(0.01)
+    finally:
+        os._exit(0)
+""",
+    "sigterm-ignorer": """import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+                  "import os\\nwhile not os.path.exists({beat!r} + '.stop'):\\n    open({beat!r}, 'a').write('beat\\\\n')\\n    time.sleep(0.05)"])
+""",
+    "background-shell": """import os
+os.system("while [ ! -e '{beat}.stop' ]; do echo beat >> '{beat}'; sleep 0.05; done > /dev/null 2>&1 &")
+""",
+}
 
 
 class Soak:
@@ -77,6 +114,10 @@ class Soak:
             make_patch(self.kernels, {"tests/test_scale.py": TESTS.replace("atol=1e-6", "atol=1e-1"),
                                       "tests/test_added.py": "def test_added():\n    pass\n"}, work / "loose.patch"),
         ]
+        (work / "beats").mkdir()
+        self.beats = {name: work / "beats" / name for name in DAEMONS}
+        self.kernel_prs += [make_patch(self.kernels, {"kernels/scale.py": DAEMONS[name].format(beat=str(beat)) + KERNEL},
+                                       work / f"{name}.patch") for name, beat in self.beats.items()]
         self.tiled = tiled_repo(work / "tiled")
         self.tiled_prs = eight_prs(self.tiled, work / "tiled-patches")
         self.supplied = {self.kernels: snapshot(self.kernels), self.tiled: snapshot(self.tiled)}
@@ -132,6 +173,7 @@ class Soak:
         if sent:
             self.counts["handed_back"] += back
         self._orphans(number, tree, RAY_ORPHAN_GRACE_S if kind == "ray" else ORPHAN_GRACE_S)
+        self._survivors(number)
         self._fabricated(number, labels)
         if not sent:  # left alone, or never reached its point: a whole validation with its reports
             missing = [label for label in labels if not (self.home / "reports" / label / "validation_report.json").exists()]
@@ -192,6 +234,18 @@ class Soak:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def _survivors(self, number: int) -> None:
+        """Every heartbeat has stopped: waited for up to ORPHAN_GRACE_S (a SIGKILLed validator's
+        guardian ends its launches), then each one still beating is a survivor, its writers killed."""
+        deadline = time.monotonic() + ORPHAN_GRACE_S
+        while (beating := [name for name, beat in self.beats.items() if _beating(beat)]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for name in beating:
+            self.counts["survivors"] += 1
+            self._fail(number, f"the {name} kernel's process still beats after the run")
+            _kill_writers(self.beats[name])
 
     def _fabricated(self, number: int, labels: list[str]) -> None:
         workspace = Workspace(self.home)
@@ -259,6 +313,25 @@ def _missing_artifacts(store: Store, entry: dict) -> str | None:
     return None
 
 
+def _beating(beat: Path) -> bool:
+    """Whether something still writes the heartbeat file."""
+    if not beat.exists():
+        return False
+    size = beat.stat().st_size
+    time.sleep(BEAT_QUIET_S)
+    return beat.stat().st_size != size
+
+
+def _kill_writers(beat: Path) -> None:
+    """Stop a survivor's line (every one of the kernels above ends at the file beside its heartbeat)."""
+    stop = beat.with_name(beat.name + ".stop")
+    stop.touch()
+    deadline = time.monotonic() + 5
+    while _beating(beat) and time.monotonic() < deadline:
+        pass
+    stop.unlink()
+
+
 def _processes_of(tag: str, places: tuple[Path, ...]) -> dict[int, str]:
     """Live processes of one run: those carrying its tag, or working in one of its trees."""
     found = {}
@@ -301,7 +374,7 @@ def main() -> None:
         counts = soak.counts
         print(f"soak: {args.runs} runs, {counts['signals']} signals, trees handed back "
               f"{counts['handed_back']}/{counts['signals']}, orphans {counts['orphans']}, "
-              f"fabricated {counts['fabricated']}")
+              f"fabricated {counts['fabricated']}, survivors {counts['survivors']}")
         sys.exit(1 if soak.failures else 0)
 
 

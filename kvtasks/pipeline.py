@@ -125,6 +125,9 @@ def run_row(ctx: Context, row: Row) -> StageResult | None:
     if produced is None:
         ctx.say(f"{row.name}: nothing to do ({time.monotonic() - started:.1f}s)")
         return None
+    for path in ctx.worktree.take_tampered():
+        produced.finding("containment.git-changed-by-run", "blocker",
+                         f"a run of this stage changed the repository's own {path}; it was put back as supplied")
     reported = row.amends.name if row.amends is not None else row.name
     if produced.name != reported:
         raise ValueError(f"pipeline row {row.name} returned a result for {produced.name}, not {reported}")

@@ -17,16 +17,25 @@ import subprocess
 import select
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
+
+from kvtasks.records import Survivor
+
+if TYPE_CHECKING:
+    from kvtasks.containment import Watch
 
 KILL_GRACE_S = 5.0
 SIGNAL_SLICE_S = 0.5  # the longest a wait of ours stays out of Python, where signal handlers run
 _PR_SET_PDEATHSIG = 1
 
-# called with (pgid, start time) for every tracked launch; the worktree's journal listens while lent
-spawned: list[Callable[[int, int | None], None]] = []
+# called with (pgid, start time, cgroup folder or None) for every tracked launch; the worktree's
+# journal listens while lent
+spawned: list[Callable[[int, int | None, str | None], None]] = []
+# called with no arguments once a tracked launch and everything it started have ended: a lent tree
+# checks its repository's own files then, before kvtasks' next git call reads them
+ended: list[Callable[[], None]] = []
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Finished:
     timed_out: bool
     timeout_s: float
     duration_s: float
+    survivors: list[Survivor] = field(default_factory=list)  # a contained run's (kvtasks.containment)
 
     @property
     def ok(self) -> bool:
@@ -72,12 +82,15 @@ def alive(pid: int, started: int | None) -> bool:
     return now is not None and (started is None or now == started)
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
+def _die_with_parent(parent: int, cgroup: Path | None = None) -> Callable[[], None]:
     def arm() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(137)
+        if cgroup is not None:  # its launch's cgroup, entered before it execs (kvtasks.containment)
+            with open(cgroup / "cgroup.procs", "w") as procs:
+                procs.write("0")
     return arm
 
 
@@ -87,20 +100,24 @@ def die_with_parent() -> None:
 
 
 def popen(argv: Sequence[str], *, track: bool = False, outlives_us_harmlessly: bool = False,
-          **options) -> subprocess.Popen:
-    """Start `argv` in its own session, armed to die with this process.
+          contained: "Watch | None" = None, **options) -> subprocess.Popen:
+    """Start `argv` in its own session, armed to die with this process; `contained`, in its
+    launch's containment (its cgroup entered before it execs).
 
     A command that only reads and ends by itself (a git query) may go unarmed: arming it takes
     Python code in the forked child, which rules out vfork, and a fork of a large validator
     (a worker that imported torch) costs milliseconds that every one of a validation's dozens of git
     calls would pay."""
-    arm = None if outlives_us_harmlessly else _die_with_parent(os.getpid())
+    cgroup = contained.cgroup if contained is not None else None
+    arm = None if outlives_us_harmlessly else _die_with_parent(os.getpid(), cgroup)
     process = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=arm, **options)
+    if contained is not None:
+        contained.started(process.pid)
     if track:
         try:
             started = start_time(process.pid)
             for observer in list(spawned):
-                observer(process.pid, started)
+                observer(process.pid, started, str(cgroup) if cgroup is not None else None)
         except BaseException:  # an interrupt before the caller holds the process: nobody else would kill it
             kill_group(process)
             raise
@@ -224,20 +241,17 @@ def _communicate(process: subprocess.Popen, deadline: float) -> tuple:
 
 def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None = None,
         env: Mapping[str, str] | None = None, stdout: int | IO = subprocess.PIPE,
-        stderr: int | IO = subprocess.PIPE, track: bool = False, text: bool = True,
+        stderr: int | IO = subprocess.PIPE, text: bool = True,
         errors: str = "surrogateescape", stdin_bytes: bytes | None = None,
         outlives_us_harmlessly: bool = False) -> Finished:
-    """Run to completion or to `timeout_s`; either way the whole group is gone afterwards.
+    """Run to completion or to `timeout_s`; either way the whole group is gone afterwards (a run of
+    the checkout's code is `kvtasks.containment.run`, which also ends what left the group).
 
     `stdin_bytes` is what it reads on its standard input (nothing otherwise)."""
     started = time.monotonic()
-    given = None
-    if stdin_bytes is not None:  # a file, not a pipe: the waits below retry, and input would be sent once
-        given = tempfile.TemporaryFile()
-        given.write(stdin_bytes)
-        given.seek(0)
+    given = stdin_file(stdin_bytes)
     try:
-        process = popen(argv, track=track, outlives_us_harmlessly=outlives_us_harmlessly, cwd=cwd,
+        process = popen(argv, outlives_us_harmlessly=outlives_us_harmlessly, cwd=cwd,
                         env=None if env is None else dict(env), stdin=subprocess.DEVNULL if given is None else given,
                         stdout=stdout, stderr=stderr, text=text, errors=errors if text else None)
     finally:
@@ -258,3 +272,14 @@ def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None 
     return Finished(argv=list(argv), returncode=None if timed_out else process.returncode, stdout=out or "",
                     stderr=err or "", timed_out=timed_out, timeout_s=timeout_s,
                     duration_s=round(time.monotonic() - started, 3))
+
+
+def stdin_file(stdin_bytes: bytes | None) -> IO | None:
+    """What a child reads on its standard input: a file, not a pipe, since the waits retry and
+    input would be sent once."""
+    if stdin_bytes is None:
+        return None
+    given = tempfile.TemporaryFile()
+    given.write(stdin_bytes)
+    given.seek(0)
+    return given

@@ -17,6 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
 
 
+class Survivor(BaseModel):
+    """A process of a launch that was alive once the launch's leader had exited (kvtasks.containment)."""
+
+    pid: int
+    command: str
+    found_as: str  # "process group", "orphan" (reparented to the launcher), "descendant", "cgroup"
+    ended: str  # how it was ended: "SIGKILL", or why it could not be
+
+
 class Record(BaseModel):
     """A hand-off record: declared fields only, and only the ones a stage set are stored; a value
     set later is checked against its field as one given at construction is."""

@@ -12,6 +12,10 @@ RULES: dict[str, str] = {
     'baseline.run-unusable': 'the base run cannot stand as evidence',
     # config
     'config.changed-by-pr': "the PR changes kvtasks' configuration in the repository; base's was used",
+    # containment
+    'containment.git-changed-by-run': "a run changed the repository's own .git hooks, info or config; they were put back",
+    'containment.head-left-processes': "a head launch left processes running where base's did not; they were ended",
+    'containment.log-cut': "a run's output passed the log ceiling; what it wrote between its first and last parts was cut",
     # cpu-tier
     'cpu-tier.autotune-once': 'autotune ran every config once per kernel and key',
     'cpu-tier.known-bad-environment': 'the Triton CPU tier could not run in this environment',
@@ -36,6 +40,7 @@ RULES: dict[str, str] = {
     'grid.cells-skipped-on-head': 'grid cells that ran on base are skipped or deselected on head',
     'grid.cells-unrun': 'grid cells not executed on either side',
     'grid.channel-not-shown': 'the grid channel was not shown to reach the target',
+    'grid.crashed': "the grid run died on head after reaching the route (a signal, an abort, an exit mid-session), where base's completed",
     'grid.duplicates-defaults': "the grid duplicates the target's defaults; it earns no pass",
     'grid.executed-nothing': 'the grid executed nothing; no correctness claim is made',
     'grid.failed-before-route': 'the grid run failed without reaching routed work',
@@ -100,6 +105,7 @@ RULES: dict[str, str] = {
     'sensitivity.lost-on-head': 'the suite detects a corrupted route on base and not on head',
     # target
     'target.base-timed-out': "the target fails on head and base's run timed out, so nothing is attributed",
+    'target.crashed': "the target's run died on head after reaching the route (a signal, an abort, an exit mid-session), where base's completed",
     'target.fails-new-target': 'the PR adds the target, and the target fails on head',
     'target.fails-on-checkout': 'the target fails on the supplied checkout (no patch to compare with)',
     'target.red-on-both-sides': 'the target is red on both sides, so the failure is not attributed to the PR',

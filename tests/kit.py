@@ -52,6 +52,9 @@ class MemoryWorktree:
     def head_oid(self) -> str:
         return "0" * 40
 
+    def take_tampered(self) -> list[str]:
+        return []  # never lent, so no run ever changed its repository's files
+
     def kind(self) -> str:
         return "unknown"
 

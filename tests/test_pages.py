@@ -17,7 +17,7 @@ from kvtasks import demo, pages, pipeline, report
 from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.scrape import scrape
 from kvtasks.stages.perf.stats import METHOD, compare
-from kvtasks.harness.launch import pytest_stats
+from kvtasks.harness.junit import pytest_stats
 from tests.kernel_repos import make_patch
 from tests.processes import PROJECT, doit
 

@@ -58,7 +58,7 @@ def test_a_picker_that_hangs_is_killed_and_recorded(tmp_path, monkeypatch):
 def test_a_launch_whose_recording_is_interrupted_is_killed_not_left_running(monkeypatch):
     started = []
 
-    def interrupted(pid, _start):
+    def interrupted(pid, _start, _cgroup):
         started.append(pid)
         raise KeyboardInterrupt  # a signal landing after the fork, before the caller holds the process
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from kvtasks import processes
+from kvtasks import cgroups, containment, processes
 from kvtasks.gpu import lease
 from kvtasks.request import Request
 from kvtasks.harness import environment, layout, receipts, runtime_probe, startup
@@ -108,10 +108,12 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
         done = launch(
             label=label, runner=runner, target=request.target, cwd=Path(request.repo), env=env,
             python_bin=request.host.python_bin, run_dir=run_dir / "runs", timeout_s=request.host.timeout,
-            probe=probe.name, argv=argv, prefix=request.launch_prefix([str(scratch)]),
+            probe=probe.name, argv=argv, prefix=request.launch_prefix([str(scratch)], left=str(private / "left")),
             private=private,
-            before_retry=probe.write_configuration,
+            before_retry=probe.write_configuration, log_ceiling=request.host.log_ceiling,
         )
+    done.survivors += containment.namespace_survivors(private / "left")
+    done.died = receipts.death(probe, done.exit, done.timed_out)
     receipt, digest, note = receipts.read(probe, label)
     kept = run_dir / "runs" / f"receipt-{label}.json"
     if probe.receipt.is_file():
@@ -157,7 +159,8 @@ def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file
     with gpu_turn(request, visible_devices):
         return launch(label=label, runner="script", target=file, cwd=Path(request.repo), env=env,
                       python_bin=request.host.python_bin, run_dir=logs, timeout_s=request.host.perf_timeout,
-                      probe=None, argv=argv, prefix=request.launch_prefix([str(phase_root), str(logs)]))
+                      probe=None, argv=argv, prefix=request.launch_prefix([str(phase_root), str(logs)]),
+                      log_ceiling=request.host.log_ceiling)
 
 
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],
@@ -179,11 +182,11 @@ def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[s
         tier = json.dumps({"folder": str(probe_dir / "tier"), "package": package, "settings": cpu_tier})
         env["TRITON_INTERPRET"] = "1"
     with gpu_turn(request, visible_devices):
-        done = processes.run(
+        done = containment.run(
             # run as -c, not by path: the probe's own folder must not shadow the checkout's modules
             [*request.launch_prefix([str(run_dir)]), request.host.python_bin, "-c",
              Path(runtime_probe.__file__).read_text(), str(out), module, tier, *roots],
-            cwd=request.repo, env=env, timeout_s=min(300, request.host.timeout), track=True,
+            cwd=request.repo, env=env, timeout_s=min(300, request.host.timeout),
         )
     log = (done.stdout + done.stderr)[-2000:]
     if done.timed_out:
@@ -227,7 +230,13 @@ def isolation_facts(request: Request) -> dict:
     else:
         sandbox = ("none (--sandbox was not given): targets run as the validator's user and could write "
                    "wherever it can, the evidence store included; they never see it on a path kvtasks gives them")
+    cgroup = "a cgroup v2 per launch (cgroup.kill), " if cgroups.cgroup_root() is not None else \
+        "no cgroup (this host delegates none to the validator), "
+    contained = ("every launch is ended whole once its leader exits: its process group, "
+                 + cgroup + "the launcher as child subreaper for what left both"
+                 + (", and a PID namespace per launch (--sandbox)" if request.sandbox else ""))
     return {
+        "processes": contained,
         "level": "git-worktree + private caches" + (" + network namespace" if request.no_network else "")
                  + (" + read-only evidence (mount namespace)" if request.sandbox else ""),
         "container": False,

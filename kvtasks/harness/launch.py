@@ -13,44 +13,13 @@ import time
 from pathlib import Path
 from typing import Callable, Literal, Mapping
 
-from junitparser import Error, Failure, JUnitXml, TestSuite
 from pydantic import BaseModel
 
-from kvtasks import faults, processes
+from kvtasks import containment, faults, processes
+from kvtasks.records import Survivor
+from kvtasks.harness.capped_log import DEFAULT_CEILING, CappedLog
+from kvtasks.harness.junit import PYTEST_USAGE_ERROR, CaseResult, ExecutionStats, pytest_cases, pytest_stats, script_stats
 from kvtasks.harness.receipts import StampedReceipt
-
-PYTEST_USAGE_ERROR = 4
-PYTEST_NOTHING_COLLECTED = 5
-FAILED_TESTS_KEPT = 50
-
-
-class ExecutionStats(BaseModel):
-    tests: int = 0
-    failures: int = 0
-    errors: int = 0
-    skipped: int = 0
-    executed: int = 0
-    observed_work: int | None = None
-    junit_xml: str | None = None
-    basis: str = ""
-    note: str = ""
-    # which test ids failed or errored (the first FAILED_TESTS_KEPT): a published page names the failing
-    # grid cells from them, after the run's folder may be gone
-    failed_tests: list[str] = []
-
-
-class CaseResult(BaseModel):
-    """One JUnit test item: which ran, which were skipped (xfail included), and why one failed."""
-
-    name: str
-    classname: str = ""
-    outcome: Literal["passed", "failed", "error", "skipped"]
-    message: str = ""
-
-    @property
-    def test_id(self) -> str:
-        """The item as failed_tests names it: classname::name."""
-        return f"{self.classname}::{self.name}" if self.classname else self.name
 
 
 class TargetRun(BaseModel):
@@ -77,6 +46,13 @@ class TargetRun(BaseModel):
     adopted_from: str | None = None
     # the scratch folder its process saw (its phase's caches, its launch's folder): a run repeating it sees the same
     scratch: str | None = None
+    # how it died after reaching the route, and in which test (kvtasks.harness.receipts.death); None: it ended
+    died: str | None = None
+    # what was still alive once its leader had exited, and was ended (kvtasks.containment)
+    survivors: list[Survivor] = []
+    # what it wrote to its output, and how much of that the log's ceiling left out (kvtasks.harness.capped_log)
+    log_written_bytes: int = 0
+    log_cut_bytes: int = 0
 
     @property
     def usage_error(self) -> bool:
@@ -134,6 +110,7 @@ def launch(
     prefix: tuple[str, ...] = (),
     private: Path | None = None,
     before_retry: Callable[[], None] | None = None,
+    log_ceiling: int = DEFAULT_CEILING,
 ) -> TargetRun:
     """One target run; its JUnit file and log end up as run_dir/junit-<label>.xml and
     run_dir/<label>.log. With `private` (a folder of this launch's own) the process writes them
@@ -145,7 +122,7 @@ def launch(
         private.mkdir(parents=True, exist_ok=True)
     junit, log = (private / "junit.xml", private / "output.log") if private is not None else (kept_junit, kept_log)
     command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
-    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s)
+    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling)
     text = Path(log).read_text(errors="replace") if done.usage_error and probe is not None else ""
     configured = configured_addopts(text, cwd) if text else {}
     if configured.get("dropped") and not _NOT_FOUND.search(usage_message(text)):
@@ -156,9 +133,11 @@ def launch(
         log.replace(first_log)
         if before_retry is not None:
             before_retry()
-        retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s)
+        retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s,
+                             log_ceiling)
         retry.addopts_dropped = {**configured, "error": usage_message(text), "first_log": str(first_log)}
         retry.duration_s = round(retry.duration_s + done.duration_s, 3)
+        retry.survivors = [*done.survivors, *retry.survivors]
         done = retry
     if private is not None:
         _keep(done, junit, kept_junit, log, kept_log)
@@ -177,18 +156,32 @@ def _keep(done: TargetRun, junit: Path, kept_junit: Path, log: Path, kept_log: P
         done.stats.junit_xml = str(kept_junit)
 
 
-def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> TargetRun:
+def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling) -> TargetRun:
     junit.unlink(missing_ok=True)
     started = time.monotonic()
     timed_out = False
-    with open(log, "wb") as log_file:
-        process = processes.popen(command, track=True, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                  stdout=log_file, stderr=subprocess.STDOUT)
-        try:
-            faults.point("launch", label)
-            timed_out = processes.wait_or_expire(process, timeout_s)
-        finally:
-            processes.kill_group(process)
+    output = CappedLog(log, log_ceiling)
+    contained = containment.watch()
+    try:
+        process = processes.popen(command, track=True, contained=contained, cwd=cwd, env=dict(env),
+                                  stdin=subprocess.DEVNULL, stdout=output.write_end, stderr=subprocess.STDOUT)
+    except BaseException:
+        contained.release()
+        output.started()
+        output.close()
+        raise
+    output.started()
+    try:
+        faults.point("launch", label)
+        timed_out = processes.wait_or_expire(process, timeout_s)
+    except BaseException:
+        processes.kill_group(process)
+        raise
+    finally:
+        # the leader is done: what it started is ended before its output is read to its end, since
+        # a process it left holding the pipe would keep the drain waiting
+        survivors = containment.end_launch(process, contained)
+        output.close()
     duration = time.monotonic() - started
     exit_code = None if timed_out else process.returncode
     cases = pytest_cases(junit) if runner == "pytest" else []
@@ -201,7 +194,8 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s) -> Tar
     if timed_out:
         stats.note = f"timed out after {timeout_s}s; the process group was killed"
     return TargetRun(label=label, runner=runner, command=command, exit=exit_code, timed_out=timed_out,
-                     duration_s=round(duration, 3), log=str(log), stats=stats, cases=cases)
+                     duration_s=round(duration, 3), log=str(log), stats=stats, cases=cases, survivors=survivors,
+                     log_written_bytes=output.total, log_cut_bytes=output.cut)
 
 
 def usage_message(log_text: str) -> str:
@@ -243,55 +237,6 @@ def configured_addopts(log_text: str, cwd: Path) -> dict:
         return {**found, "dropped": f"(unreadable: {exc})"}
     found["dropped"] = " ".join(value) if isinstance(value, list) else " ".join(str(value).split())
     return found
-
-
-def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
-    if exit_code == PYTEST_USAGE_ERROR and not junit.is_file():
-        return ExecutionStats(basis="pytest usage error: nothing was collected or run")  # not a test failure
-    if not junit.is_file():
-        return ExecutionStats(errors=1, note="JUnit XML missing: pytest died before writing results")
-    try:
-        xml = JUnitXml.fromfile(str(junit))
-    except Exception as exc:  # junitparser raises lxml/ElementTree errors of several kinds
-        return ExecutionStats(errors=1, note=f"JUnit XML unreadable: {exc}")
-    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
-    tests = sum(suite.tests or 0 for suite in suites)
-    failures = sum(suite.failures or 0 for suite in suites)
-    errors = sum(suite.errors or 0 for suite in suites)
-    skipped = sum(suite.skipped or 0 for suite in suites)
-    note = "pytest collected no tests" if exit_code == PYTEST_NOTHING_COLLECTED else ""
-    failed = [f"{case.classname}::{case.name}" if case.classname else case.name
-              for suite in suites for case in suite if any(isinstance(r, (Failure, Error)) for r in case.result)]
-    return ExecutionStats(
-        tests=tests, failures=failures, errors=errors, skipped=skipped,
-        # a collection or fixture error never counts as an executed test
-        executed=max(0, tests - skipped - errors), junit_xml=str(junit), basis="pytest-junit", note=note,
-        failed_tests=failed[:FAILED_TESTS_KEPT],
-    )
-
-
-def pytest_cases(junit: Path) -> list[CaseResult]:
-    try:
-        xml = JUnitXml.fromfile(str(junit))
-    except Exception:  # missing or unreadable: pytest_stats says so; there are no items to name
-        return []
-    cases = []
-    for suite in [xml] if isinstance(xml, TestSuite) else list(xml):
-        for case in suite:
-            outcomes = {type(item).__name__.lower(): item for item in case.result}
-            outcome = next((name for name in ("error", "failure", "skipped") if name in outcomes), "passed")
-            item = outcomes.get(outcome)
-            cases.append(CaseResult(name=case.name or "", classname=case.classname or "",
-                                    outcome="failed" if outcome == "failure" else outcome,
-                                    message=((item.message or "") if item is not None else "")[:300]))
-    return cases
-
-
-def script_stats(exit_code: int | None) -> ExecutionStats:
-    return ExecutionStats(
-        tests=1, failures=int(exit_code != 0), executed=1,
-        basis="script exit status: executed is a liveness signal, not a case count",
-    )
 
 
 def pytest_runnable(python_bin: str, env: Mapping[str, str], cwd: Path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import signal
 import importlib.util
 import json
 import py_compile
@@ -124,6 +125,7 @@ def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: 
         poisoned_row=list(poisoned_row),
         cpu_tier=TierSettings.of(cpu_tier) if cpu_tier else None)
     receipt.unlink(missing_ok=True)
+    receipt.with_name(receipt.name + ".progress").unlink(missing_ok=True)
     corrupted = {key: value for key, value in (sensitivity or {}).items() if value not in (None, "")}
     module = ProbeModule(name, folder, receipt, configuration.nonce, configuration,
                          Sensitivity(**corrupted) if corrupted else None)
@@ -156,3 +158,36 @@ def read(module: ProbeModule, label: str) -> tuple[StampedReceipt | None, str | 
     except ValidationError as exc:
         return None, digest, f"the receipt does not match its definition: {exc.errors()[0]['loc']}: " \
                              f"{exc.errors()[0]['msg']}"
+
+
+def death(module: ProbeModule, exit_status: int | None, timed_out: bool) -> str | None:
+    """How a run that reached the route died before its end, with the last test it started; None
+    when it ended (or kvtasks ended it at its timeout), or died before any route call. Died: a
+    signal, or an end before its receipt was written (neither pytest's session end nor the
+    interpreter's exit ran: os._exit, an abort under the sandbox's shell), read from the progress
+    lines the run wrote as it went (kvtasks.harness.in_target.state.Run.progress)."""
+    progress = module.receipt.with_name(module.receipt.name + ".progress")
+    try:
+        lines = progress.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    if timed_out or not any(line.startswith("route ") for line in lines):
+        return None
+    signalled = -exit_status if exit_status is not None and exit_status < 0 else \
+        exit_status - 128 if exit_status is not None and 128 < exit_status < 128 + signal.NSIG else None
+    if exit_status is not None and exit_status < 0:
+        how = f"killed by {_signal_name(signalled)}"
+    elif not module.receipt.is_file():
+        how = f"ended with status {exit_status} before its end" + \
+            (f" (as {_signal_name(signalled)} does)" if signalled else "")
+    else:
+        return None
+    started = [line.removeprefix("start ") for line in lines if line.startswith("start ")]
+    return how + (f", in {started[-1]}, the last test it started" if started else ", in its script")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -6,6 +6,7 @@ from typing import Protocol
 
 from kvtasks.records import Facts, Selection, merged
 from kvtasks.report import judge
+from kvtasks.report.containment import Launch, contain
 from kvtasks.report.layout import Layout
 from kvtasks.report.model import EXIT_CODES, Finding, Report, Stage, TestSelection
 
@@ -18,6 +19,7 @@ class Result(Protocol):
     findings: list[Finding]
     facts: Facts
     selection: Selection
+    runs: list[Launch]
 
 
 def utc_now() -> str:
@@ -52,6 +54,13 @@ def compose(layout: Layout, label: str, results: list[Result], finished_utc: str
         for name in layout.tiered:
             if name in stages and stages[name].evidence_tier is None:
                 stages[name].evidence_tier = tier.evidence
+    # each launch once: a merged session's parts and a run adopted from another stage are that launch
+    launches = {run.label: stage_result.name for stage_result in latest.values() for run in stage_result.runs
+                if run.session is None and not run.adopted_from}
+    runs = [run for stage_result in latest.values() for run in stage_result.runs if run.label in launches
+            and run.session is None and not run.adopted_from]
+    contained, contained_findings = contain(runs, launches)
+    findings.extend(contained_findings)
     decided = judge.verdict(layout, stages, findings, facts.runtime_identity)
     coverage, coverage_basis = ({}, {}) if tier else layout.coverage(stages)
     report = layout.model(
@@ -66,6 +75,7 @@ def compose(layout: Layout, label: str, results: list[Result], finished_utc: str
         repo=facts.repo.model_dump(),
         runtime_identity=facts.runtime_identity,
         recovered_run=facts.recovered_run,
+        containment=contained,
         test_selection=TestSelection(target=selection.pop("target", ""), **selection),
         stages=layout.stages_model(**stages),
         findings=findings,

@@ -7,12 +7,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from kvtasks import __version__, rules
-from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, TargetEnvironment
+from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, Survivor, TargetEnvironment
 
 # the report's shape for its consumers; bumped when a field is removed or changes meaning, together
 # with its snapshot in tests/report_schemas/ (1: the first versioned report, with schema_version,
-# kvtasks_version and every finding's rule)
-SCHEMA_VERSION = "1"
+# kvtasks_version and every finding's rule; 2: containment, isolation.processes, and died on the
+# repo tests' and grid's stage objects)
+SCHEMA_VERSION = "2"
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 Status = Literal["pass", "fail", "skip", "info"]
 Severity = Literal["blocker", "should-fix", "note"]
@@ -66,8 +67,28 @@ class Isolation(BaseModel):
     container: bool
     network: str = ""
     sandbox: str = ""  # whether targets could write the evidence store (--sandbox: read-only mount)
+    processes: str = ""  # what ends every process a launch started (kvtasks.containment)
     reason: str = ""
     target_environment: TargetEnvironment | None = None
+
+
+class LaunchSurvivors(BaseModel):
+    launch: str  # the run's label: base-repo, head-grid, ...
+    survivors: list[Survivor]
+
+
+class LogCut(BaseModel):
+    launch: str
+    written_bytes: int  # what the target wrote in all
+    cut_bytes: int  # what was left out between its first and last parts
+
+
+class Containment(BaseModel):
+    """What the launches left alive once their leaders had exited (every one ended before the tree
+    was handed back; kvtasks.containment), and whose output passed the log ceiling."""
+
+    survivors: list[LaunchSurvivors] = []
+    logs_cut: list[LogCut] = []
 
 
 # the report's own test_selection fields, always written (in this order), before what stages set
@@ -145,6 +166,7 @@ class Report(BaseModel):
     runtime_identity: RuntimeIdentity | None = None
     # set when this run first undid what a killed earlier run left in the worktree
     recovered_run: dict[str, Any] | None = None
+    containment: Containment = Containment()
     test_selection: TestSelection
     stages: BaseModel
     findings: list[Finding]

@@ -19,7 +19,7 @@ from pydantic_core import PydanticUseDefault
 
 from kvtasks.errors import UsageError
 from kvtasks.host import HostSettings
-from kvtasks.request.namespaces import SANDBOX_SCRIPT
+from kvtasks.request.namespaces import PID_NAMESPACE, SANDBOX_SCRIPT
 from kvtasks.request.options import DeclaredOption, Option, grid_rows, names, option_of, switched
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -196,17 +196,19 @@ class Request(BaseModel):
     def patch_bytes(self) -> bytes:
         return Path(self.patch).read_bytes() if self.patch else b""
 
-    def launch_prefix(self, writable: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+    def launch_prefix(self, writable: list[str] | tuple[str, ...] = (), left: str = "") -> tuple[str, ...]:
         """What a target command runs under: the sandbox's mount namespace (the `readonly` folders
         mounted read-only, the `writable` ones, the tree and the run's scratch, kept writable even
-        inside them), with the network namespace of --no-network; or just the latter."""
+        inside them) and a PID namespace of its own (whose end takes every process in it; `left`
+        names the file that lists what was alive there once the target exited), with the network
+        namespace of --no-network; or just the latter."""
         if (self.no_network or self.sandbox) and not self.resolved:
             raise ValueError("an unresolved request has no namespaces to launch in: resolve() it first")
         if not self.sandbox:
             return self.network_namespace
         network = ("--net",) if self.no_network else ()
-        return (*self.sandbox_namespace, *network, "--", "sh", "-c", SANDBOX_SCRIPT, "kvtasks-sandbox",
-                *self.readonly, "--", self.repo, *writable, "--")
+        return (*self.sandbox_namespace, *network, *PID_NAMESPACE, "--", "sh", "-c", SANDBOX_SCRIPT, "kvtasks-sandbox",
+                *self.readonly, "--", self.repo, *writable, "--", left)
 
 
 def declared_options() -> list[DeclaredOption]:

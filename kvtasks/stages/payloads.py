@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from kvtasks.harness.launch import ExecutionStats
+from kvtasks.harness.junit import ExecutionStats
 from kvtasks.report.model import Stage
 
 
@@ -76,6 +76,7 @@ class RepoTests(Stage):
     log_bytes: int | None = None
     stats: ExecutionStats | None = None  # what JUnit or the liveness check counted
     timed_out: bool | None = None
+    died: str | None = None  # how the run died after reaching the route, and in which test
     pytest_addopts_dropped: dict[str, Any] | None = None
     route_outputs: list[dict[str, Any]] | None = None  # the NaN/Inf watch
     cpu_tier: dict[str, Any] | None = None  # what the Triton CPU tier saw in the run
@@ -94,6 +95,7 @@ class CorrectnessGrid(Stage):
     cells_basis: str | None = None  # how the cells were told apart, or why they could not be
     cells_skipped: list[str] | None = None  # cells that did not run on head
     interpreter_skipped_cells: dict[str, str] | None = None  # cell -> why the CPU tier set it aside
+    died: str | None = None  # how the grid run died after reaching the route, and in which test
     hook_probe_exit: int | None = None
     hook_probe_log: str | None = None
     hook_proof: str | None = None  # what the poisoned run showed of the channel

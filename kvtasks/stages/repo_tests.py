@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from kvtasks import harness
 from kvtasks.stages import (Context, Report, StageResult, StageSpec, baseline_control, cpu_tier, gpu_claim, grid, nonfinite, result)
-from kvtasks.stages.target_runs import addopts_note, attribute, gate, run_fields
-from kvtasks.harness.launch import PYTEST_NOTHING_COLLECTED, TargetRun
+from kvtasks.stages.target_runs import addopts_note, attribute, crashed, gate, run_fields
+from kvtasks.harness.junit import PYTEST_NOTHING_COLLECTED
+from kvtasks.harness.launch import TargetRun
 from kvtasks.worktree import PatchRefused
 from kvtasks.stages.payloads import BaselineControl, GpuClaim, RepoTests, RuntimeCompat
 NAME = "correctness_repo_tests"
@@ -94,6 +95,8 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         return stage.finding("tests.pytest-refused", "note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
     if run.timed_out:
         stage = result(NAME, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
+    elif run.died:
+        stage = result(NAME, "fail", f"the run died: {run.died}", **fields)
     elif run.exit == 0 and executed > 0:
         return result(NAME, "pass", f"{executed} executed, all passed", **fields)
     elif run.exit == 0 or (run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED):
@@ -104,7 +107,7 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         stage = result(NAME, "fail", f"exit {run.exit}: {failed} failed or errored of {run.stats.tests}", **fields)
 
     verb = "times out" if run.timed_out else "fails"
-    stage.finding(*attribute(ctx, base, "target", verb, run.log_tail(), run))
+    stage.finding(*(crashed(ctx, base, "target", run) or attribute(ctx, base, "target", verb, run.log_tail(), run)))
     if executed == 0:
         stage.finding("tests.runner-executed-nothing", "note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")

@@ -87,13 +87,25 @@ def attribute(ctx: Context, base: dict | None, what: str, verb: str, tail: str, 
 
 def run_fields(run: TargetRun) -> dict:
     fields = {"exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
-              "timed_out": run.timed_out}
+              "timed_out": run.timed_out, **({"died": run.died} if run.died else {})}
     if run.addopts_dropped:
         fields["pytest_addopts_dropped"] = run.addopts_dropped
     if nonfinite.outputs(run):
         fields["route_outputs"] = nonfinite.outputs(run)
     tier = cpu_tier.run_evidence(run)
     return fields if tier is None else {**fields, "cpu_tier": tier}
+
+
+def crashed(ctx: Context, base: dict | None, what: str, run: TargetRun) -> tuple[str, Severity, str] | None:
+    """The PR's crash: a head run that died after reaching the route (a signal, an abort, an exit
+    mid-session: a GPU memory fault looks exactly like this) where base's same run completed. None
+    when it did not die, or base gave nothing to compare with (absent, timed out, died too)."""
+    base = base or {}
+    if not run.died or not ctx.request.has_patch or base.get("state") != "ran" or base.get("timed_out") \
+            or base.get("died") or base.get("exit") is None:
+        return None
+    return f"{what}.crashed", "blocker", (f"the {what} run died on head, {run.died}, after reaching the route, where "
+                                          f"base's same run completed (exit {base.get('exit')}): {run.log_tail()}")
 
 
 def addopts_note(run: TargetRun) -> str:

@@ -22,6 +22,7 @@ from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_
                                         release_exclusive)
 from kvtasks.worktree.git_commands import (GitFailed, PatchRefused, forget_callers_repository, git_environment, run_git,
                                            source_identity, state_dir, toplevel_is)
+from kvtasks.worktree.held import HeldFiles
 from kvtasks.worktree.journal import Journal, recover_dead, remove_untracked
 from kvtasks.worktree.reading import HeadView, StatusEntry, TreeReader
 from kvtasks.worktree.signals import Interrupted
@@ -46,6 +47,8 @@ class Worktree(TreeReader):
         self._kept_base: list[str] = []  # --exclude arguments the applied patch was applied with
         self._lent_directories: set[str] | None = None
         self.recovered: dict | None = None  # what a lend found a dead validator had left, and undid
+        self._held: HeldFiles | None = None  # the repository's control files as supplied, while lent
+        self.tampered: list[str] = []  # held files a run changed (put back), until a stage takes them
 
     @cached_property
     def journal(self) -> Journal:
@@ -137,7 +140,9 @@ class Worktree(TreeReader):
             guard = guardian_start.watch(self.path, os.getpid(), processes.start_time(os.getpid()))
             try:
                 self.journal.open(self.path)
+                self._held = HeldFiles(self.journal.entry.parent.parent)
                 processes.spawned.append(self.journal.group_started)
+                processes.ended.append(self.check_held)
                 try:
                     yield self
                 except BaseException as raised:
@@ -173,11 +178,25 @@ class Worktree(TreeReader):
 
     def _hand_back(self, directories: set[str]) -> None:
         processes.spawned.remove(self.journal.group_started)
+        processes.ended.remove(self.check_held)
         # nothing launched in the lend outlives it: a run that escaped its own kill would write
         # into the tree while it is restored
         self.journal.kill_groups()
+        self.check_held()
+        self._held = None
         self.restore(directories)
         self.journal.end()  # only once the tree is back: a failed restore leaves it for recovery
+
+    def check_held(self) -> None:
+        """After a launch (before the next git call) and at hand-back: put back the repository's
+        control files a run changed, and keep their paths for the stage to name."""
+        if self._held is not None:
+            self.tampered += [path for path in self._held.restore() if path not in self.tampered]
+
+    def take_tampered(self) -> list[str]:
+        """The held files runs changed since the last call (each was put back)."""
+        taken, self.tampered = self.tampered, []
+        return taken
 
     def write_file(self, path: str, text: str) -> None:
         """Mid-lend only: place a file (a transplanted bench) that restore will remove again."""

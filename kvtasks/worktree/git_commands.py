@@ -55,6 +55,13 @@ _QUERIES = frozenset({"rev-parse", "show", "cat-file", "status", "diff", "grep",
                       "merge-base"})
 
 
+# settings a run could write into the repository's .git/config (which is put back after every
+# launch, kvtasks.worktree.held) that would execute a command inside kvtasks' own next git call:
+# every git command kvtasks runs overrides them
+NEUTRALISED = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "diff.external=",
+               "-c", "core.pager=cat", "-c", "core.sshCommand=false", "-c", "core.askPass=false")
+
+
 def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
             timeout_s: float = _GIT_TIMEOUT_S, text: bool = True, confined: bool = True,
             stdin_bytes: bytes | None = None) -> processes.Finished:
@@ -65,7 +72,7 @@ def run_git(cwd: str | os.PathLike, *args: str, env: dict[str, str] | None = Non
     (removed by a rebuild or a cleanup while a run had it) is then no repository at all, never
     the one that happens to enclose it, whose uncommitted work a restore would otherwise act on."""
     ceiling = {"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)} if confined else {}
-    return processes.run(["git", *args], cwd=cwd, env=git_environment({**ceiling, **(env or {})}),
+    return processes.run(["git", *NEUTRALISED, *args], cwd=cwd, env=git_environment({**ceiling, **(env or {})}),
                          timeout_s=timeout_s, text=text, stdin_bytes=stdin_bytes,
                          outlives_us_harmlessly=args[0] in _QUERIES)
 

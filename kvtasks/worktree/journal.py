@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvtasks import processes
+from kvtasks import cgroups, processes
 from kvtasks.worktree.exclusive import WorktreeBusy
 from kvtasks.worktree.git_commands import toplevel_is
 
@@ -55,14 +55,21 @@ class Journal:
     def patch_reversed(self) -> None:
         self._update(patch=None, patch_sha256=None, exclude=[])
 
-    def group_started(self, pgid: int, started: int | None) -> None:
-        self._update(groups=[*(self.pending() or {}).get("groups", []), [pgid, started]])
+    def group_started(self, pgid: int, started: int | None, cgroup: str | None = None) -> None:
+        self._update(groups=[*(self.pending() or {}).get("groups", []), [pgid, started, cgroup]])
 
     def kill_groups(self) -> list[int]:
-        """Kill what is left of every process group launched under this journal; return the pids killed."""
+        """Kill what is left of every launch recorded under this journal: its process group, and
+        its cgroup where it had one (which also holds what left the group: a dead validator's
+        orphans were reparented past it, so only the cgroup still finds them); return the pids
+        killed."""
         entry = self.pending() or {}
-        return [pid for pgid, started in entry.get("groups", [])
-                for pid in processes.kill_orphaned_group(pgid, started)]
+        killed = []
+        for pgid, started, *cgroup in entry.get("groups", []):
+            killed += processes.kill_orphaned_group(pgid, started)
+            if cgroup and cgroup[0]:
+                killed += [pid for pid in cgroups.end(Path(cgroup[0])) if pid not in killed]
+        return killed
 
     def end(self) -> None:
         for path in (self.entry, self.patch_copy):

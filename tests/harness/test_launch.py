@@ -3,7 +3,8 @@ import time
 
 from kvtasks import harness
 from kvtasks.harness import receipts
-from kvtasks.harness.launch import launch, pytest_stats
+from kvtasks.harness.junit import pytest_stats
+from kvtasks.harness.launch import launch
 from kvtasks.request import build_request
 from tests.kernel_repos import make_repo
 from tests.processes import alive

@@ -6,7 +6,8 @@ import pytest
 
 from kvtasks import harness
 from kvtasks.harness import session
-from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.harness.junit import ExecutionStats
+from kvtasks.harness.launch import TargetRun
 from kvtasks.harness.receipts import StampedReceipt
 from kvtasks.request import build_request
 from tests.kernel_repos import make_repo

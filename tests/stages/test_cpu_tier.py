@@ -10,7 +10,8 @@ from kvtasks import cli
 from kvtasks.stages import cpu_tier, result, target_runs
 from kvtasks.records import RuntimeFingerprint
 from kvtasks.harness.in_target.cpu_state import BF16_REASON
-from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.harness.junit import ExecutionStats
+from kvtasks.harness.launch import TargetRun
 from tests import triton_repos
 from tests.conftest import Validation
 from tests.kernel_repos import make_patch, snapshot

@@ -4,7 +4,8 @@ import sys
 from types import SimpleNamespace
 
 from kvtasks.stages import repo_tests
-from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.harness.junit import ExecutionStats
+from kvtasks.harness.launch import TargetRun
 from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
 
 FAILING_TEST = '''import numpy as np

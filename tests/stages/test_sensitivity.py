@@ -9,7 +9,8 @@ import pytest
 from kvtasks import cli, keys, pipeline
 from kvtasks.request import build_request
 from kvtasks.stages import sensitivity
-from kvtasks.harness.launch import ExecutionStats, TargetRun
+from kvtasks.harness.junit import ExecutionStats
+from kvtasks.harness.launch import TargetRun
 from kvtasks.store import Store
 from tests.batches import doit, reports
 from tests.kernel_repos import make_patch

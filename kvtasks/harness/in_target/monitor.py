@@ -39,6 +39,9 @@ def _capture(run, frame_locals):
 
 def _count(run, route):
     with run.lock:
+        if run.routed_test != run.test:
+            run.routed_test = run.test
+            run.progress(f"route {run.test}")
         run.calls[route] = run.calls.get(route, 0) + 1
         part = run.part()
         if part is not None:

@@ -168,6 +168,7 @@ class Plugin:
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.run.test = nodeid
+        self.run.progress(f"start {nodeid}")
 
     def pytest_runtest_logfinish(self, nodeid, location):
         self.run.test = ""

@@ -1,4 +1,5 @@
 """What one run saw, as it goes: the one Run of this process, `current`, once a configuration was read."""
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -73,6 +74,21 @@ class Run:
     installed: bool = False
     written: bool = False
     exit: int | None = None
+    routed_test: str | None = None  # the item whose route call the progress file last noted
+
+    def progress(self, line: str) -> None:
+        """Note, as it happens, that an item started or reached the route: the receipt is written at
+        the end, so a process that dies (a signal, an abort, an exit mid-session) leaves only this
+        to say it reached the route and in which item. Opened for each line, so no descriptor of it
+        stays open for the process to find."""
+        if not self.configuration.receipt:
+            return
+        fd = os.open(self.configuration.receipt + ".progress", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                     0o600)
+        try:
+            os.write(fd, (line.replace("\n", " ") + "\n").encode(errors="replace"))
+        finally:
+            os.close(fd)
 
     def part(self) -> PartCounts | None:
         """What a merged session's receipt counts this call under (None outside a merged session): the

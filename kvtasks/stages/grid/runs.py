@@ -109,7 +109,8 @@ def base_runs(ctx: Context, repo_run: TargetRun | None, merged: Session | None =
     run = run_grid(ctx, plan, "base-grid", plan.rows) if launched else merged.grid
     tier = cpu_tier.run_evidence(run)
     cells, basis = cell_outcomes(ctx, plan, run)
-    return {"state": state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(), **fields,
+    return {"state": state(run), "exit": run.exit, "log": run.log, "stats": run.stats.model_dump(),
+            "timed_out": run.timed_out, **({"died": run.died} if run.died else {}), **fields,
             "cells": cells, "cells_basis": basis, **({"cpu_tier": tier} if tier else {}),
             **({"route_outputs": nonfinite.outputs(run)} if nonfinite.outputs(run) else {})}, \
         [probe, run] if launched else []

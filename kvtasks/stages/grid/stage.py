@@ -18,7 +18,7 @@ from kvtasks.stages.grid.plan import NAME, Plan, plan_of
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat
 from kvtasks.stages.grid.proof import axis_probes, poisoned, proves_channel
 from kvtasks.stages.grid.runs import base_side, cell_outcomes, failing_cells, run_grid
-from kvtasks.stages.target_runs import attribute
+from kvtasks.stages.target_runs import attribute, crashed
 from kvtasks.worktree import PatchRefused
 
 
@@ -116,7 +116,7 @@ def _limited(plan: Plan) -> dict[str, str]:
 def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, fields: dict,
            axis_argv: list[str], independence: str) -> StageResult:
     fields = {**fields, "exit": run.exit, "log": run.log, "log_bytes": run.log_bytes, "stats": run.stats.model_dump(),
-              "axis_argv": axis_argv}
+              "axis_argv": axis_argv, **({"died": run.died} if run.died else {})}
     tier = cpu_tier.run_evidence(run)
     if tier:
         fields["cpu_tier"] = tier
@@ -129,6 +129,9 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
     executed, observed = run.stats.executed, run.stats.observed_work
     cells, basis = cell_outcomes(ctx, plan, run)
     fields.update(cells=cells, cells_basis=basis)
+    died = crashed(ctx, base, "grid", run)
+    if died is not None:
+        return result(NAME, "fail", f"the grid run died: {run.died}", **fields).finding(*died)
     if run.passed and cells is not None:
         unrun = [cell for cell, outcome in cells.items() if outcome != "executed"]
         on_base = [cell for cell in unrun if (base.get("cells") or {}).get(cell) == "executed"]

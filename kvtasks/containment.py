@@ -1,0 +1,269 @@
+"""Every process a launch starts ends with it, found by what a daemon cannot shed.
+
+A process group is not enough: a kernel module that double-forks and calls `setsid()` at import
+leaves the target's group, clears its environment and its working directory, and would outlive
+the validation, write into the tree after it was handed back, and judge the next PR. So a launch
+is contained three ways, each found by the kernel rather than by anything the process controls:
+
+- **Subreaper.** For the length of a launch the launching process is a child subreaper
+  (`PR_SET_CHILD_SUBREAPER`): whatever the launch orphans, at any depth, is reparented to it
+  instead of to init. Once the launch's leader has exited, the launch's processes are its
+  process group, the children the launcher adopted since the leader started (a pid with a start
+  time at or after the leader's that was not its child before), and their descendants. They are
+  killed and reaped by pid, one enumeration after another, until none is left: a process that
+  forks between two enumerations leaves its child orphaned to the launcher, so the next finds
+  it. Only those pids are reaped (a `waitpid(-1)` would race `subprocess`, which reads ECHILD as
+  exit 0).
+- **cgroup.** Where the host delegates cgroup v2 to the validator (its cgroup is writable), each
+  launch gets a cgroup of its own that the child enters before it execs, and its end writes
+  `cgroup.kill`. The cgroup is journalled with the launch's group, so the guardian, which is no
+  ancestor of the targets, can end a dead validator's launches through it.
+- **PID namespace.** Under `--sandbox` the target is the first process of a PID namespace of its
+  own (`unshare --pid --fork --kill-child`): when it exits, the kernel kills every process left
+  in the namespace, and when the launcher dies, so does the namespace.
+
+What was still alive after the leader exited is the launch's evidence (`Survivor`): the report's
+`containment.survivors`.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import psutil
+
+from kvtasks import cgroups, processes
+from kvtasks.records import Survivor
+
+_PR_SET_CHILD_SUBREAPER = 36
+END_BOUND_S = 10.0  # the longest the enumerate-and-kill rounds go on before a survivor is said unkillable
+SURVIVORS_KEPT = 20  # a process that re-forks without end is one survivor many times over: the first kept
+
+
+def _prctl(option: int, value: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(option, value, 0, 0, 0) == 0
+
+
+def _command(pid: int) -> str:
+    try:
+        process = psutil.Process(pid)
+        return " ".join(process.cmdline()) or process.name()
+    except (psutil.Error, OSError):
+        return "(gone before its command line was read)"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# -- a launch's watch ------------------------------------------------------------------------
+@dataclass
+class Watch:
+    """One launch's containment, from just before its leader starts to its end."""
+
+    cgroup: Path | None = None
+    subreaper: bool = False
+    children_before: set[int] = field(default_factory=set)
+    leader: int | None = None
+    leader_created: float | None = None
+
+    def started(self, pid: int) -> None:
+        """The leader started (its pid is also its process group's id)."""
+        self.leader = pid
+        try:
+            self.leader_created = psutil.Process(pid).create_time()
+        except psutil.Error:
+            self.leader_created = None
+
+    def _scan(self) -> dict[int, tuple[str, str]]:
+        """The launch's processes, zombies included, from one reading of the process table:
+        pid -> (how it was found, its status). What a daemon cannot shed finds it: its process
+        group as launched, the launch's cgroup, being the launcher's child by adoption (started
+        no earlier than the leader, and not its child before), or descending from one of those."""
+        me = os.getpid()
+        table = {}
+        for process in psutil.process_iter(["ppid", "status", "create_time"]):
+            table[process.pid] = process.info
+        found: dict[int, tuple[str, str]] = {}
+        members = set(cgroups.members(self.cgroup)) if self.cgroup is not None else set()
+        for pid, info in table.items():
+            how = None
+            if pid == me or pid == self.leader:
+                continue
+            if pid in members:
+                how = "cgroup"
+            elif self.leader is not None and _group_of(pid) == self.leader:
+                how = "process group"
+            elif self.subreaper and info["ppid"] == me and pid not in self.children_before \
+                    and (self.leader_created is None or (info["create_time"] or 0) >= self.leader_created):
+                how = "orphan"
+            if how is not None:
+                found[pid] = (how, info["status"])
+        children: dict[int, list[int]] = {}
+        for pid, info in table.items():
+            children.setdefault(info["ppid"], []).append(pid)
+        pending = list(found)
+        while pending:
+            for child in children.get(pending.pop(), []):
+                if child not in found and child != me:
+                    found[child] = ("descendant", table[child]["status"])
+                    pending.append(child)
+        return found
+
+    def end(self, bound_s: float = END_BOUND_S) -> list[Survivor]:
+        """After the leader has exited and been reaped: end everything the launch left alive, and
+        say what that was. Returns with none of it alive, or with the ones that could not be
+        ended marked so (a process stuck in the kernel).
+
+        Scan after scan kills what it finds alive and reaps the launcher's adopted children that
+        died, until two scans in a row find nothing alive and reap nothing. A process that forks
+        and exits between scans (a daemon re-forking every few milliseconds) cannot pass for
+        quiet: whichever of its line a scan misses, the one before it died as the launcher's child
+        (reaped: not quiet) or as a child of one a scan finds alive."""
+        survivors: dict[int, Survivor] = {}
+        more = 0
+        quiet = 0
+        deadline = time.monotonic() + bound_s
+        try:
+            if self.cgroup is not None:  # named first, then ended at once, whatever they do meanwhile
+                for pid in cgroups.members(self.cgroup):
+                    survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as="cgroup", ended="cgroup.kill")
+                cgroups.end(self.cgroup)
+            while quiet < 2:
+                found = self._scan()
+                alive = [pid for pid, (_, status) in found.items() if status != psutil.STATUS_ZOMBIE]
+                if time.monotonic() >= deadline:
+                    for pid in alive:
+                        survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as=found[pid][0],
+                                                  ended=f"still alive after {bound_s:g}s of SIGKILL")
+                    break
+                for pid in alive:
+                    if pid not in survivors:
+                        if len(survivors) < SURVIVORS_KEPT:
+                            survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as=found[pid][0],
+                                                      ended="SIGKILL")
+                        else:
+                            more += 1
+                    _signal(pid, signal.SIGKILL)
+                reaped = self._reap([pid for pid, (how, _) in found.items() if how == "orphan"])
+                quiet = 0 if alive or reaped else quiet + 1
+        finally:
+            self.release()
+        kept = list(survivors.values())
+        if more:
+            kept.append(Survivor(pid=0, command=f"{more} more processes of the same launch", found_as="orphan",
+                                 ended="SIGKILL"))
+        return kept
+
+    @staticmethod
+    def _reap(pids: list[int]) -> int:
+        """Reap the launcher's adopted children that have died, by pid, never waitpid(-1); how many."""
+        reaped = 0
+        for pid in pids:
+            try:
+                reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:
+                pass
+        return reaped
+
+    def release(self) -> None:
+        """The launch is over: the launcher adopts no more orphans."""
+        if self.subreaper:
+            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+            self.subreaper = False
+        if self.cgroup is not None and self.cgroup.is_dir():
+            try:
+                self.cgroup.rmdir()
+            except OSError:
+                cgroups.end(self.cgroup)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def watch() -> Watch:
+    """Before a launch's leader starts: become a subreaper, note the children already here, and
+    make the launch's cgroup where the host allows one."""
+    children = {child.pid for child in psutil.Process().children()}
+    return Watch(cgroup=cgroups.make(), subreaper=_prctl(_PR_SET_CHILD_SUBREAPER, 1), children_before=children)
+
+
+def namespace_survivors(listing: Path) -> list[Survivor]:
+    """What a sandboxed launch's PID namespace still held once its target had exited, as the
+    namespace's first process listed it (kvtasks.request.namespaces); the namespace's end ended them."""
+    try:
+        lines = listing.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    survivors = []
+    for line in lines[:SURVIVORS_KEPT]:
+        pid, _, command = line.partition(" ")
+        if pid.isdigit():
+            survivors.append(Survivor(pid=int(pid), command=command.strip(), found_as="pid namespace",
+                                      ended="the PID namespace ended (SIGKILL)"))
+    return survivors
+
+
+def end_launch(process: subprocess.Popen, contained: Watch) -> list[Survivor]:
+    """The launch's leader is done (exited, or its group killed): end everything it started that is
+    still alive, say what that was, and tell the `ended` observers."""
+    process.wait()
+    survivors = contained.end()
+    for observer in list(processes.ended):
+        observer()
+    return survivors
+
+
+def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None = None,
+        env: Mapping[str, str] | None = None, text: bool = True, errors: str = "surrogateescape",
+        stdin_bytes: bytes | None = None) -> processes.Finished:
+    """`processes.run` for a command that runs the checkout's code, contained: its output goes to
+    files, not pipes (a process it left behind holding a pipe would keep a read waiting), the
+    leader is waited for, then whatever it started is ended and the output read."""
+    started = time.monotonic()
+    given = processes.stdin_file(stdin_bytes)
+    contained = watch()
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        try:
+            process = processes.popen(argv, track=True, contained=contained, cwd=cwd,
+                                      env=None if env is None else dict(env),
+                                      stdin=subprocess.DEVNULL if given is None else given, stdout=out_file,
+                                      stderr=err_file)
+        except BaseException:
+            contained.release()
+            raise
+        finally:
+            if given is not None:
+                given.close()
+        timed_out = False
+        try:
+            timed_out = processes.wait_or_expire(process, timeout_s)
+        except BaseException:
+            processes.kill_group(process)
+            raise
+        finally:
+            survivors = end_launch(process, contained)
+        outputs = []
+        for kept in (out_file, err_file):
+            kept.seek(0)
+            data = kept.read()
+            outputs.append(data.decode(errors=errors) if text else data)
+    return processes.Finished(argv=list(argv), returncode=None if timed_out else process.returncode,
+                              stdout=outputs[0], stderr=outputs[1], timed_out=timed_out, timeout_s=timeout_s,
+                              duration_s=round(time.monotonic() - started, 3), survivors=survivors)
