@@ -107,6 +107,22 @@ def run(ctx: Context) -> StageResult:
     return stage
 
 
+# the base runs whose outcomes stand for each oracle run's tests, in order of preference: base's own
+# run of a target the PR renamed, else base's repository run; base's grid for the grid cells. Never a
+# probe: its poisoned cell fails base's tests on purpose, and on an environment or command-line
+# channel it shares their test ids, so reading it as base's outcome makes every test "fail on base"
+COUNTERPARTS = {"head-baseoracle": ("base-baseoracle", "base-repo"), "head-baseoracle-grid": ("base-grid",)}
+
+
+def counterparts(label: str, reference: list[TargetRun]) -> list[TargetRun]:
+    """The base runs that stand for the oracle run `label`'s tests (none: base has no outcome for them)."""
+    for wanted in COUNTERPARTS.get(label, ()):
+        found = [run for run in reference if run.label == wanted]
+        if found:
+            return found
+    return []
+
+
 def _base_outcomes(runs: list[TargetRun]) -> dict[str, str]:
     """Each test's outcome on base: passed only when no base run failed it."""
     outcomes: dict[str, str] = {}
@@ -138,13 +154,13 @@ def _judge(ctx: Context, runs: list[TargetRun], reference: list[TargetRun], kept
         sparse = cpu_tier.sparse_skip(NAME, run, fields)
         if sparse is not None:
             return sparse
-    on_base = _base_outcomes(reference)
     head_repo = ctx.result_of(repo_tests.RepoTests)
     head_own = _base_outcomes(head_repo.runs) if added and head_repo is not None else {}
     regressed, api_changed, unproven = [], [], []
     said: dict[str, str] = {}  # test id -> what it failed with
     for run in runs:
-        found = _failures(run, on_base, head_own, reference, added, said)
+        base_runs = counterparts(run.label, reference)
+        found = _failures(run, _base_outcomes(base_runs), head_own, base_runs, added, said)
         fields["runs"][run.label]["outcome"] = "fail" if found[0] or found[2] else "api-change" if found[1] else \
             "pass" if run.stats.executed else "executed-nothing"
         for failing, more in zip((regressed, api_changed, unproven), found):

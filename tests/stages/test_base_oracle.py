@@ -1,5 +1,6 @@
 """correctness_base_oracle, with test_policy: a PR cannot weaken the oracle that judges it."""
-from tests.kernel_repos import ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, TILED, make_patch, tiled_repo
+from tests.kernel_repos import (ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, TILED, TILED_TAIL_BUG, git, make_patch,
+                                tiled_repo)
 
 ARGNAMES = ["--target", "tests/test_argnames.py", "--expected-route", "kernels.tiled:tiled_scale",
             "--shape-vars", "M,N,dtype_str"]
@@ -86,3 +87,33 @@ def test_a_conftest_that_rewrites_outcomes_is_judged_at_base_and_blocks(tmp_path
     assert oracle["status"] == "fail" and oracle["kept_at_base"] == ["conftest.py"]
     assert any("the PR weakened those tests in conftest.py" in f["detail"] for f in result.findings("blocker"))
     assert result.verdict == "BLOCK"
+
+
+ENV = ["--target", "tests/test_env.py", "--shape-env", "TILED_SHAPES", "--grid", "64,2000,f32",
+       "--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str", "--no-perf"]
+# one test runs every shape the environment names: the repository's run, each grid run and the poisoned
+# probe all report the same test id
+ENV_LOOP_TEST = ENV_TEST.replace(
+    '@pytest.mark.parametrize("M,N,dtype_str", shapes())\ndef test_tiled(M, N, dtype_str):\n',
+    'def test_tiled():\n    for M, N, dtype_str in shapes():\n').replace("    x = np", "        x = np").replace(
+    "    np.testing", "        np.testing")
+# the test's reference is the kernel itself: head's own suite cannot fail
+SELF_JUDGED = ENV_LOOP_TEST.replace(", x * 3.0, atol", ", tiled_scale(x, 3.0), atol")
+
+
+def test_on_an_environment_channel_base_s_outcomes_are_its_tests_never_its_poisoned_probe(tmp_path, validate):
+    repo = tiled_repo(tmp_path / "tiled")
+    (repo / "tests" / "test_env.py").write_text(ENV_LOOP_TEST)
+    git(repo, "commit", "-qam", "one test for every shape")
+    bug = make_patch(repo, {"kernels/tiled.py": TILED_TAIL_BUG, "tests/test_env.py": SELF_JUDGED}, tmp_path / "bug.patch")
+    result = validate(repo, "--patch", str(bug), *ENV)
+    assert result.stage("correctness_repo_tests")["status"] == "pass"  # judged by itself, it cannot fail
+    oracle = result.stage("correctness_base_oracle")
+    assert oracle["status"] == "fail" and oracle["regressed"], oracle
+    assert {f["rule"] for f in result.findings("blocker")} & {"oracle.regression", "oracle.fails-weakened"}
+    assert result.verdict == "BLOCK"
+    # the honest twin: the same test change over a correct kernel passes base's tests and cells
+    twin = validate(repo, "--patch", str(make_patch(repo, {"tests/test_env.py": SELF_JUDGED}, tmp_path / "twin.patch")),
+                    *ENV)
+    assert twin.stage("correctness_base_oracle")["status"] == "pass", twin.stage("correctness_base_oracle")
+    assert not [f for f in twin.findings("blocker") if f["rule"].startswith("oracle.")]
