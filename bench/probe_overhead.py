@@ -74,9 +74,9 @@ def main() -> None:
                          before=probe.write_configuration)
         profiled = best_of([args.python, "setprofile_counter.py", "target.py"], work, env, args.repeats)
         receipt, _, note = receipts.read(probe, "bench")
-        assert receipt and receipt["route_calls"] == {"hot:route": 1}, note
+        assert receipt and receipt.route_calls == {"hot:route": 1}, note
         print(f"python {args.python}: {args.calls} calls, best of {args.repeats}")
-        print(f"bare {bare:.3f}s  probe {probed:.3f}s ({receipt['mechanism']})  setprofile {profiled:.3f}s")
+        print(f"bare {bare:.3f}s  probe {probed:.3f}s ({receipt.mechanism})  setprofile {profiled:.3f}s")
         print(f"probe overhead: {probed / bare:.2f}x bare (setprofile: {profiled / bare:.2f}x)")
 
 
