@@ -20,6 +20,24 @@ Severity = Literal["blocker", "should-fix", "note"]
 EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
 
+# the report fields that differ between two validations of one PR on one base whatever the store
+# held before: when it ran, which stored evidence it reused, where its logs, JUnit files and
+# receipts are kept, a receipt's digest (it covers the launch's nonce), a log's size (it carries
+# pytest's timings) and a survivor's pid. Everything else is the same cold, warm, or warm from
+# another PR's evidence (tests/test_cache_independence.py)
+RUN_SPECIFIC = frozenset({"started_utc", "finished_utc", "duration_s", "reused_from", "log", "log_bytes", "junit_xml",
+                          "hook_probe_log", "first_log", "receipt", "receipt_path", "receipt_sha256", "pid"})
+
+
+def comparable(report: Any) -> Any:
+    """A report's JSON without its RUN_SPECIFIC fields, at any depth."""
+    if isinstance(report, dict):
+        return {key: comparable(value) for key, value in report.items() if key not in RUN_SPECIFIC}
+    if isinstance(report, list):
+        return [comparable(item) for item in report]
+    return report
+
+
 class ReusedEvidence(BaseModel):
     """Stored evidence a report reuses: its content key, when it was written and for which label."""
 
