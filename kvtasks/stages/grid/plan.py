@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
@@ -62,13 +63,25 @@ def parse_axis(spec: str) -> Axis | None:
     return Axis(name=name.strip(), flag=flag.strip(), values=cells)
 
 
-def drawn_dimensions(seed: str) -> tuple[int, int, int]:
-    """(odd M, odd N, large M) for one seed: odd, so never a multiple of any power-of-two tile, and
-    drawn, so a kernel cannot single out the shapes it will be judged on (the seed is secret to the
-    workspace, see grid_seed). The large M keeps M*4096 past 2^31."""
+@dataclass(frozen=True)
+class Drawn:
+    """The default grid's dimensions for one seed: every one odd (never a multiple of a power-of-two
+    tile) and drawn, so a kernel cannot single out the shapes it will be judged on (the seed is
+    secret to the workspace, see grid_seed)."""
+
+    m: int  # the leading dimension of the first three cells, which change only N between calls
+    small_n: int  # below 64: a fast path for small sizes
+    mid_n: int  # between 65 and 4095
+    past_power_n: int  # just past a power of two (64 to 4096): one element into the next tile
+    large_m: int  # large M * 4096 passes 2^31, so 32-bit element offsets wrap
+
+
+def drawn_dimensions(seed: str) -> Drawn:
     draw = random.Random(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big"))
     large = _LARGE_ELEMENTS // 4096 + 1
-    return draw.choice(_ODD_M), draw.randrange(4097, 4609, 2), large + draw.randrange(0, 1024)
+    return Drawn(m=draw.choice(_ODD_M), small_n=draw.randrange(3, 64, 2), mid_n=draw.randrange(65, 4096, 2),
+                 past_power_n=2 ** draw.randrange(6, 13) + draw.randrange(1, 16, 2),
+                 large_m=large + 2 * draw.randrange(0, 512))
 
 
 def grid_seed(secret: str, base_oid: str, target: str) -> str:
@@ -78,9 +91,9 @@ def grid_seed(secret: str, base_oid: str, target: str) -> str:
 
 
 def default_grid(shape_vars: list[str], defaults: list[str] | None, seed: str = "") -> tuple[list[list[str]], str]:
-    """Cells for the seed's three classes when shape vars are named but no grid is: a non-toy
-    shape, an odd N that is not a multiple of the tile, and an M large enough that M*N passes 2^31;
-    the odd and the large dimensions are drawn from `seed`."""
+    """Cells across scales when shape vars are named but no grid is: an N below 64, an odd N between
+    65 and 4095, an N just past a power of two (all three with one odd M), and an odd M large enough
+    that M*N passes 2^31; every dimension drawn from `seed`."""
     roles = []
     default_cells = [row.split(",") for row in defaults or [] if len(row.split(",")) == len(shape_vars)]
     for position, name in enumerate(shape_vars):
@@ -96,14 +109,17 @@ def default_grid(shape_vars: list[str], defaults: list[str] | None, seed: str = 
             return [], f"cannot generate a default grid: no role known for shape var {name!r}"
     if "M" not in roles or "N" not in roles:
         return [], "cannot generate a default grid: the shape vars name no M-like and N-like dimension"
-    odd_m, odd_n, large_m = drawn_dimensions(seed)
-    classes = {"non-toy": (256, 4096), "odd N, not a multiple of the tile": (odd_m, odd_n),
-               "large M (32-bit offsets wrap)": (large_m, 4096)}
+    drawn = drawn_dimensions(seed)
+    # one process runs the cells in this order: the first three keep M and change N, so a plan
+    # cached per M alone (wrong once N changes) meets a second N
+    classes = {"a size below 64": (drawn.m, drawn.small_n), "an odd size between 65 and 4095": (drawn.m, drawn.mid_n),
+               "a size just past a power of two": (drawn.m, drawn.past_power_n),
+               "a large odd M (32-bit offsets wrap)": (drawn.large_m, 4096)}
     rows = []
     for m, n in classes.values():
         rows.append([str(m) if role == "M" else str(n) if role == "N" else role[1] for role in roles])
-    return rows, f"generated for {', '.join(classes)}; the odd and large dimensions drawn for this base " \
-                 "from the workspace's grid secret"
+    return rows, f"generated for {', '.join(classes)}; every dimension drawn for this base from the workspace's " \
+                 "grid secret"
 
 
 class GridSelection(BaseModel):

@@ -43,8 +43,9 @@ COMPILED_MODULES = (".so", ".pyd", ".dylib", ".dll", ".pyc", ".pyo")
 
 def drawn_dimensions(selection: Selection) -> frozenset[int]:
     """The dimensions of the default grid that were drawn for this base (grid.plan.drawn_dimensions)
-    past 4096: the odd N and the large M, numbers no kernel writes by chance (the small odd M is left
-    out: an odd number below 256 is any kernel's constant); a caller's own --grid is known anyway."""
+    past 4096: the large M and an N just past 4096, numbers no kernel writes by chance (the smaller
+    ones are left out: an odd number below 4096 is any kernel's constant); a caller's own --grid is
+    known anyway."""
     if "drawn" not in (selection.grid_cells_basis or ""):
         return frozenset()
     return frozenset(int(part) for cell in selection.grid_cells or [] for part in cell.split(",")

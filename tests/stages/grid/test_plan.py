@@ -3,14 +3,18 @@ from kvtasks.stages.grid import default_grid
 from kvtasks.stages.grid.plan import grid_seed
 
 
-def test_default_grid_covers_the_three_classes():
-    for seed in ("", "a", grid_seed("secret", "0" * 40, "tests/test_x.py")):
+def test_the_default_grid_spans_scales_and_changes_n_between_consecutive_cells():
+    for seed in ("", "a", grid_seed("secret", "0" * 40, "tests/test_x.py"), *(str(n) for n in range(200))):
         rows, basis = default_grid(["M", "N", "dtype_str"], ["4,64,bf16"], seed)
-        assert rows[0] == ["256", "4096", "bf16"] and [row[2] for row in rows] == ["bf16"] * 3
-        odd_m, odd_n, large_m = (int(rows[1][0]), int(rows[1][1]), int(rows[2][0]))
-        assert odd_m % 2 == 1 and odd_n % 2 == 1 and odd_n > 4096  # no power-of-two tile divides them
-        assert large_m * int(rows[2][1]) > 2**31
-    assert "large M" in basis and "drawn" in basis
+        assert [row[2] for row in rows] == ["bf16"] * 4
+        (m, small), (same_m, mid), (again_m, past), (large_m, wide) = [(int(r[0]), int(r[1])) for r in rows]
+        assert m == same_m == again_m and m % 2 == 1  # one M, three N: a plan cached per M meets another N
+        assert small < 64 and 65 <= mid <= 4095 and small % 2 == mid % 2 == 1
+        power = 1 << (past.bit_length() - 1)
+        assert 64 <= power <= 4096 and 0 < past - power < 16 and past % 2 == 1  # just past a power of two
+        assert len({small, mid, past}) == 3  # each call changes N
+        assert large_m % 2 == 1 and large_m * wide > 2**31
+    assert "below 64" in basis and "just past a power of two" in basis and "drawn" in basis
 
 
 def test_the_drawn_cells_are_one_per_secret_base_and_target():

@@ -189,7 +189,7 @@ def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
     # the dtype comes from the target's own parametrize rows
     drawn = default_grid(["M", "N", "dtype_str"], None, grid_seed("", ctx.worktree.head_oid(), "tests/test_argnames.py"))
     assert selection["grid_cells"] == [",".join(row[:2]) + ",f32" for row in drawn[0]]
-    assert selection["grid_cells_basis"].startswith("generated for non-toy")
+    assert selection["grid_cells_basis"].startswith("generated for a size below 64")
     assert selection["grid_independence"] == "adds-coverage"
 
 
