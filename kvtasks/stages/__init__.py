@@ -160,12 +160,23 @@ class Context:
         texts = self.worktree.read_base_many(path for path in paths if path not in changed)
         return {path: self.head_view.read(path) if path in changed else texts[path] for path in paths}
 
+    def target_deleted(self) -> bool:
+        """Whether the PR deletes the target: base's file is then what the base run and the base
+        oracle run (held at base), and what the channel and the runner are read from."""
+        return self.head_view is not None and self.head_view.changes.get(self.request.target_path) == "D"
+
+    def target_text(self) -> str | None:
+        """The target as the runs judge with it: head's, or base's where the PR deletes it."""
+        if self.target_deleted():
+            return self.worktree.read_base(self.request.target_path)
+        return self.head_text(self.request.target_path)
+
     def target_sources(self) -> list[str]:
         """The target, the conftest.py files pytest would load for it, and checkout modules it imports
         (as candidate paths; a path that does not exist reads as None)."""
         path = PurePosixPath(self.request.target_path)
         paths = [str(path)] + [str(parent / "conftest.py") for parent in path.parents]
-        for name in sources.imported_modules(sources.parse(self.head_text(str(path)))):
+        for name in sources.imported_modules(sources.parse(self.target_text())):
             paths += sources.module_files(name)
         return list(dict.fromkeys(paths))
 

@@ -87,17 +87,23 @@ def run(ctx: Context) -> StageResult:
     runs: list[TargetRun] = []
     reference: list[TargetRun] = list(baseline.runs) if baseline else []
     options = cpu_tier.launch_options(ctx)
+    # the grid judges base's file too whenever base has outcomes for it: base's grid ran on the target
+    # (whatever head's grid did: an xfail the PR added skips head's cells, not base's), or base's
+    # renamed file runs its cells on base here
+    with_grid = not added and (renamed or grid.base_side(ctx).get("state") == "ran")
     try:
         if renamed:  # base's own outcome of the file the PR renamed: the baseline ran head's path
             with ctx.worktree.lend("base"):
                 ctx.say(f"{NAME}: running base's {renamed} on base")
                 reference = [harness.run(oracle_request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
                                          label="base-baseoracle", **options)]
+                base_grid = grid.oracle_run(ctx, "base-baseoracle-grid", oracle_request)
+                reference += [base_grid] if base_grid is not None else []
         with ctx.worktree.lend("head", keep_base=kept):
             ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
             runs.append(harness.run(oracle_request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
                                     label="head-baseoracle", **options))
-            grid_run = None if renamed or added else grid.oracle_run(ctx)
+            grid_run = grid.oracle_run(ctx, "head-baseoracle-grid", oracle_request) if with_grid else None
             if grid_run is not None:
                 runs.append(grid_run)
     except PatchRefused as refused:
@@ -108,10 +114,11 @@ def run(ctx: Context) -> StageResult:
 
 
 # the base runs whose outcomes stand for each oracle run's tests, in order of preference: base's own
-# run of a target the PR renamed, else base's repository run; base's grid for the grid cells. Never a
+# run of a target the PR renamed (and its grid), else base's repository run and base's grid. Never a
 # probe: its poisoned cell fails base's tests on purpose, and on an environment or command-line
 # channel it shares their test ids, so reading it as base's outcome makes every test "fail on base"
-COUNTERPARTS = {"head-baseoracle": ("base-baseoracle", "base-repo"), "head-baseoracle-grid": ("base-grid",)}
+COUNTERPARTS = {"head-baseoracle": ("base-baseoracle", "base-repo"),
+                "head-baseoracle-grid": ("base-baseoracle-grid", "base-grid")}
 
 
 def counterparts(label: str, reference: list[TargetRun]) -> list[TargetRun]:

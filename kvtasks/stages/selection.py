@@ -88,13 +88,15 @@ def run(ctx: Context) -> StageResult:
                              f"the PR changes kvtasks' configuration ({', '.join(configuration)}); it was validated "
                              "with base's, and its own applies once it is merged")
 
-    source = ctx.head_text(request.target_path)
+    source = ctx.target_text()  # base's file where the PR deletes it: the base run and the base oracle run it
     explicit_node = "::" in request.target
     if source is None:
         runner, reason, basis = "none", f"target {request.target_path} does not exist on head", "target-missing"
     else:
         runner, reason = classify(source, explicit_node)
         basis = "explicit-node-selector" if explicit_node else "structural"
+        if ctx.target_deleted():
+            reason = f"the PR deletes the target; base's file: {reason}"
         if request.runner is not None:
             selection.update(runner_selected_by_structure=runner, runner_structure_reason=reason)
             reason = f"forced by --runner {request.runner}; structure said {runner}: {reason}"

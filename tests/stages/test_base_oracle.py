@@ -1,4 +1,6 @@
 """correctness_base_oracle, with test_policy: a PR cannot weaken the oracle that judges it."""
+import pytest
+
 from tests.kernel_repos import (ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, TILED, TILED_TAIL_BUG, git, make_patch,
                                 tiled_repo)
 
@@ -115,5 +117,34 @@ def test_on_an_environment_channel_base_s_outcomes_are_its_tests_never_its_poiso
     # the honest twin: the same test change over a correct kernel passes base's tests and cells
     twin = validate(repo, "--patch", str(make_patch(repo, {"tests/test_env.py": SELF_JUDGED}, tmp_path / "twin.patch")),
                     *ENV)
+    assert twin.stage("correctness_base_oracle")["status"] == "pass", twin.stage("correctness_base_oracle")
+    assert not [f for f in twin.findings("blocker") if f["rule"].startswith("oracle.")]
+
+
+ARGNAMES_GRID = [*ARGNAMES, "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32", "--no-perf"]
+XFAILED = ARGNAMES_TEST.replace("def test_tiled(", "@pytest.mark.xfail(strict=False)\ndef test_tiled(")
+# what the PR does to its target: base's file, with the grid, still judges head's code
+HIDINGS = {
+    "xfail": ({"tests/test_argnames.py": XFAILED}, "tests/test_argnames.py"),
+    "deletion": ({"tests/test_argnames.py": None}, "tests/test_argnames.py"),
+    "rename-loosened": ({"tests/test_argnames.py": None,
+                         "tests/test_renamed.py": ARGNAMES_TEST.replace("atol=1e-3", "atol=1e3")}, "tests/test_renamed.py"),
+}
+
+
+@pytest.mark.parametrize("hiding", list(HIDINGS))
+def test_a_tail_bug_hidden_by_xfail_deletion_or_renaming_fails_base_s_target_with_the_grid(tmp_path, validate, hiding):
+    repo = tiled_repo(tmp_path / "tiled")
+    changes, target = HIDINGS[hiding]
+    flags = [*ARGNAMES_GRID[:1], target, *ARGNAMES_GRID[2:]]
+    bug = validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": TILED_TAIL_BUG, **changes},
+                                                   tmp_path / "bug.patch")), *flags)
+    oracle = bug.stage("correctness_base_oracle")
+    assert oracle["status"] == "fail" and "head-baseoracle-grid" in oracle["runs"], oracle
+    assert {f["rule"] for f in bug.findings("blocker")} & {"oracle.regression", "oracle.fails-weakened"}
+    assert bug.verdict == "BLOCK"
+    # the honest twin: the same change to the target over a kernel that only gained a comment
+    twin = validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": "# tiles\n" + TILED, **changes},
+                                                    tmp_path / "twin.patch")), *flags)
     assert twin.stage("correctness_base_oracle")["status"] == "pass", twin.stage("correctness_base_oracle")
     assert not [f for f in twin.findings("blocker") if f["rule"].startswith("oracle.")]

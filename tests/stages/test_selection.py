@@ -64,6 +64,12 @@ def test_target_with_no_runner_is_skip_never_fail(repo, validate, tmp_path):
     assert result.findings("blocker") == []
 
 
-def test_target_missing_on_head():
-    chosen = selected({"tests/test_scale.py": None}, target="tests/test_scale.py")
+def test_a_target_on_neither_side_has_no_runner():
+    chosen = selected({"README.md": "docs\n"}, target="tests/test_absent.py")
     assert chosen.runner == "none" and chosen.runner_basis == "target-missing"
+
+
+def test_a_target_the_pr_deletes_is_run_by_base_s_file():
+    # the base run and the base oracle run base's file against head's code: its runner is base's
+    chosen = selected({"tests/test_scale.py": None}, target="tests/test_scale.py")
+    assert chosen.runner == "pytest" and chosen.runner_reason.startswith("the PR deletes the target; base's file:")

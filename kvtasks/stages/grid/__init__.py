@@ -10,8 +10,9 @@ writes the report or applies the patch; the tree is borrowed through Worktree.le
 from kvtasks.stages.grid.channel import STAGE as CHANNEL_STAGE, channel
 from kvtasks.stages.grid.plan import CHANNEL, NAME, default_grid
 from kvtasks.stages.payloads import CorrectnessGrid
-from kvtasks.stages.grid.runs import Session, base_runs, canonical_row, merged_session, oracle_run, rerun, rerun_session
+from kvtasks.stages.grid.runs import (Session, base_runs, base_side, canonical_row, merged_session, oracle_run, rerun,
+                                     rerun_session)
 from kvtasks.stages.grid.stage import STAGE, head
 
-__all__ = ["CHANNEL", "CHANNEL_STAGE", "NAME", "STAGE", "CorrectnessGrid", "Session", "base_runs", "canonical_row", "channel", "default_grid", "head", "merged_session",
+__all__ = ["CHANNEL", "CHANNEL_STAGE", "NAME", "STAGE", "CorrectnessGrid", "Session", "base_runs", "base_side", "canonical_row", "channel", "default_grid", "head", "merged_session",
            "oracle_run", "rerun", "rerun_session"]

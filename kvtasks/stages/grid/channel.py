@@ -19,7 +19,7 @@ from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid
 def channel(ctx: Context) -> StageResult:
     request = ctx.request
     runner = ctx.selection.runner or "none"
-    source_tree = sources.parse(ctx.head_text(request.target_path))
+    source_tree = sources.parse(ctx.target_text())
     tried, chosen, defaults, evidence, exact = [], "", None, "", []
 
     if request.shape_arg:
@@ -32,7 +32,8 @@ def channel(ctx: Context) -> StageResult:
         else:
             chosen, defaults, evidence = "cli", flags[request.shape_arg], f"add_argument({request.shape_arg!r})"
     if request.shape_env and not chosen:
-        readers = [path for path, text in ctx.head_texts(ctx.target_sources()).items()
+        texts = {**ctx.head_texts(ctx.target_sources()), request.target_path: ctx.target_text()}
+        readers = [path for path, text in texts.items()
                    if (tree := sources.parse(text)) is not None and reads_env(tree, request.shape_env)]
         if readers:
             chosen, evidence = "env", f"{request.shape_env} read in {', '.join(readers)}"

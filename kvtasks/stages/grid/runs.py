@@ -13,7 +13,7 @@ from kvtasks.harness import session
 from kvtasks.harness.in_target.grid import coerce
 from kvtasks.harness.in_target.nonfinite import normalise
 from kvtasks.harness.launch import TargetRun
-from kvtasks.request import grid_rows
+from kvtasks.request import Request, grid_rows
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, cpu_tier, nonfinite
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
@@ -24,8 +24,9 @@ from kvtasks.stages.target_runs import state
 
 def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_argv: list[str] = (),
              sensitivity: dict | None = None, poisoned_row: list[str] = (), seen_as: str | None = None,
-             scratch: Path | None = None) -> TargetRun:
-    request = ctx.request
+             scratch: Path | None = None, request: Request | None = None) -> TargetRun:
+    """The grid's cells through the plan's channel, on `request`'s target (default: the run's)."""
+    request = request or ctx.request
     grid_text = ";".join(row_text(row) for row in rows)
     argv, env_extra, argnames = [], {}, []
     if plan.channel == "cli":
@@ -177,14 +178,13 @@ def base_side(ctx: Context) -> dict:
     return (getattr(baseline.stage, "s1_grid", None) if baseline and baseline.stage else None) or {}
 
 
-def oracle_run(ctx: Context) -> TargetRun | None:
-    """The grid cells once more inside the base oracle's lend (base's target, head's code), when the
-    grid ran on both sides (the oracle judges each cell against base's, so base's need not all pass);
-    None otherwise."""
+def oracle_run(ctx: Context, label: str, request: Request) -> TargetRun | None:
+    """The grid cells once more in another lend for the base oracle: base's target file (`request`:
+    the target at base's path when the PR renamed it) against head's code, or base's renamed file on
+    base; with the axes head's grid ran. None when the plan has no cells on a channel."""
     plan = plan_of(ctx)
-    head_grid = ctx.result_of(CorrectnessGrid)
-    base = base_side(ctx)
-    if plan is None or not plan.rows or head_grid is None or head_grid.stage is None \
-            or "exit" not in head_grid.stage.model_fields_set or base.get("state") != "ran":
+    if plan is None or not plan.rows or not plan.channel:
         return None
-    return run_grid(ctx, plan, "head-baseoracle-grid", plan.rows, head_grid.stage.axis_argv or [])
+    head_grid = ctx.result_of(CorrectnessGrid)
+    axis_argv = getattr(head_grid.stage, "axis_argv", None) if head_grid is not None and head_grid.stage else None
+    return run_grid(ctx, plan, label, plan.rows, axis_argv or [], request=request)
