@@ -6,7 +6,9 @@ first imported while importing it or during a route call (the receipt's `loaded`
 base's source of those imports, however deep, whichever the test happened to import first (outside
 test paths); the files a route's import or call opened (a kernel's configuration: the receipt's
 `opened`) and compiled kernel sources (.cu, .hip, ...) outside test paths are route side too (with
-no observation, files beside the route's module that are not Python stand for what it reads). A Python file the PR
+no observation, files beside the route's module that are not Python stand for what it reads; with
+one, a data file the PR adds in a route module's folder or below it is route side, since base's run
+could not have opened it: a tuned configuration the kernel reads). A Python file the PR
 adds outside test paths is new code under test: base could not have run it, and holding it at base
 would only delete it. Every other changed file is test side: test files and their helpers wherever they live (a package module
 the test imports), conftest.py files, pytest's configuration, data, golden outputs, tolerance tables,
@@ -134,12 +136,19 @@ def decide(ctx: Context) -> Sides:
         route |= _packages(module)
     folders = {str(PurePosixPath(module).parent) for module in modules}
 
-    def beside_the_route(path: str) -> bool:  # with no observation, the route's data is guessed by place
-        return loaded is None and str(PurePosixPath(path).parent) in folders
+    def beside_the_route(path: str, change: str) -> bool:
+        """The route's data guessed by place: with no observation, any file in a route module's
+        folder; with one, a file the PR adds there or below it (a tuned configuration the kernel
+        reads: base's run could not have opened a file base did not have)."""
+        parent = PurePosixPath(path).parent
+        if loaded is None:
+            return str(parent) in folders
+        return change == "A" and any(parent == PurePosixPath(folder) or (
+            folder != "." and parent.is_relative_to(folder)) for folder in folders)
 
     sides = Sides(loaded=loaded or [], basis=basis)
     for path, change in changes.items():
         on_route = not judges(path) and (path in route or (path.endswith(".py") and change == "A") or (
-            not path.endswith(".py") and (path.endswith(KERNEL_SUFFIXES) or beside_the_route(path))))
+            not path.endswith(".py") and (path.endswith(KERNEL_SUFFIXES) or beside_the_route(path, change))))
         (sides.route if on_route else sides.test).append(path)
     return sides

@@ -71,3 +71,13 @@ def test_without_a_route_everything_outside_the_tests_is_under_test():
                                  LOADED, routes=()))
     assert split.route == ["pkg/ops.py", "pkg/checks.py"] and split.test == ["tests/test_x.py", "setup.cfg"]
     assert split.basis.startswith("no --expected-route")
+
+
+def test_a_data_file_the_pr_adds_in_the_route_s_folder_is_the_kernel_s():
+    # base's run could not have opened a file base did not have: a tuned configuration the PR adds
+    # beside the kernel (or below it) is code under test; added data elsewhere still judges
+    changes = {"pkg/ops.py": "M", "pkg/tuned.json": "A", "pkg/configs/tuned_mi300.json": "A",
+               "tests/data/expected.json": "A", "configs/new.json": "A", "pkg/golden.json": "M"}
+    split = sides.decide(context(changes, LOADED))
+    assert sorted(split.route) == ["pkg/configs/tuned_mi300.json", "pkg/ops.py", "pkg/tuned.json"]
+    assert sorted(split.test) == ["configs/new.json", "pkg/golden.json", "tests/data/expected.json"]
