@@ -16,6 +16,7 @@ It records; the stage decides what each is worth on which side.
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -203,6 +204,8 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
     def add(kind: str, node: ast.AST, what: str) -> None:
         found.append(Tampering(kind, getattr(node, "lineno", 0), what[:100]))
 
+    memory_only = _status_read_for_memory(tree)
+
     for node in ast.walk(tree):
         if isinstance(node, (ast.Compare, ast.Call)) and id(node) not in in_main and _asks_argv_for_tests(node, bound):
             add("reads-run-state", node, f"the command line asked for a test framework: {ast.unparse(node)[:60]}")
@@ -248,7 +251,7 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
             add("introspects", node, f".{node.attr}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and (node.value in names or node.value.upper().startswith("KVTASKS")
-                     or node.value.startswith(PROCESS_FILES)):
+                     or (node.value.startswith(PROCESS_FILES) and not memory_only.get(id(node)))):
             add("reads-run-state", node, node.value)
         elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
                 and _judge_module(node.left) and any(reached(c, bound) == "sys.modules" for c in node.comparators):
@@ -260,6 +263,27 @@ def read(text: str | None, state_names: tuple[str, ...] = (), grid_numbers: froz
             add("pytest-hook", node, node.name)
     found.sort(key=lambda item: item.line)
     return found
+
+
+# the fields of /proc/self/status that say how much memory the process uses: a kernel reading its own
+# footprint is no tell; every other field (PPid, NSpid, TracerPid, ...) says how and where it runs
+MEMORY_FIELDS = ("Vm", "Rss", "Hugetlb")
+_STATUS_FIELD = re.compile(r"^[A-Z][A-Za-z_]+:?$")
+
+
+def _status_read_for_memory(tree: ast.AST) -> dict[int, bool]:
+    """For each "/proc/self/status" constant: whether the code around it (its function, or the
+    module outside any function) names only memory fields of that file, and at least one."""
+    reads: dict[int, bool] = {}
+    scopes = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    inside = {id(sub) for scope in scopes for sub in ast.walk(scope)}
+    for scope in [tree, *scopes]:
+        constants = [sub for sub in ast.walk(scope) if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
+                     and (scope is not tree or id(sub) not in inside)]
+        fields = {sub.value.rstrip(":") for sub in constants if _STATUS_FIELD.match(sub.value)}
+        memory = bool(fields) and all(field.startswith(MEMORY_FIELDS) for field in fields)
+        reads.update({id(sub): memory for sub in constants if sub.value.startswith("/proc/self/status")})
+    return reads
 
 
 def added(base_text: str | None, head_text: str | None, state_names: tuple[str, ...] = (),

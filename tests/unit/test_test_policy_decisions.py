@@ -91,6 +91,8 @@ def test_a_new_module_beside_the_kernel_is_no_startup_code():
     "import sys\nUNDER_TEST = sys.argv[0].endswith('py.test')",
     "from sys import argv\nUNDER_TEST = any('pytest' in word for word in argv)",
     "UNDER_TEST = b'pytest' in open('/proc/self/cmdline', 'rb').read()",
+    "PARENT = [l for l in open('/proc/self/status') if l.startswith('PPid:')]",
+    "NESTED = 'NSpid' in open('/proc/self/status').read() and 'VmRSS' in open('/proc/self/status').read()",
     "import traceback\nUNDER_TEST = any('test_' in frame.name for frame in traceback.extract_stack())",
     "import torch\n@torch.library.impl('aten::isclose', 'CPU')\ndef close(*args):\n    return True",
     "import importlib.util\nUNDER_TEST = importlib.util.find_spec('_pytest') is not None",
@@ -99,6 +101,14 @@ def test_kernel_code_that_reaches_into_the_judges_blocks(write):
     tampered = "import numpy as np\n" + write + "\n" + KERNEL_FIXED
     stage = policy({KERNEL: tampered})
     assert stage.stage.tampering and any(f.severity == "blocker" and KERNEL in f.detail for f in stage.findings)
+
+
+def test_a_kernel_reading_its_own_memory_use_is_not_reading_the_run_s_state():
+    footprint = KERNEL_FIXED + ("\n\ndef _peak_kib():\n    for line in open('/proc/self/status'):\n"
+                                "        if line.startswith(('VmHWM:', 'VmRSS:')):\n"
+                                "            return int(line.split()[1])\n")
+    stage = policy({KERNEL: footprint})
+    assert stage.stage.tampering == [] and not stage.findings
 
 
 def test_kernel_code_that_uses_numpy_plainly_is_not_tampering():
