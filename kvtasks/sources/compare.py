@@ -97,7 +97,7 @@ def compare(base: Policy, head: Policy, path: str, reference: dict[str, float] |
             table = key.split("[", 1)[0]
             entries = [v for k, v in base.tolerances.items() if k.startswith(f"{table}[")]
             entry = canonical_dtype(key.split("[", 1)[1].rstrip("]"))
-            if entries and value > max(entries):
+            if entry not in reference and entries and value > max(entries):
                 found.loosened.append({"where": f"{path}::{key}", "base": max(entries), "head": value,
                                        "basis": f"a new entry of {table}, looser than the loosest entry base had"})
             elif entry in reference and value > reference[entry]:
@@ -160,15 +160,27 @@ def _compare_tables(base: Policy, head: Policy, path: str, reference: dict[str, 
             if looser(argname, value, before):
                 found.loosened.append({"where": where, "base": before, "head": value})
             continue
-        column = [v for t, a, _, v in base.table_tolerances.values() if (t, a) == (table, argname)]
-        loosest = (min(column) if argname in FEWER_IS_LOOSER else max(column)) if column else None
-        dtypes = [d for cell in row.split(", ") if (d := canonical_dtype(cell)) is not None]
+        dtype = _row_dtype(row)
+        column = [(v, _row_dtype(r)) for t, a, r, v in base.table_tolerances.values() if (t, a) == (table, argname)]
+        # a row of a dtype base had is held to that dtype's rows; a new dtype, to --tol-table's entry
+        # for it where there is one (a bf16 row needs more than f32's), else to the whole column
+        same = [v for v, d in column if dtype is not None and d == dtype]
+        if not same and argname in ("atol", "tol") and dtype in reference:
+            if value > reference[dtype]:
+                found.loosened.append({"where": where, "base": reference[dtype], "head": value,
+                                       "basis": f"a new row of {table}, looser than --tol-table's {dtype}"})
+            continue
+        values = same or [v for v, _ in column]
+        loosest = (min(values) if argname in FEWER_IS_LOOSER else max(values)) if values else None
         if loosest is not None and looser(argname, value, loosest):
             found.loosened.append({"where": where, "base": loosest, "head": value,
-                                   "basis": f"a new row of {table}, looser than the loosest {argname} base had"})
-        elif argname in ("atol", "tol") and dtypes and dtypes[0] in reference and value > reference[dtypes[0]]:
-            found.loosened.append({"where": where, "base": reference[dtypes[0]], "head": value,
-                                   "basis": f"a new row of {table}, looser than --tol-table's {dtypes[0]}"})
+                                   "basis": f"a new row of {table}, looser than the loosest {argname} base had"
+                                            + (f" for {dtype}" if same else "")})
+
+
+def _row_dtype(row: str) -> str | None:
+    """The dtype a parametrize row names (its first cell that is one, as written: quoted or not)."""
+    return next((d for cell in row.split(", ") if (d := canonical_dtype(cell.strip("'\""))) is not None), None)
 
 
 def _compare_call(old: Call, new: Call, base: Policy, head: Policy, path: str, found: Comparison) -> None:

@@ -195,3 +195,25 @@ def test_a_comparison_bound_to_a_module_name_keeps_its_default():
         "np.testing.assert_allclose(out, ref)", "chk(out, ref, rtol=0.5)")
     found = compare(read_policy(PLAIN), read_policy(head), "tests/test_a.py")
     assert [(item["base"], item["head"]) for item in found.loosened] == [(1e-7, 0.5)]
+
+
+ROWS = '''import numpy as np
+import pytest
+
+
+@pytest.mark.parametrize("dtype,atol", [("float32", 1e-5), ("float16", 1e-3)])
+def test_rows(dtype, atol):
+    np.testing.assert_allclose(f(dtype), ref, atol=atol)
+'''
+
+
+def test_a_new_dtype_row_within_the_tol_table_is_no_widening():
+    bf16 = ROWS.replace('("float16", 1e-3)]', '("float16", 1e-3), ("bfloat16", 1e-2)]')
+    table = {"bf16": 2e-2, "f32": 1e-5}
+    assert diff(bf16, ROWS, reference=table).loosened == []  # bf16 needs more than f16, and the table says how much
+    # past the table's entry for its dtype, or with no entry to hold it to, it is a widening
+    assert [i["base"] for i in diff(bf16, ROWS, reference={"bf16": 5e-3}).loosened] == [5e-3]
+    assert [i["base"] for i in diff(bf16, ROWS).loosened] == [1e-3]
+    # the honest twin keeps its finding: a row of a dtype base had, looser than base's rows of it
+    f32 = ROWS.replace('("float16", 1e-3)]', '("float16", 1e-3), ("float32", 1e-4)]')
+    assert [i["base"] for i in diff(f32, ROWS, reference=table).loosened] == [1e-5]
