@@ -16,7 +16,7 @@ from kvtasks.report import Entry, Layout, Report, Stage
 from kvtasks.stages.coverage import arch_coverage
 from kvtasks.stages import (Context, StageResult, StageSpec, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
                             gpu_requirement, grid, merge_sim, perf, receipt, repo_tests, run_facts, runtime_compat,
-                            selection, sensitivity, test_policy)
+                            selection, sensitivity, skips_taken, test_policy)
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ PIPELINE: dict[str, tuple[Row, ...]] = {
         # the policy read again once base's run said what it loads: the route and test sides observed
         Row(test_policy.SIDES, amends=test_policy.STAGE),
         Row(repo_tests.STAGE, "required", tiered=True),
+        Row(skips_taken.STAGE, amends=test_policy.STAGE),
         Row(grid.STAGE, "required", tiered=True),
         Row(base_oracle.STAGE, "optional", tiered=True),
         Row(sensitivity.STAGE, "required", tiered=True),

@@ -72,6 +72,7 @@ RULES: dict[str, str] = {
     'policy.compiled-module': 'the PR adds or changes compiled code Python can import (an extension module, sourceless bytecode)',
     'policy.shadows-stdlib': 'the PR adds or changes a file named like a standard-library module',
     'policy.shape-rows-commented-out': 'more shape rows commented out than on base',
+    'policy.skipif-not-taken': "a skipif the PR adds did not skip here: the test ran on head and passed",
     'policy.startup-code': 'the PR adds or changes interpreter start-up code',
     'policy.tampers-with-judges': 'code outside the tests reaches into what judges it',
     'policy.target-deleted': 'the PR deletes the target test',
