@@ -89,8 +89,11 @@ def _die_with_parent(parent: int, cgroup: Path | None = None) -> Callable[[], No
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(137)
         if cgroup is not None:  # its launch's cgroup, entered before it execs (kvtasks.containment)
-            with open(cgroup / "cgroup.procs", "w") as procs:
-                procs.write("0")
+            try:
+                with open(cgroup / "cgroup.procs", "w") as procs:
+                    procs.write("0")
+            except OSError:  # a host that refuses the move: the subreaper and the group still end the launch
+                pass
     return arm
 
 

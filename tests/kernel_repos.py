@@ -106,6 +106,39 @@ def kernel_repo(path: Path) -> Path:
     })
 
 
+# A kernel module's first lines that leave a daemon at import, as a hostile kernel would: double fork,
+# setsid, its environment cleared, in '/', every descriptor closed, SIGTERM ignored, a new process
+# every 10 ms, each writing its pid into the heartbeat file {beat} until {beat}.stop exists
+DAEMON_AT_IMPORT = '''import os
+import signal
+import time
+
+
+def _daemonize(beat):
+    if os.fork():
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        os.chdir("/")
+        os.closerange(0, 1024)
+        os.environ.clear()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while not os.path.exists(beat + ".stop"):
+            if os.fork():
+                os._exit(0)
+            with open(beat, "a") as heartbeat:
+                heartbeat.write(f"{{os.getpid()}}\\n")
+            time.sleep(0.01)
+    finally:
+        os._exit(0)
+
+
+_daemonize({beat!r})
+'''
+
+
 # A kernel package whose every import stands for GPU work: the process sleeps at its exit at least
 # three times its own CPU time, and at least GPU_S seconds, so a batch of them is bound by the
 # (simulated) GPUs, not by this machine's cores.

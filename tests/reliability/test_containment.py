@@ -12,42 +12,10 @@ import pytest
 from kvtasks import cgroups, cli, containment
 from kvtasks.harness.launch import launch
 from kvtasks.worktree import run_git
-from tests.kernel_repos import KERNEL, TESTS, git, make_patch, snapshot
-
-# a daemon as a hostile kernel starts one: double fork, setsid, environment cleared, chdir('/'),
-# every descriptor closed, SIGTERM ignored, a new process every 10 ms, each writing a heartbeat
-DAEMON = '''import os
-import signal
-import time
-
-
-def _daemonize(beat):
-    if os.fork():
-        return
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        os.chdir("/")
-        os.closerange(0, 1024)
-        os.environ.clear()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        while True:
-            if os.fork():
-                os._exit(0)
-            with open(beat, "a") as heartbeat:
-                heartbeat.write(f"{{os.getpid()}}\\n")
-            time.sleep(0.01)
-    finally:
-        os._exit(0)
-
-
-_daemonize({beat!r})
-'''
-
+from tests.kernel_repos import DAEMON_AT_IMPORT, KERNEL, TESTS, make_patch, snapshot
 
 def daemon_kernel(beat: Path) -> str:
-    return DAEMON.format(beat=str(beat)) + KERNEL
+    return DAEMON_AT_IMPORT.format(beat=str(beat)) + KERNEL
 
 
 def assert_stopped_beating(beat: Path, own_pids: bool = True) -> None:
@@ -155,7 +123,7 @@ def test_a_launch_s_orphans_are_reaped_by_pid_and_nothing_else_of_the_launcher_i
     try:
         beat = tmp_path / "heartbeat"
         script = tmp_path / "daemon.py"
-        script.write_text(DAEMON.format(beat=str(beat)) + "import time\ntime.sleep(0.3)\n")
+        script.write_text(DAEMON_AT_IMPORT.format(beat=str(beat)) + "import time\ntime.sleep(0.3)\n")
         done = containment.run([sys.executable, str(script)], timeout_s=60)
         assert done.returncode == 0 and done.survivors
         expected = {"cgroup"} if cgroup else {"orphan", "descendant"}
