@@ -6,7 +6,8 @@ clone with two clones side by side (so the machine's cores, never the verdict, a
 validation in its own process, and counts the distinct outcomes (exit code, verdict, blockers'
 stages and details) and the trees not handed back byte-identical. Prints one line per outcome with
 how often it came out, then `cpu tier repeat: N validations, K distinct outcomes, trees changed T`.
-Needs the triton-cpu extra.
+Needs the triton-cpu extra. With --smoke, one validation (one round on one clone): a check that the
+bench runs, not a measurement.
 
     python bench/cpu_tier_repeat.py --rounds 5
 """
@@ -42,7 +43,9 @@ def outcome(repo: Path, patch: Path, env: dict, out: Path) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="one round on one clone (overrides --rounds)")
     args = parser.parse_args()
+    rounds_per_clone, clone_names = (1, ("a",)) if args.smoke else (args.rounds, ("a", "b"))
     triton_repos.require_triton_cpu()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
@@ -54,14 +57,14 @@ def main() -> None:
                     "KVTASKS_IDLE_INTERVAL_S": "0", "PYTEST_ADDOPTS": "-p no:hypothesispytest",
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKES), os.environ.get("PYTHONPATH")]))}
         clones = []
-        for name in ("a", "b"):
+        for name in clone_names:
             repo = triton_repos.softmax_repo(work / f"softmax-{name}")
             patch = make_patch(repo, {"softmax.py": triton_repos.SOFTMAX_UNMASKED}, work / f"unmask-{name}.patch")
             clones.append((repo, patch, snapshot(repo), {**base_env, "KVTASKS_HOME": str(work / f"home-{name}")}))
 
         def rounds(index: int) -> list[tuple]:
             repo, patch, _, env = clones[index]
-            return [outcome(repo, patch, env, work / f"report-{index}-{n}.json") for n in range(args.rounds)]
+            return [outcome(repo, patch, env, work / f"report-{index}-{n}.json") for n in range(rounds_per_clone)]
 
         with ThreadPoolExecutor(len(clones)) as pool:
             outcomes = Counter(result for batch in pool.map(rounds, range(len(clones))) for result in batch)

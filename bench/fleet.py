@@ -8,9 +8,11 @@ measured (unless other work loads them: the load average per core is printed aft
 Ray's start (the cluster's nodes) is measured and reported apart and is not in the speed-up; the
 driver's start and connection to the cluster are (every batch pays them). Prints both walls,
 whether every verdict agrees, the base runs per arch, the node time the fleet added per task, and
-last `fleet: S.SSx speed-up on 4 nodes (base runs: B per arch, ideal 4.00x)`.
+last `fleet: S.SSx speed-up on 4 nodes (base runs: B per arch, ideal 4.00x)`. With --smoke, one PR
+on one node of one arch, with no GPU work beyond the targets' sleep-bound floor: a check that the
+bench runs, not a measurement.
 
-    python bench/fleet.py [--gpu-s 5.0] [--timeline]
+    python bench/fleet.py [--gpu-s 5.0] [--timeline] [--smoke]
 """
 import argparse
 import json
@@ -33,6 +35,8 @@ from tests.kernel_repos import (KERNEL, KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, make_p
 
 ARCHS = ["gfx-a", "gfx-b"]
 NODES = [["gfx-a"], ["gfx-a"], ["gfx-b"], ["gfx-b"]]
+# --smoke: the least that still runs both batches, Ray's start and the per-arch comparison
+SMOKE_ARCHS, SMOKE_NODES, SMOKE_PR = ["gfx-a"], [["gfx-a"]], "tail-1"
 TASK_STARTED = re.compile(r"fleet: \S+ \[\S+\]: (prepare|base|head) on \S+$")  # the driver's progress line
 
 
@@ -68,28 +72,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu-s", type=float, default=5.0, help="the least GPU work (sleep) of one target run")
     parser.add_argument("--timeline", action="store_true", help="print the driver's progress lines with their times")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one PR on one node of one arch, no GPU work (overrides --gpu-s)")
     args = parser.parse_args()
+    archs, nodes = (SMOKE_ARCHS, SMOKE_NODES) if args.smoke else (ARCHS, NODES)
+    gpu_s = 0.0 if args.smoke else args.gpu_s
     os.environ.update(COMMON_ENV, PYTHONPATH=fakes_path())
     os.environ.pop("RAY_ADDRESS", None)
     with tempfile.TemporaryDirectory(prefix="kvtasks-fleet-bench-") as folder:
         work = Path(folder)
-        repo = sleep_bound_kernel_repo(work / "repo", args.gpu_s)
+        repo = sleep_bound_kernel_repo(work / "repo", gpu_s)
         (work / "patches").mkdir()
         prs = twelve_prs()
+        if args.smoke:
+            prs = {SMOKE_PR: prs[SMOKE_PR]}
         entries = [{"label": label, "patch": str(make_patch(repo, files, work / "patches" / f"{label}.patch"))}
                    for label, files in prs.items()]
         shared = {"repo": str(repo), "target": "tests/test_scale.py", "no_perf": True, "prs": entries}
         (work / "local.json").write_text(json.dumps(shared))
-        (work / "fleet.json").write_text(json.dumps({**shared, "engine": "ray", "archs": ARCHS}))
+        (work / "fleet.json").write_text(json.dumps({**shared, "engine": "ray", "archs": archs}))
 
         # sequentially on one host with both GPUs: the batch once per arch
         host = work / "host"
         (host / "locks").mkdir(parents=True)
-        (host / "amdsmi.json").write_text(json.dumps({"devices": fake_gpus(ARCHS, ARCHS)}))
+        (host / "amdsmi.json").write_text(json.dumps({"devices": fake_gpus(archs, archs)}))
         os.environ.update(KVTASKS_FAKE_AMDSMI=str(host / "amdsmi.json"), KVTASKS_LOCK_DIR=str(host / "locks"),
                           KVTASKS_SCRATCH=str(host / "scratch"))
         sequential, sequential_s = {}, {}
-        for arch in ARCHS:
+        for arch in archs:
             os.environ["KVTASKS_GPU_ARCH"] = arch
             started = time.perf_counter()
             done = doit(work / f"sequential-{arch}", "batch", f"manifest={work / 'local.json'}", timeout=3600)
@@ -101,12 +111,12 @@ def main() -> None:
         for name in ("KVTASKS_GPU_ARCH", "KVTASKS_FAKE_AMDSMI", "KVTASKS_LOCK_DIR", "KVTASKS_SCRATCH"):
             os.environ.pop(name)
 
-        fleet = SimulatedFleet(work / "fleet", NODES)
+        fleet = SimulatedFleet(work / "fleet", nodes)
         try:
             started = time.perf_counter()
             fleet.start()
             ray_start_s = time.perf_counter() - started
-            print(f"ray start: {ray_start_s:.1f}s for {len(NODES)} nodes (not in the speed-up)", flush=True)
+            print(f"ray start: {ray_start_s:.1f}s for {len(nodes)} nodes (not in the speed-up)", flush=True)
             started = time.perf_counter()
             driver = subprocess.Popen([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "batch",
                                        f"manifest={work / 'fleet.json'}"], cwd=PROJECT, text=True,
@@ -123,22 +133,22 @@ def main() -> None:
         if args.timeline:
             for at, line in lines:
                 print(f"{at:7.1f}s {line}")
-        got = {arch: verdicts(work / "driver", prs, arch) for arch in ARCHS}
+        got = {arch: verdicts(work / "driver", prs, arch) for arch in archs}
         base_runs = base_runs_per_arch(work / "driver")
         started_at = [at for at, line in lines if TASK_STARTED.match(line)]
         tasks = len(started_at)
         total_sequential_s = sum(sequential_s.values())
         speed_up = total_sequential_s / fleet_s
         # the node time the fleet spent beyond the sequential batch's, per task it ran
-        overhead_s = (fleet_s * len(NODES) - total_sequential_s) / tasks
-        print(f"sequential {total_sequential_s:.1f}s on one host, fleet {fleet_s:.1f}s on {len(NODES)} nodes "
+        overhead_s = (fleet_s * len(nodes) - total_sequential_s) / tasks
+        print(f"sequential {total_sequential_s:.1f}s on one host, fleet {fleet_s:.1f}s on {len(nodes)} nodes "
               f"({tasks} tasks; the driver's start and connection included: its first task began at "
               f"{started_at[0]:.1f}s)")
         print(f"verdicts agree: {got == sequential}; base runs per arch: {dict(sorted(base_runs.items()))}")
-        print(f"node time the fleet added per task: {overhead_s:.2f}s (target runs at least {args.gpu_s}s of GPU "
+        print(f"node time the fleet added per task: {overhead_s:.2f}s (target runs at least {gpu_s}s of GPU "
               f"work each)")
-        print(f"fleet: {speed_up:.2f}x speed-up on {len(NODES)} nodes (base runs: "
-              f"{max(base_runs.values(), default=0)} per arch, ideal {len(NODES):.2f}x)")
+        print(f"fleet: {speed_up:.2f}x speed-up on {len(nodes)} nodes (base runs: "
+              f"{max(base_runs.values(), default=0)} per arch, ideal {len(nodes):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ that duration, and runs it once more. After each pair it checks what the test ch
 killed run left is a whole one; after SIGTERM or SIGINT the tree is byte-identical at once; after
 the rerun the tree is byte-identical, the journal is clear and the rerun's verdict is BLOCK (exit
 1) with merge_sim passing (the kill is never blamed on the caller). Prints one line per point and
-last `killed anywhere: N points, handed back N/N, reruns blocked N/N` with the counts it measured.
+last `killed anywhere: N points, handed back N/N, reruns blocked N/N, whole reports left W` with the
+counts it measured. With --smoke, one point: a check that the bench runs, not a measurement.
 
-    python bench/killed_anywhere.py --points 21 --seed 20261202
+    python bench/killed_anywhere.py --points 21 --seed 20261202 [--smoke]
 """
 import argparse
 import json
@@ -42,7 +43,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=21)
     parser.add_argument("--seed", type=int, default=20261202)
+    parser.add_argument("--smoke", action="store_true", help="one point (overrides --points)")
     args = parser.parse_args()
+    point_count = 1 if args.smoke else args.points
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         fake = work / "amdsmi.json"
@@ -61,7 +64,7 @@ def main() -> None:
         validator(env, repo, patch, work / "full.json").wait(timeout=RUN_BOUND_S)
         duration = time.monotonic() - started
         rng = random.Random(args.seed)
-        points = [(rng.choice(SIGNALS), rng.uniform(0.05, duration)) for _ in range(args.points)]
+        points = [(rng.choice(SIGNALS), rng.uniform(0.05, duration)) for _ in range(point_count)]
         handed_back = blocked = whole_reports = 0
         for number, (sig, delay) in enumerate(points):
             out = work / f"killed-{number}.json"

@@ -4,8 +4,11 @@ Runs the batch once sequentially, then five times with `-n 2`, each in a fresh w
 counts per parallel run: reports whose verdict differs from the sequential one, reports carrying
 `recovered_run` (a live worker mistaken for a dead one), base keys launched more than once, and
 whether the tree came back byte-identical. Prints those counts, the total mismatch count, and
-the wall-time ratio of a parallel to the sequential batch, measured side by side in one run.
+last the wall-time ratio of a parallel to the sequential batch, measured side by side in one run:
+`wall time -n 2 / sequential: R.RR (sequential S.Ss)`. With --smoke, one parallel batch of the
+tail-bug PR alone: a check that the bench runs, not a measurement.
 """
+import argparse
 import json
 import os
 import sys
@@ -20,9 +23,15 @@ from tests.conftest import FAKES, IDLE_AMD  # noqa: E402
 from tests.kernel_repos import snapshot, tiled_repo  # noqa: E402
 
 REPEATS = 5
+# --smoke: the PR with the fewest target runs (its BLOCK skips the sensitivity run)
+SMOKE_PR = "tail"
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="one parallel batch of the tail-bug PR alone")
+    args = parser.parse_args()
+    repeats = 1 if args.smoke else REPEATS
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         fake = work / "amdsmi.json"
@@ -32,6 +41,8 @@ def main() -> None:
                           PYTHONPATH=os.pathsep.join(filter(None, [str(FAKES), os.environ.get("PYTHONPATH")])))
         tiled = tiled_repo(work / "tiled")
         prs = eight_prs(tiled, work / "patches")
+        if args.smoke:
+            prs = {SMOKE_PR: prs[SMOKE_PR]}
         manifest = write_manifest(tiled, prs, work / "eight.json")
         supplied = snapshot(tiled)
 
@@ -41,7 +52,7 @@ def main() -> None:
         expected = {label: report["verdict"] for label, report in reports(work / "sequential", prs).items()}
 
         mismatches, parallel_s = 0, []
-        for repeat in range(1, REPEATS + 1):
+        for repeat in range(1, repeats + 1):
             home = work / f"parallel-{repeat}"
             started = time.perf_counter()
             doit(home, "-n", "2", "batch", f"manifest={manifest}")
@@ -55,7 +66,7 @@ def main() -> None:
             print(f"run {repeat}: verdict mismatches {verdicts}, recovered_run {recovered}, "
                   f"extra base runs {repeated}, tree changed {tree} ({parallel_s[-1]:.1f}s)")
         print(f"sequential verdicts: {expected}")
-        print(f"mismatches over {REPEATS} parallel batches of {len(prs)} PRs: {mismatches}")
+        print(f"mismatches over {repeats} parallel batches of {len(prs)} PRs: {mismatches}")
         print(f"wall time -n 2 / sequential: {sum(parallel_s) / len(parallel_s) / sequential_s:.2f} "
               f"(sequential {sequential_s:.1f}s)")
 

@@ -2,7 +2,8 @@
 
 The target loops calling a small function 10^6 times; the route is a different function, called
 once. It runs bare, under kvtasks' probe, and under a plain sys.setprofile call counter (what a
-setprofile-based probe costs). Each is timed as a whole process, best of N.
+setprofile-based probe costs). Each is timed as a whole process, best of N. With --smoke, one
+call and one run of each: a check that the bench runs, not a measurement.
 Last line: `probe overhead: R.RRx bare (setprofile: S.SSx)`.
 """
 import argparse
@@ -60,22 +61,24 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10**6)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--smoke", action="store_true", help="one call, one run of each (overrides --calls, --repeats)")
     args = parser.parse_args()
+    calls, repeats = (1, 1) if args.smoke else (args.calls, args.repeats)
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        (work / "target.py").write_text(TARGET.replace("CALLS", str(args.calls)))
+        (work / "target.py").write_text(TARGET.replace("CALLS", str(calls)))
         (work / "hot.py").write_text(HOT)
         (work / "setprofile_counter.py").write_text(SETPROFILE)
         probe = receipts.prepare(work / "probe", routes=["hot:route"], shape_vars=["M", "N"],
                                  receipt=work / "receipt.json")
         env = {"PYTHONPATH": f"{probe.folder}:{work}", "PATH": "/usr/bin:/bin", **probe.environment}
-        bare = best_of([args.python, "target.py"], work, env, args.repeats)
-        probed = best_of([args.python, "-m", probe.name, "target.py"], work, env, args.repeats,
+        bare = best_of([args.python, "target.py"], work, env, repeats)
+        probed = best_of([args.python, "-m", probe.name, "target.py"], work, env, repeats,
                          before=probe.write_configuration)
-        profiled = best_of([args.python, "setprofile_counter.py", "target.py"], work, env, args.repeats)
+        profiled = best_of([args.python, "setprofile_counter.py", "target.py"], work, env, repeats)
         receipt, _, note = receipts.read(probe, "bench")
         assert receipt and receipt.route_calls == {"hot:route": 1}, note
-        print(f"python {args.python}: {args.calls} calls, best of {args.repeats}")
+        print(f"python {args.python}: {calls} calls, best of {repeats}")
         print(f"bare {bare:.3f}s  probe {probed:.3f}s ({receipt.mechanism})  setprofile {profiled:.3f}s")
         print(f"probe overhead: {probed / bare:.2f}x bare (setprofile: {profiled / bare:.2f}x)")
 

@@ -4,7 +4,10 @@ Validates the demo's clean-fix PR (its grid passes, so the stage runs the same c
 with the route's output corrupted) three times in one workspace, and reads both runs' wall times
 from the stored head evidence of each validation, so the two are measured side by side in the same
 validation. Prints each round, and last `sensitivity cost: R.RRx head grid run` (the median ratio).
+With --smoke, one round, its pytest without the hypothesis plugin: a check that the bench runs,
+not a measurement.
 """
+import argparse
 import os
 import statistics
 import subprocess
@@ -18,9 +21,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 ROUNDS = 3
 
 
-def validate(home: Path) -> None:
+def validate(home: Path, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "validate", "demo=clean-fix"],
-                   cwd=PROJECT, env={**os.environ, "KVTASKS_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                   cwd=PROJECT, env={**env, "KVTASKS_HOME": str(home)}, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
 
 
@@ -32,11 +35,20 @@ def run_seconds(home: Path) -> dict[str, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="one round, without the hypothesis pytest plugin")
+    args = parser.parse_args()
+    rounds = 1 if args.smoke else ROUNDS
+    env = dict(os.environ)
+    if args.smoke:
+        # the demo never uses hypothesis, whose pytest plugin adds most of a second of imports to each of
+        # the validation's nine target processes; a full run keeps whatever the caller's pytest loads
+        env.setdefault("PYTEST_ADDOPTS", "-p no:hypothesispytest")
     ratios = []
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
-        for round_number in range(1, ROUNDS + 1):
-            validate(home)
+        for round_number in range(1, rounds + 1):
+            validate(home, env)
             seconds = run_seconds(home)
             grid_s, corrupted_s = seconds["head-grid"], seconds["head-sensitivity-tail"]
             ratios.append(corrupted_s / grid_s)

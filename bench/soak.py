@@ -20,7 +20,8 @@ After each run:
   stage statuses; a fleet report, its verdict); anything else counts as fabricated.
 Prints a line per kind of run, then last
 `soak: N runs, K signals, trees handed back K/K, orphans 0, fabricated 0, survivors 0` with the
-measured numbers.
+measured numbers. With --smoke, one sequential run (a single validation) and its checks: a check
+that the bench runs, not a soak.
 
     python bench/soak.py --runs 200 --seed 1
 """
@@ -44,8 +45,8 @@ from kvtasks.workspace import Workspace  # noqa: E402
 from kvtasks.worktree import Worktree  # noqa: E402
 from tests.batches import PROJECT, eight_prs, write_manifest  # noqa: E402
 from tests.conftest import FAKES, IDLE_AMD  # noqa: E402
-from tests.kernel_repos import (KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot,  # noqa: E402
-                                tiled_repo)
+from tests.kernel_repos import (DAEMON_AT_IMPORT, KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo,  # noqa: E402
+                                make_patch, snapshot, tiled_repo)
 
 SIGNALS = (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 POINTS = ("picker", "lease", "merge_sim", "apply", "launch", "correctness_repo_tests",
@@ -62,25 +63,7 @@ BEAT_QUIET_S = 0.3  # a heartbeat unchanged for this long has stopped
 
 # kernels that leave a process behind at import, each beating into the file named {beat}
 DAEMONS = {
-    "setsid-daemon": """import os, signal, time
-if os.fork() == 0:
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        os.chdir("/")
-        os.closerange(0, 1024)
-        os.environ.clear()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        while not os.path.exists({beat!r} + ".stop"):
-            if os.fork():
-                os._exit(0)
-            with open({beat!r}, "a") as beat:
-                beat.write("beat\\n")
-            time.sleep(0.01)
-    finally:
-        os._exit(0)
-""",
+    "setsid-daemon": DAEMON_AT_IMPORT,
     "sigterm-ignorer": """import subprocess, sys
 subprocess.Popen([sys.executable, "-c", "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
                   "import os\\nwhile not os.path.exists({beat!r} + '.stop'):\\n    open({beat!r}, 'a').write('beat\\\\n')\\n    time.sleep(0.05)"])
@@ -356,13 +339,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="one sequential run (overrides --runs)")
     args = parser.parse_args()
+    runs = 1 if args.smoke else args.runs
     with tempfile.TemporaryDirectory(prefix="kvtasks-soak-") as folder:
         work = Path(folder)
         for sub in ("markers", "logs", "out", "manifests"):
             (work / sub).mkdir()
         soak = Soak(work, args.seed)
-        for number in range(args.runs):
+        for number in range(runs):
             kind = "ray" if number % RAY_EVERY == RAY_EVERY - 1 else \
                 "batch" if number % BATCH_EVERY == BATCH_EVERY - 1 else "sequential"
             soak.run(number, kind)
@@ -372,7 +357,7 @@ def main() -> None:
         for failure in soak.failures:
             print(failure)
         counts = soak.counts
-        print(f"soak: {args.runs} runs, {counts['signals']} signals, trees handed back "
+        print(f"soak: {runs} runs, {counts['signals']} signals, trees handed back "
               f"{counts['handed_back']}/{counts['signals']}, orphans {counts['orphans']}, "
               f"fabricated {counts['fabricated']}, survivors {counts['survivors']}")
         sys.exit(1 if soak.failures else 0)

@@ -28,6 +28,10 @@ Last line: `tier coverage: P% of N items reached a test outcome (tier crashes C)
 
 With a kvtasks that has no `check` (an older checkout, to measure before), each item is the same
 base run through the harness, and crashes are read from its output by the same markers.
+
+With --smoke, one item of a tiny Triton repository the bench builds in a temporary folder (one kernel,
+one test file), measured in place of the repositories given: a check that the bench runs with nothing
+fetched, not a measurement.
 """
 from __future__ import annotations
 
@@ -40,6 +44,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.triton_repos import softmax_repo  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent.parent
 # --kvtasks DIR measures another kvtasks source tree (main's, for the numbers before): imported first
@@ -180,6 +188,10 @@ REPOSITORIES = {
     },
 }
 
+# --smoke's items: of the masked softmax repository the tests build (a test that asks for "cuda", as the
+# real ones do)
+SMOKE_ITEMS = ["tests/test_softmax.py::test_softmax[4-64-f32]"]
+
 # what a test's own output says when the tier, not the code, could not run it (a kvtasks without
 # crash records is read by these too, so before and after are classified alike)
 _CRASH_MARKERS = (
@@ -266,6 +278,20 @@ def _pinned(name: str, folder: Path) -> str:
     return "" if head == pin else f" (plus local commits: {git('log', '--format=%s', pin + '..HEAD').stdout.strip()})"
 
 
+def measure(name: str, folder: Path, items: list[str]) -> list[dict]:
+    """Each item run and classified, a line each, then the repository's coverage line."""
+    results = []
+    for node in items:
+        started = time.monotonic()
+        verdict = run_item(folder, node)
+        verdict.update(repo=name, item=node, seconds=round(time.monotonic() - started, 1))
+        results.append(verdict)
+        print(f"{verdict['class']:16} {verdict['seconds']:6.1f}s  {node}"
+              + (f"\n{'':26}{verdict['cause']}" if verdict["cause"] else ""), flush=True)
+    print(f"{name}: {coverage_line(results)}", flush=True)
+    return results
+
+
 def coverage_line(results: list[dict]) -> str:
     counted = [r for r in results if r["class"] != "repository skip"]
     reached = [r for r in counted if r["class"] in ("passed", "failed")]
@@ -283,11 +309,17 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=180, help="seconds per item (TIMEOUT)")
     parser.add_argument("--json", type=Path, help="write every item's class and cause here")
     parser.add_argument("--kvtasks", help="measure the kvtasks in this source tree (default: this one)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one item of a tiny repository built here instead of the repositories given")
     options = parser.parse_args()
     os.environ["TIMEOUT"] = str(options.timeout)
-    chosen = [name for name in options.repos.split(",") if getattr(options, name, None)]
+    chosen = [] if options.smoke else [name for name in options.repos.split(",") if getattr(options, name, None)]
     print(f"kvtasks: {'with check' if check is not None else 'without check (harness base runs)'}", flush=True)
     every = []
+    if options.smoke:
+        with tempfile.TemporaryDirectory(prefix="tier-coverage-smoke-") as scratch:
+            print(f"== smoke: a Triton repository built here: {len(SMOKE_ITEMS)} items; extras: none", flush=True)
+            every += measure("smoke", softmax_repo(Path(scratch) / "softmax"), SMOKE_ITEMS)
     for name in chosen:
         folder = getattr(options, name).resolve()
         local = _pinned(name, folder)
@@ -297,16 +329,7 @@ def main() -> int:
         print(f"== {name} at {REPOSITORIES[name]['pin'][:12]}{local}: {len(items)} items"
               + (f" (the first {options.limit} of {len(REPOSITORIES[name]['items'])})" if options.limit else "")
               + f"; extras: {', '.join(REPOSITORIES[name]['extras']) or 'none'}", flush=True)
-        results = []
-        for node in items:
-            started = time.monotonic()
-            verdict = run_item(folder, node)
-            verdict.update(repo=name, item=node, seconds=round(time.monotonic() - started, 1))
-            results.append(verdict)
-            print(f"{verdict['class']:16} {verdict['seconds']:6.1f}s  {node}"
-                  + (f"\n{'':26}{verdict['cause']}" if verdict["cause"] else ""), flush=True)
-        print(f"{name}: {coverage_line(results)}", flush=True)
-        every += results
+        every += measure(name, folder, items)
     crashes: dict[str, list[str]] = {}
     for result in every:
         if result["class"] in ("tier crash", "timed out", "sparse grid"):
