@@ -14,8 +14,8 @@ from kvtasks.errors import UsageError
 
 # Runs first inside the mount and PID namespaces, as the namespace's first process: read-only binds,
 # then writable binds inside them, then the target as its child. Once the target has exited it
-# stops every other process in the namespace (kill -1: twice, for a child forked while the first
-# went round), lists them (its own /proc) into the file its first argument after the binds names
+# stops every other process in the namespace (kill -- -1: twice, for a child forked while the
+# first went round), lists the live ones (its own /proc) into the file its first argument after the binds names
 # ('' for nowhere) and exits, which ends every process left in the namespace.
 SANDBOX_SCRIPT = """set -e
 while [ "$1" != -- ]; do mount --bind "$1" "$1"; mount -o remount,bind,ro "$1"; shift; done; shift
@@ -25,8 +25,9 @@ set +e
 "$@"
 status=$?
 if [ -n "$left" ]; then
-    kill -s STOP -1 2>/dev/null; kill -s STOP -1 2>/dev/null
+    kill -s STOP -- -1 2>/dev/null; kill -s STOP -- -1 2>/dev/null
     for entry in /proc/[0-9]*; do
+        [ -e "$entry/exe" ] || continue  # a zombie: already dead
         command=$(tr '\\0' ' ' < "$entry/cmdline" 2>/dev/null)
         [ "${entry#/proc/}" = 1 ] || [ -z "$command" ] || printf '%s %s\\n' "${entry#/proc/}" "$command" >> "$left"
     done

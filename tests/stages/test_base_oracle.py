@@ -132,19 +132,26 @@ HIDINGS = {
 }
 
 
-@pytest.mark.parametrize("hiding", list(HIDINGS))
-def test_a_tail_bug_hidden_by_xfail_deletion_or_renaming_fails_base_s_target_with_the_grid(tmp_path, validate, hiding):
+def _validate_hiding(tmp_path, validate, hiding: str, kernel: str):
     repo = tiled_repo(tmp_path / "tiled")
     changes, target = HIDINGS[hiding]
     flags = [*ARGNAMES_GRID[:1], target, *ARGNAMES_GRID[2:]]
-    bug = validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": TILED_TAIL_BUG, **changes},
-                                                   tmp_path / "bug.patch")), *flags)
+    return validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": kernel, **changes},
+                                                    tmp_path / "pr.patch")), *flags)
+
+
+@pytest.mark.parametrize("hiding", list(HIDINGS))
+def test_a_tail_bug_hidden_by_xfail_deletion_or_renaming_fails_base_s_target_with_the_grid(tmp_path, validate, hiding):
+    bug = _validate_hiding(tmp_path, validate, hiding, TILED_TAIL_BUG)
     oracle = bug.stage("correctness_base_oracle")
     assert oracle["status"] == "fail" and "head-baseoracle-grid" in oracle["runs"], oracle
     assert {f["rule"] for f in bug.findings("blocker")} & {"oracle.regression", "oracle.fails-weakened"}
     assert bug.verdict == "BLOCK"
-    # the honest twin: the same change to the target over a kernel that only gained a comment
-    twin = validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": "# tiles\n" + TILED, **changes},
-                                                    tmp_path / "twin.patch")), *flags)
-    assert twin.stage("correctness_base_oracle")["status"] == "pass", twin.stage("correctness_base_oracle")
+
+
+def test_a_deleted_target_s_base_file_passes_head_s_correct_kernel_with_the_grid(tmp_path, validate):
+    # the honest twin: the same deletion over a kernel that only gained a comment
+    twin = _validate_hiding(tmp_path, validate, "deletion", "# tiles\n" + TILED)
+    oracle = twin.stage("correctness_base_oracle")
+    assert oracle["status"] == "pass" and "head-baseoracle-grid" in oracle["runs"], oracle
     assert not [f for f in twin.findings("blocker") if f["rule"].startswith("oracle.")]
