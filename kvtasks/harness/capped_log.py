@@ -42,15 +42,20 @@ class CappedLog:
         os.close(self.write_end)
 
     def _drain(self, read_end: int) -> None:
+        """Read to the end of output, whatever happens to the log file: a target whose pipe stopped
+        being read would block on its next write."""
         try:
             while chunk := os.read(read_end, _CHUNK):
                 self.total += len(chunk)
-                if self._head_room:
-                    head, chunk = chunk[:self._head_room], chunk[self._head_room:]
-                    self._file.write(head)
-                    self._head_room -= len(head)
-                if chunk:
-                    self._keep_tail(chunk)
+                try:
+                    if self._head_room:
+                        head, chunk = chunk[:self._head_room], chunk[self._head_room:]
+                        self._file.write(head)
+                        self._head_room -= len(head)
+                    if chunk:
+                        self._keep_tail(chunk)
+                except (OSError, ValueError):  # the log cannot be written (a full disk): keep draining
+                    continue
         finally:
             os.close(read_end)
 

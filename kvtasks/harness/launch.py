@@ -180,8 +180,10 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ce
     finally:
         # the leader is done: what it started is ended before its output is read to its end, since
         # a process it left holding the pipe would keep the drain waiting
-        survivors = containment.end_launch(process, contained)
-        output.close()
+        try:
+            survivors = containment.end_launch(process, contained)
+        finally:
+            output.close()
     duration = time.monotonic() - started
     exit_code = None if timed_out else process.returncode
     cases = pytest_cases(junit) if runner == "pytest" else []
