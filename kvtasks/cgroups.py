@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import time
 from pathlib import Path
 
@@ -72,20 +71,28 @@ def members(folder: Path) -> list[int]:
         return []
 
 
+def is_launch_cgroup(folder: Path) -> bool:
+    """A cgroup this module made: named so, directly in the folder launches' cgroups go under. A
+    journal names its launches' cgroups, and a target can write the journal: anything else it names
+    (a folder of its own, another hierarchy) is never ended."""
+    root = cgroup_root()
+    try:
+        return root is not None and folder.name.startswith(LAUNCH_PREFIX) and folder.resolve().parent == root.resolve() \
+            and (folder / "cgroup.kill").is_file()
+    except OSError:
+        return False
+
+
 def end(folder: Path, bound_s: float = END_BOUND_S) -> list[int]:
     """Kill every process in the cgroup (`cgroup.kill`), wait for it to empty and remove it;
     return the pids it held. A dead validator's cgroup is ended the same way by its guardian."""
+    if not is_launch_cgroup(folder):
+        return []
     found = members(folder)
-    if not folder.is_dir() or not folder.name.startswith(LAUNCH_PREFIX):
-        return found
     try:
         (folder / "cgroup.kill").write_text("1")
     except OSError:
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        return found  # no cgroup.kill to write: nothing here ends by a list of pids it names
     deadline = time.monotonic() + bound_s
     while time.monotonic() < deadline:
         try:

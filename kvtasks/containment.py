@@ -9,8 +9,9 @@ is contained three ways, each found by the kernel rather than by anything the pr
   (`PR_SET_CHILD_SUBREAPER`): whatever the launch orphans, at any depth, is reparented to it
   instead of to init. Once the launch's leader has exited, the launch's processes are its
   process group, the children the launcher adopted since the leader started (a pid with a start
-  time at or after the leader's that was not its child before), and their descendants. They are
-  killed and reaped by pid, one enumeration after another, until none is left: a process that
+  time at or after the leader's that was not its child before), and their descendants. What ends
+  by itself within GRACE_S is left to end; the rest is killed, and the launcher's dead children
+  among them reaped by pid, one enumeration after another, until none is left: a process that
   forks between two enumerations leaves its child orphaned to the launcher, so the next finds
   it. Only those pids are reaped (a `waitpid(-1)` would race `subprocess`, which reads ECHILD as
   exit 0).
@@ -45,6 +46,7 @@ from kvtasks.records import Survivor
 
 _PR_SET_CHILD_SUBREAPER = 36
 END_BOUND_S = 10.0  # the longest the enumerate-and-kill rounds go on before a survivor is said unkillable
+GRACE_S = 1.0  # what exits by itself this soon after the leader is no survivor
 SURVIVORS_KEPT = 20  # a process that re-forks without end is one survivor many times over: the first kept
 
 
@@ -87,20 +89,21 @@ class Watch:
         except psutil.Error:
             self.leader_created = None
 
-    def _scan(self) -> dict[int, tuple[str, str]]:
+    def _scan(self) -> dict[int, tuple[str, str, int]]:
         """The launch's processes, zombies included, from one reading of the process table:
-        pid -> (how it was found, its status). What a daemon cannot shed finds it: its process
-        group as launched, the launch's cgroup, being the launcher's child by adoption (started
-        no earlier than the leader, and not its child before), or descending from one of those."""
+        pid -> (how it was found, its status, its parent). What a daemon cannot shed finds it: its
+        process group as launched, the launch's cgroup, being the launcher's child by adoption
+        (started no earlier than the leader, and not its child before: a process that took the
+        reaped leader's pid included), or descending from one of those."""
         me = os.getpid()
         table = {}
         for process in psutil.process_iter(["ppid", "status", "create_time"]):
             table[process.pid] = process.info
-        found: dict[int, tuple[str, str]] = {}
+        found: dict[int, tuple[str, str, int]] = {}
         members = set(cgroups.members(self.cgroup)) if self.cgroup is not None else set()
         for pid, info in table.items():
             how = None
-            if pid == me or pid == self.leader:
+            if pid == me:
                 continue
             if pid in members:
                 how = "cgroup"
@@ -110,7 +113,7 @@ class Watch:
                     and (self.leader_created is None or (info["create_time"] or 0) >= self.leader_created):
                 how = "orphan"
             if how is not None:
-                found[pid] = (how, info["status"])
+                found[pid] = (how, info["status"], info["ppid"])
         children: dict[int, list[int]] = {}
         for pid, info in table.items():
             children.setdefault(info["ppid"], []).append(pid)
@@ -118,46 +121,63 @@ class Watch:
         while pending:
             for child in children.get(pending.pop(), []):
                 if child not in found and child != me:
-                    found[child] = ("descendant", table[child]["status"])
+                    found[child] = ("descendant", table[child]["status"], table[child]["ppid"])
                     pending.append(child)
         return found
 
-    def end(self, bound_s: float = END_BOUND_S) -> list[Survivor]:
+    def _settle(self, found: dict[int, tuple[str, str, int]]) -> tuple[list[int], int]:
+        """(the live processes of a scan, how many of its dead the launcher reaped: its own children
+        only, by pid)."""
+        alive = [pid for pid, (_, status, _) in found.items() if status != psutil.STATUS_ZOMBIE]
+        return alive, self._reap([pid for pid, (_, _, parent) in found.items() if parent == os.getpid()])
+
+    def end(self, bound_s: float = END_BOUND_S, grace_s: float = GRACE_S) -> list[Survivor]:
         """After the leader has exited and been reaped: end everything the launch left alive, and
         say what that was. Returns with none of it alive, or with the ones that could not be
         ended marked so (a process stuck in the kernel).
 
-        Scan after scan kills what it finds alive and reaps the launcher's adopted children that
-        died, until two scans in a row find nothing alive and reap nothing. A process that forks
-        and exits between scans (a daemon re-forking every few milliseconds) cannot pass for
-        quiet: whichever of its line a scan misses, the one before it died as the launcher's child
-        (reaped: not quiet) or as a child of one a scan finds alive."""
+        What exits by itself within `grace_s` of the leader (a helper that ends when its parent's
+        pipe closes, multiprocessing's resource tracker) is no survivor. Then the cgroup is ended,
+        and scan after scan kills what it finds alive and reaps the launcher's children that died,
+        until two scans in a row find nothing alive and reap nothing. A process that forks and exits
+        between scans (a daemon re-forking every few milliseconds) cannot pass for quiet: whichever
+        of its line a scan misses, the one before it died as the launcher's child (reaped: not
+        quiet) or as a child of one a scan finds alive."""
         survivors: dict[int, Survivor] = {}
         more = 0
-        quiet = 0
-        deadline = time.monotonic() + bound_s
+
+        def name(pid: int, how: str, ended: str) -> None:
+            nonlocal more
+            if pid in survivors:
+                return
+            if len(survivors) < SURVIVORS_KEPT:
+                survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as=how, ended=ended)
+            else:
+                more += 1
+
+        started = time.monotonic()
         try:
+            while True:  # the grace: nothing is killed yet
+                alive, reaped = self._settle(self._scan())
+                if not alive or time.monotonic() - started >= grace_s:
+                    break
+                time.sleep(0.02)
+            quiet = 0 if alive or reaped else 1
             if self.cgroup is not None:  # named first, then ended at once, whatever they do meanwhile
                 for pid in cgroups.members(self.cgroup):
-                    survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as="cgroup", ended="cgroup.kill")
+                    name(pid, "cgroup", "cgroup.kill")
                 cgroups.end(self.cgroup)
+            deadline = time.monotonic() + bound_s
             while quiet < 2:
                 found = self._scan()
-                alive = [pid for pid, (_, status) in found.items() if status != psutil.STATUS_ZOMBIE]
+                alive, reaped = self._settle(found)
                 if time.monotonic() >= deadline:
                     for pid in alive:
-                        survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as=found[pid][0],
-                                                  ended=f"still alive after {bound_s:g}s of SIGKILL")
+                        name(pid, found[pid][0], f"still alive after {bound_s:g}s of SIGKILL")
                     break
                 for pid in alive:
-                    if pid not in survivors:
-                        if len(survivors) < SURVIVORS_KEPT:
-                            survivors[pid] = Survivor(pid=pid, command=_command(pid), found_as=found[pid][0],
-                                                      ended="SIGKILL")
-                        else:
-                            more += 1
+                    name(pid, found[pid][0], "SIGKILL")
                     _signal(pid, signal.SIGKILL)
-                reaped = self._reap([pid for pid, (how, _) in found.items() if how == "orphan"])
                 quiet = 0 if alive or reaped else quiet + 1
         finally:
             self.release()
@@ -169,7 +189,7 @@ class Watch:
 
     @staticmethod
     def _reap(pids: list[int]) -> int:
-        """Reap the launcher's adopted children that have died, by pid, never waitpid(-1); how many."""
+        """Reap the launcher's children that have died, by pid, never waitpid(-1); how many."""
         reaped = 0
         for pid in pids:
             try:

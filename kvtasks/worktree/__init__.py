@@ -140,7 +140,7 @@ class Worktree(TreeReader):
             guard = guardian_start.watch(self.path, os.getpid(), processes.start_time(os.getpid()))
             try:
                 self.journal.open(self.path)
-                self._held = HeldFiles(self.journal.entry.parent.parent)
+                self._held = HeldFiles(self.journal.entry.parent.parent, self.path)
                 processes.spawned.append(self.journal.group_started)
                 processes.ended.append(self.check_held)
                 try:

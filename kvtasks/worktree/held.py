@@ -1,10 +1,13 @@
 """The repository's own control files, held while a tree is lent: `.git/hooks`, `.git/info` and
-`.git/config` (a linked worktree's `config.worktree` too).
+`.git/config`, and what says where git finds its repository (`commondir`, a linked worktree's
+`gitdir` and `config.worktree`, the tree's own `.git` entry).
 
-A run that plants a hook, an `info/exclude` line or a `core.fsmonitor` or `core.hooksPath` setting
-would have code of the PR's run inside kvtasks' own next git call, or inside the user's next
-commit. They are read when the lend opens and compared after every launch (before kvtasks' next
-git call) and at hand-back: whatever a run changed is put back as it was supplied, and named.
+A run that plants a hook, an `info/exclude` line, a `core.fsmonitor` or `core.hooksPath` setting, a
+filter, or a `commondir` that sends git to a configuration of its own would have code of the PR's
+run inside kvtasks' own next git call, or inside the user's next commit. They are read when the
+lend opens and compared after every launch (before kvtasks' next git call) and at hand-back:
+whatever a run changed is put back as it was supplied, and named. Only regular files of a modest
+size are read whole; a FIFO or a huge file a run puts there is named and removed, never read.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import shutil
 import stat
 from pathlib import Path
 
-HELD = ("hooks", "info", "config")
+HELD = ("hooks", "info", "config", "commondir")
+MOST_READ = 1 << 20  # a held file larger than this is compared by size and time, never read
 
 
 def _entries(folder: Path, top: Path) -> dict[str, tuple[str, bytes, int]]:
@@ -33,9 +37,15 @@ def _entries(folder: Path, top: Path) -> dict[str, tuple[str, bytes, int]]:
             found[relative] = ("folder", b"", stat.S_IMODE(status.st_mode))
             for child in sorted(path.iterdir()):
                 add(child)
+        elif not stat.S_ISREG(status.st_mode):  # a FIFO would block the read, a device never end it
+            found[relative] = ("special", str(stat.S_IFMT(status.st_mode)).encode(), 0)
+        elif status.st_size > MOST_READ:
+            found[relative] = ("large", f"{status.st_size}:{status.st_mtime_ns}:{status.st_ino}".encode(),
+                               stat.S_IMODE(status.st_mode))
         else:
             try:
-                found[relative] = ("file", path.read_bytes(), stat.S_IMODE(status.st_mode))
+                with open(path, "rb") as held:
+                    found[relative] = ("file", held.read(MOST_READ + 1), stat.S_IMODE(status.st_mode))
             except OSError:
                 found[relative] = ("file", b"", stat.S_IMODE(status.st_mode))
 
@@ -46,19 +56,38 @@ def _entries(folder: Path, top: Path) -> dict[str, tuple[str, bytes, int]]:
 class HeldFiles:
     """The held files of one repository, as supplied."""
 
-    def __init__(self, git_dir: Path):
+    def __init__(self, git_dir: Path, tree: Path):
         common = git_dir
         pointer = git_dir / "commondir"  # a linked worktree's git dir names the repository's
         if pointer.is_file():
             common = (git_dir / pointer.read_text().strip()).resolve()
-        self.roots = [(common, name) for name in HELD] + [(git_dir, "config.worktree")]
+        self.roots = list(dict.fromkeys([(common, name) for name in HELD]
+                                        + [(git_dir, name) for name in ("config.worktree", "commondir", "gitdir")]))
+        self.tree = tree
         self.supplied = self._read()
+        self.dot_git = _entries(tree / ".git", tree) if (tree / ".git").is_file() else {".git": ("folder", b"", 0)}
+
+    def _dot_git_replaced(self) -> bool:
+        """Whether the tree's own `.git` is another thing than it was (a folder, or a file naming its
+        git dir). One that vanished is no repository at all, which every git call refuses already."""
+        tree_git = self.tree / ".git"
+        if not tree_git.exists() and not tree_git.is_symlink():
+            return False
+        if tree_git.is_symlink():
+            return True
+        now = _entries(tree_git, self.tree) if tree_git.is_file() else {".git": ("folder", b"", 0)}
+        return now != self.dot_git
 
     def _read(self) -> dict[tuple[Path, str], dict[str, tuple[str, bytes, int]]]:
         return {(top, name): _entries(top / name, top) for top, name in self.roots}
 
     def restore(self) -> list[str]:
-        """Put back whatever differs from what was supplied; return those paths (as `.git/...`)."""
+        """Put back whatever differs from what was supplied; return those paths (as `.git/...`).
+        Raises ReplacedGitDir when the tree's `.git` itself was replaced: git would now read a
+        repository of the run's choosing, and no git command may run on the tree again."""
+        if self._dot_git_replaced():
+            raise ReplacedGitDir(f"a run replaced {self.tree / '.git'}: kvtasks runs no git command on it again, and "
+                                 "the repository must be checked by hand")
         changed = []
         now = self._read()
         for key, supplied in self.supplied.items():
@@ -76,6 +105,9 @@ class HeldFiles:
                 path = top / relative
                 if relative in present and (present[relative][0] != kind or kind == "link"):
                     _remove(path, present[relative][0])
+                if kind in ("large", "special"):  # never read, so named and left: the user must look
+                    changed.append(relative)
+                    continue
                 if kind == "folder":
                     path.mkdir(exist_ok=True)
                     path.chmod(mode)
@@ -86,6 +118,10 @@ class HeldFiles:
                     path.chmod(mode)
                 changed.append(relative)
         return sorted({f".git/{path}" for path in changed})
+
+
+class ReplacedGitDir(Exception):
+    """The tree's own `.git` was replaced during a lend."""
 
 
 def _remove(path: Path, kind: str) -> None:

@@ -2,6 +2,7 @@
 without --sandbox; a run that plants a git hook is a blocker and the hook is gone; in a batch, one
 PR's daemon is dead before the next PR runs; a log past its ceiling is stored cut."""
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from kvtasks import cgroups, cli, containment
 from kvtasks.harness.launch import launch
 from kvtasks.worktree import run_git
-from tests.kernel_repos import DAEMON_AT_IMPORT, KERNEL, TESTS, make_patch, snapshot
+from tests.kernel_repos import DAEMON_AT_IMPORT, KERNEL, TESTS, kernel_repo, make_patch, snapshot
 
 def daemon_kernel(beat: Path) -> str:
     return DAEMON_AT_IMPORT.format(beat=str(beat)) + KERNEL
@@ -143,3 +144,26 @@ def test_kvtasks_git_runs_no_command_a_run_could_set_in_the_repository_s_config(
     (tmp_path / "post-index-change").chmod(0o755)
     assert run_git(repo, "status", "--porcelain").ok and run_git(repo, "update-index", "--refresh").ok
     assert not ran.exists()
+
+
+def test_held_files_a_run_makes_unreadable_or_that_redirect_git_are_named_removed_and_never_read(tmp_path):
+    from kvtasks.worktree.held import MOST_READ, HeldFiles
+
+    repo = kernel_repo(tmp_path / "kernels")
+    git_dir = repo / ".git"
+    held = HeldFiles(git_dir, repo)
+    os.mkfifo(git_dir / "info" / "fifo")  # a read of it would block for ever
+    with open(git_dir / "hooks" / "huge", "wb") as huge:  # sparse: large, never read whole
+        huge.truncate(64 * MOST_READ)
+    (git_dir / "commondir").write_text(str(tmp_path / "elsewhere") + "\n")  # git would read another config
+    assert held.restore() == [".git/commondir", ".git/hooks/huge", ".git/info/fifo"]
+    assert not (git_dir / "info" / "fifo").exists() and not (git_dir / "commondir").exists()
+    assert held.restore() == []
+
+
+def test_a_helper_that_ends_by_itself_after_its_parent_is_no_survivor_and_nothing_is_left_unreaped():
+    # multiprocessing's resource tracker and the like end once their parent's pipe closes, not before it
+    helper = "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.3)'])\n"
+    done = containment.run([sys.executable, "-c", helper], timeout_s=60)
+    assert done.returncode == 0 and done.survivors == []
+    assert not [child for child in psutil.Process().children() if child.status() == psutil.STATUS_ZOMBIE]
