@@ -19,9 +19,10 @@ is contained three ways, each found by the kernel rather than by anything the pr
   launch gets a cgroup of its own that the child enters before it execs, and its end writes
   `cgroup.kill`. The cgroup is journalled with the launch's group, so the guardian, which is no
   ancestor of the targets, can end a dead validator's launches through it.
-- **PID namespace.** Under `--sandbox` the target is the first process of a PID namespace of its
-  own (`unshare --pid --fork --kill-child`): when it exits, the kernel kills every process left
-  in the namespace, and when the launcher dies, so does the namespace.
+- **PID namespace.** Under `--sandbox` the target runs in a PID namespace of its own (`unshare
+  --pid --fork --kill-child --mount-proc`) whose first process is the sandbox's shell: when the
+  target exits, the shell stops and lists what is left (`namespace_survivors`) and exits, the
+  kernel kills every process left in the namespace, and when the launcher dies, so does it.
 
 What was still alive after the leader exited is the launch's evidence (`Survivor`): the report's
 `containment.survivors`.
@@ -37,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import psutil
 
@@ -250,35 +251,43 @@ def end_launch(process: subprocess.Popen, contained: Watch) -> list[Survivor]:
     return survivors
 
 
+def launched(argv: Sequence[str], timeout_s: float, started: Callable[[], None] = lambda: None,
+             **options) -> tuple[subprocess.Popen, bool, list[Survivor]]:
+    """Run `argv` contained to its end or to `timeout_s` (its group killed then): (the process,
+    whether it timed out, what it left alive and was ended). `started` runs once the child holds
+    what `options` gave it, before the wait; an interrupt kills the group and still ends the launch."""
+    contained = watch()
+    try:
+        process = processes.popen(argv, track=True, contained=contained, **options)
+    except BaseException:
+        contained.release()
+        raise
+    try:
+        started()
+        timed_out = processes.wait_or_expire(process, timeout_s)
+    except BaseException:
+        processes.kill_group(process)
+        end_launch(process, contained)
+        raise
+    return process, timed_out, end_launch(process, contained)
+
+
 def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None = None,
         env: Mapping[str, str] | None = None, text: bool = True, errors: str = "surrogateescape",
         stdin_bytes: bytes | None = None) -> processes.Finished:
     """`processes.run` for a command that runs the checkout's code, contained: its output goes to
     files, not pipes (a process it left behind holding a pipe would keep a read waiting), the
     leader is waited for, then whatever it started is ended and the output read."""
-    started = time.monotonic()
+    begun = time.monotonic()
     given = processes.stdin_file(stdin_bytes)
-    contained = watch()
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         try:
-            process = processes.popen(argv, track=True, contained=contained, cwd=cwd,
-                                      env=None if env is None else dict(env),
-                                      stdin=subprocess.DEVNULL if given is None else given, stdout=out_file,
-                                      stderr=err_file)
-        except BaseException:
-            contained.release()
-            raise
+            process, timed_out, survivors = launched(
+                argv, timeout_s, cwd=cwd, env=None if env is None else dict(env),
+                stdin=subprocess.DEVNULL if given is None else given, stdout=out_file, stderr=err_file)
         finally:
             if given is not None:
                 given.close()
-        timed_out = False
-        try:
-            timed_out = processes.wait_or_expire(process, timeout_s)
-        except BaseException:
-            processes.kill_group(process)
-            raise
-        finally:
-            survivors = end_launch(process, contained)
         outputs = []
         for kept in (out_file, err_file):
             kept.seek(0)
@@ -286,4 +295,4 @@ def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None 
             outputs.append(data.decode(errors=errors) if text else data)
     return processes.Finished(argv=list(argv), returncode=None if timed_out else process.returncode,
                               stdout=outputs[0], stderr=outputs[1], timed_out=timed_out, timeout_s=timeout_s,
-                              duration_s=round(time.monotonic() - started, 3), survivors=survivors)
+                              duration_s=round(time.monotonic() - begun, 3), survivors=survivors)

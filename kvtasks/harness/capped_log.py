@@ -40,9 +40,11 @@ class CappedLog:
         return max(0, self.total - self.ceiling)
 
     def started(self) -> None:
-        """The child holds its own copy of the write end: ours is closed, so the drain sees the end of
-        output once every process holding it has gone."""
-        os.close(self.write_end)
+        """The child holds its own copy of the write end (or never started): ours is closed, once, so
+        the drain sees the end of output once every process holding it has gone."""
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
 
     def _drain(self, read_end: int) -> None:
         """Read to the end of output, whatever happens to the log file: a target whose pipe stopped

@@ -159,31 +159,21 @@ def _keep(done: TargetRun, junit: Path, kept_junit: Path, log: Path, kept_log: P
 def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling) -> TargetRun:
     junit.unlink(missing_ok=True)
     started = time.monotonic()
-    timed_out = False
     output = CappedLog(log, log_ceiling)
-    contained = containment.watch()
-    try:
-        process = processes.popen(command, track=True, contained=contained, cwd=cwd, env=dict(env),
-                                  stdin=subprocess.DEVNULL, stdout=output.write_end, stderr=subprocess.STDOUT)
-    except BaseException:
-        contained.release()
+
+    def handed_over() -> None:  # the child holds the pipe's write end: ours closes, and the hook may fire
         output.started()
-        output.close()
-        raise
-    output.started()
-    try:
         faults.point("launch", label)
-        timed_out = processes.wait_or_expire(process, timeout_s)
-    except BaseException:
-        processes.kill_group(process)
-        raise
+
+    try:
+        # what the leader left is ended before the output is read to its end: a process left holding
+        # the pipe would keep the drain waiting
+        process, timed_out, survivors = containment.launched(
+            command, timeout_s, handed_over, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+            stdout=output.write_end, stderr=subprocess.STDOUT)
     finally:
-        # the leader is done: what it started is ended before its output is read to its end, since
-        # a process it left holding the pipe would keep the drain waiting
-        try:
-            survivors = containment.end_launch(process, contained)
-        finally:
-            output.close()
+        output.started()  # when the child never started
+        output.close()
     duration = time.monotonic() - started
     exit_code = None if timed_out else process.returncode
     cases = pytest_cases(junit) if runner == "pytest" else []

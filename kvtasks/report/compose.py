@@ -55,11 +55,10 @@ def compose(layout: Layout, label: str, results: list[Result], finished_utc: str
             if name in stages and stages[name].evidence_tier is None:
                 stages[name].evidence_tier = tier.evidence
     # each launch once: a merged session's parts and a run adopted from another stage are that launch
-    launches = {run.label: stage_result.name for stage_result in latest.values() for run in stage_result.runs
+    launches = {run.label: (run, stage_result.name) for stage_result in latest.values() for run in stage_result.runs
                 if run.session is None and not run.adopted_from}
-    runs = [run for stage_result in latest.values() for run in stage_result.runs if run.label in launches
-            and run.session is None and not run.adopted_from]
-    contained, contained_findings = contain(runs, launches)
+    contained, contained_findings = contain([run for run, _ in launches.values()],
+                                            {label: stage for label, (_, stage) in launches.items()})
     findings.extend(contained_findings)
     decided = judge.verdict(layout, stages, findings, facts.runtime_identity)
     coverage, coverage_basis = ({}, {}) if tier else layout.coverage(stages)
