@@ -167,3 +167,14 @@ def test_a_helper_that_ends_by_itself_after_its_parent_is_no_survivor_and_nothin
     done = containment.run([sys.executable, "-c", helper], timeout_s=60)
     assert done.returncode == 0 and done.survivors == []
     assert not [child for child in psutil.Process().children() if child.status() == psutil.STATUS_ZOMBIE]
+
+
+def test_a_run_that_replaces_the_tree_s_git_dir_stops_every_git_call_on_it(tmp_path):
+    from kvtasks.worktree.held import HeldFiles, ReplacedGitDir
+
+    repo = kernel_repo(tmp_path / "kernels")
+    held = HeldFiles(repo / ".git", repo)
+    (repo / ".git").rename(tmp_path / "moved")
+    (repo / ".git").write_text(f"gitdir: {tmp_path / 'elsewhere'}\n")  # git would read a repository of the run's
+    with pytest.raises(ReplacedGitDir):
+        held.restore()
