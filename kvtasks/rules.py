@@ -69,6 +69,8 @@ RULES: dict[str, str] = {
     # policy
     'policy.comparison-weakened': 'a comparison weakened without a number moving',
     'policy.pr-supplies-answer-key': 'the PR adds the target and its comparisons take every side from code the PR supplies',
+    'policy.effective-tolerance-looser': 'a comparison received a looser tolerance on head than on base, wherever it was spelt',
+    'policy.judging-call-vanished': "a judging call base's passing test made is gone from head's",
     'policy.compiled-module': 'the PR adds or changes compiled code Python can import (an extension module, sourceless bytecode)',
     'policy.shadows-stdlib': 'the PR adds or changes a file named like a standard-library module',
     'policy.shape-rows-commented-out': 'more shape rows commented out than on base',

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from . import corruption, loads, nonfinite, state, writes
+from . import after_import, corruption, judges, loads, nonfinite, state, writes
 from .configuration import decode
 from .receipt import Loaded, PartReceipt, Receipt, to_json
 
@@ -18,6 +18,7 @@ def start(text: str) -> None:
     run = state.current = state.Run(configuration, corruption.make(sensitivity))
     if configuration.receipt:
         loads.watch()
+    judges.install(after_import.watch)
     if configuration.cpu_tier is not None:
         # as the package loads (pytest plugin or python -m): before any conftest.py or script touches torch
         from . import cpu_tier
@@ -108,43 +109,6 @@ def _instrument(run, module):
             _watch_with_wrapper(run, route, owner, attribute, code)
 
 
-class _InstrumentingLoader:
-    def __init__(self, run, inner):
-        self.run, self.inner = run, inner
-
-    def create_module(self, spec):
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module):
-        loads.during("route-import", self.inner.exec_module, module)
-        _instrument(self.run, module)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-class _RouteModuleFinder:
-    """Instruments each route module right after it executes, before anyone takes an alias."""
-
-    def __init__(self, run, modules):
-        self.run, self.modules = run, modules
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.modules:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _InstrumentingLoader(self.run, spec.loader)
-        return spec
-
-
 def install():
     """Watch the routes: those already imported now, the rest as they are; write the receipt at exit."""
     run = state.current
@@ -157,7 +121,7 @@ def install():
             _instrument(run, sys.modules[name])
     pending = modules - set(sys.modules)
     if pending:
-        sys.meta_path.insert(0, _RouteModuleFinder(run, pending))
+        after_import.watch(pending, lambda module: _instrument(run, module), phase="route-import")
     atexit.register(write_receipt)
 
 
@@ -180,7 +144,8 @@ def _receipt(run) -> Receipt:
         loaded=Loaded(modules=loads.loaded_modules(run), opened=loads.opened_files(run), **pytest_loaded),
         judges_replaced=sorted(run.judges_replaced),
         written_arguments={route: list(names) for route, names in run.written_arguments.items()},
-        cpu_tier=run.tier.report() if run.tier is not None else None, sensitivity=corrupted)
+        cpu_tier=run.tier.report() if run.tier is not None else None, sensitivity=corrupted,
+        judgments=list(run.judgments), judgments_dropped=run.judgments_dropped)
     if configuration.grid_argnames:
         receipt.cells = dict(run.cells)
     if configuration.merged:

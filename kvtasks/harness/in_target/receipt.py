@@ -35,6 +35,20 @@ class Loaded:
 
 
 @dataclass
+class Judgment:
+    """One judging call of the checkout's code: where, and the tolerance it really received."""
+    test: str  # the pytest item it ran in ("" outside any)
+    caller: str  # "path:line" of the checkout's code that called it
+    ordinal: int  # its place among that caller's calls in that test
+    function: str  # "numpy.testing.assert_allclose"
+    rtol: float | None = None
+    atol: float | None = None
+    equal_nan: bool | None = None
+    check_dtype: bool | None = None
+    dtypes: list[str] | None = None  # what assert_close's defaults were read by
+
+
+@dataclass
 class PartReceipt:
     """One part of a merged session ("repo", "grid", "proof") as a receipt of its own would say it."""
     route: str
@@ -104,6 +118,8 @@ class Receipt:
     added_teardown_failed: list[str] | None = None
     cpu_tier: dict[str, Any] | None = None  # the Triton CPU tier's report
     sensitivity: SensitivityReceipt | None = None  # a corrupted run's
+    judgments: list[Judgment] = field(default_factory=list)  # the first RECORDED judging calls
+    judgments_dropped: int = 0  # judging calls beyond those
 
 
 def to_json(receipt: Receipt) -> dict:

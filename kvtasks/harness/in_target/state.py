@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .configuration import Configuration
-from .receipt import RouteOutput
+from .receipt import Judgment, RouteOutput
 
 
 @dataclass
@@ -55,6 +55,10 @@ class Run:
     outputs: dict[tuple[str, str], RouteOutput] = field(default_factory=dict)
     written_arguments: dict[str, list[str]] = field(default_factory=dict)
     judges_replaced: set[str] = field(default_factory=set)
+    # the judging calls of the checkout's code (judges.py), and per (test, caller) how many it made
+    judgments: list[Judgment] = field(default_factory=list)
+    judging_ordinals: dict[tuple[str, str], int] = field(default_factory=dict)
+    judgments_dropped: int = 0
     # each module's first import with what was running then ("route-import", "route-call", ""), the
     # phases now running, and the files a route's import or call opened
     imports: list[tuple[str, str]] = field(default_factory=list)
