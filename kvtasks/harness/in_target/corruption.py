@@ -6,12 +6,14 @@ returned value that is one of the call's inputs or shares memory with one is nev
 the receipt names each output corrupted or left alone; with an output argument named, that argument
 is corrupted in place after the call. numpy and torch are never imported here: a value is
 recognised through the module it came from, which is loaded."""
-import inspect  # loaded in every run: a corrupted run needs it, and must not be told by it
 import math
 import sys
 from dataclasses import dataclass, field
 
 from .configuration import Sensitivity
+from .call_arguments import NotCorruptible, arguments, input_shared, output_argument
+from .loads import loaded
+from .reads import Corrupted, refused_nothing
 from .receipt import OutcomeCounts, SensitivityPart, SensitivityReceipt
 from . import state
 from .state import Corruption
@@ -30,19 +32,17 @@ class Tally:
     outputs_left_alone: dict[str, str] = field(default_factory=dict)
     tests: set[str] = field(default_factory=set)
     failed: list[str] = field(default_factory=list)
+    failed_elsewhere: list[str] = field(default_factory=list)
     green: list[str] = field(default_factory=list)
+    # what was corrupted in the test running now (objects: this call's), and the tests whose failure
+    # read a corrupted value
+    objects: list = field(default_factory=list)
+    written_test: str = ""
+    written: Corrupted | None = None
+    read_failures: set[str] = field(default_factory=set)
+    parsed: dict = field(default_factory=dict)  # the files a failure's statements were read from
     outside_tests: int = 0
     calls_by_part: dict[str, int] = field(default_factory=dict)
-
-
-class NotCorruptible(Exception):
-    """Why one value cannot be corrupted (its kind, in words)."""
-
-
-def loaded(module, kind):
-    """module.kind when `module` is already imported, else None: a value of it proves it loaded."""
-    found = sys.modules.get(module)
-    return getattr(found, kind, None) if found is not None else None
 
 
 def corrupt_element(element, read, write, scale, error):
@@ -123,46 +123,6 @@ def corrupt_one(value, in_place, settings):
     raise NotCorruptible("nothing (None)" if value is None else type(value).__name__)
 
 
-def arguments(function, args, kwargs):
-    """(name, value) of each argument of a call, and of each item of an argument that is a list,
-    tuple or dict: what a returned value may be, or share memory with, without being produced."""
-    try:
-        named = list(inspect.signature(function).bind_partial(*args, **kwargs).arguments.items())
-    except (TypeError, ValueError):
-        named = [(f"#{index}", arg) for index, arg in enumerate(args)] + list(kwargs.items())
-    found = []
-    for name, arg in named:
-        found.append((name, arg))
-        if isinstance(arg, (list, tuple)):
-            found += [(f"{name}[{index}]", item) for index, item in enumerate(arg)]
-        elif isinstance(arg, dict):
-            found += [(f"{name}[{key!r}]", item) for key, item in arg.items()]
-    return found
-
-
-def storage(tensor):
-    try:
-        return tensor.untyped_storage().data_ptr()
-    except Exception:  # a tensor without storage (meta, sparse): never the same as an input's
-        return None
-
-
-def input_shared(value, arguments):
-    """The argument `value` is, is a view of, or shares memory with; None when the route produced it."""
-    ndarray, tensor = loaded("numpy", "ndarray"), loaded("torch", "Tensor")
-    for name, arg in arguments:
-        if arg is value:
-            return name
-        if ndarray is not None and isinstance(value, ndarray) and isinstance(arg, ndarray) \
-                and sys.modules["numpy"].may_share_memory(value, arg):
-            return name
-        if tensor is not None and isinstance(value, tensor) and isinstance(arg, tensor):
-            mine = storage(value)
-            if mine and mine == storage(arg):
-                return name
-    return None
-
-
 def corrupt_returned(value, settings, where, arguments, tally):
     """What the route returned with each floating value it produced corrupted; each output is
     counted in the tally as corrupted or, with why, left alone."""
@@ -189,19 +149,8 @@ def corrupt_returned(value, settings, where, arguments, tally):
         tally.outputs_left_alone[where] = str(why)
         raise
     tally.outputs_corrupted[where] = tally.outputs_corrupted.get(where, 0) + 1
+    tally.objects.append(corrupted[0])
     return corrupted
-
-
-def output_argument(function, args, kwargs, name):
-    try:
-        bound = inspect.signature(function).bind_partial(*args, **kwargs)
-    except (TypeError, ValueError):
-        bound = None
-    if bound is None or name not in bound.arguments:
-        raise NotCorruptible(f"a call without an argument named {name!r}")
-    return bound.arguments[name]
-
-
 
 
 def make(settings: Sensitivity | None) -> Corruption:
@@ -218,9 +167,12 @@ def make(settings: Sensitivity | None) -> Corruption:
         if settings is None:
             return value
         output = settings.output
+        tally.objects.clear()
         try:
             if output:
-                _, error, written = corrupt_one(output_argument(function, args, kwargs, output), True, settings)
+                argument = output_argument(function, args, kwargs, output)
+                _, error, written = corrupt_one(argument, True, settings)
+                tally.objects.append(argument)
                 where = f"argument {output}"
                 tally.outputs_corrupted[where] = tally.outputs_corrupted.get(where, 0) + 1
             else:
@@ -242,9 +194,28 @@ def make(settings: Sensitivity | None) -> Corruption:
                 tally.max_relative_error = max(tally.max_relative_error, error)
             if run.test:
                 tally.tests.add(run.test)
+                if tally.written_test != run.test:  # only the running test's outputs are kept alive
+                    tally.written_test, tally.written = run.test, Corrupted(settings.mode == "nan", tally.parsed)
+                for corrupted in tally.objects:
+                    tally.written.add(corrupted)
             else:
                 tally.outside_tests += 1
         return value
+
+    def failure(nodeid, excinfo):
+        """A phase of a test raised: note whether the failure read a corrupted value."""
+        if settings is not None and excinfo is not None and nodeid == tally.written_test \
+                and tally.written.read_by(excinfo.tb):
+            tally.read_failures.add(nodeid)
+
+    def judged(args, kwargs, answer):
+        """A judging function answered (`assert torch.allclose(kernel(x), ref)` raises in the test, with
+        the output in no name): a no to a corrupted value makes the test's failure the comparison's."""
+        run = state.current
+        if settings is None or not run.test or run.test != tally.written_test or refused_nothing(answer):
+            return
+        if any(tally.written.held_by(value) for value in (*args, *kwargs.values())):
+            tally.read_failures.add(run.test)
 
     def outcome(report):
         """Which tests saw a corrupted route call, and whether they went red."""
@@ -252,7 +223,12 @@ def make(settings: Sensitivity | None) -> Corruption:
         if nodeid not in tally.tests:
             return
         if report.failed and nodeid not in tally.failed:
-            tally.failed.append(nodeid)
+            if nodeid in tally.read_failures:
+                tally.failed.append(nodeid)
+                if nodeid in tally.failed_elsewhere:
+                    tally.failed_elsewhere.remove(nodeid)
+            elif nodeid not in tally.failed_elsewhere:
+                tally.failed_elsewhere.append(nodeid)
         elif report.when == "call" and report.passed:  # a skipped test is neither red nor green
             tally.green.append(nodeid)
 
@@ -266,8 +242,9 @@ def make(settings: Sensitivity | None) -> Corruption:
             def mine(names):
                 return [test for test in names if (run.added.get(test, "repo") == part if part
                                                    else run.added.get(test) != "proof")]
-            failed, green = mine(tally.failed), mine(tally.green)
-            return OutcomeCounts(failed[:LISTED], len(failed), green[:LISTED], len(green))
+            failed, green, elsewhere = mine(tally.failed), mine(tally.green), mine(tally.failed_elsewhere)
+            return OutcomeCounts(failed[:LISTED], len(failed), green[:LISTED], len(green), elsewhere[:LISTED],
+                                 len(elsewhere))
 
         parts = {part: SensitivityPart(**vars(tests(part)), corrupted_calls=tally.calls_by_part.get(part, 0))
                  for part in ("repo", "grid")} if run.configuration.merged else {}
@@ -279,4 +256,4 @@ def make(settings: Sensitivity | None) -> Corruption:
             outputs_corrupted=dict(tally.outputs_corrupted), outputs_left_alone=dict(tally.outputs_left_alone),
             tests_corrupted=len(tally.tests), parts=parts, corrupted_outside_tests=tally.outside_tests)
 
-    return Corruption(after_call, outcome, receipt)
+    return Corruption(after_call, outcome, receipt, failure, judged)

@@ -138,7 +138,11 @@ def _wrapped(original, function, spec):
             _record(function, spec, args, kwargs, sys._getframe(1))
         except Exception:  # recording never fails the comparison it watches
             pass
-        return original(*args, **kwargs)
+        value = original(*args, **kwargs)
+        run = state.current
+        if run is not None:  # a comparison answering no, not raising: the corruption asks what it read
+            run.corruption.judged(args, kwargs, value)
+        return value
 
     return judging_call
 

@@ -37,6 +37,12 @@ def watch():
     sys.addaudithook(opened)
 
 
+def loaded(module, kind):
+    """module.kind when `module` is already imported, else None: a value of it proves it loaded."""
+    found = sys.modules.get(module)
+    return getattr(found, kind, None) if found is not None else None
+
+
 def during(phase, call, *args, **kwargs):
     """call(*args, **kwargs), noted as `phase` for the imports and opens it makes."""
     run = state.current

@@ -174,6 +174,11 @@ class Plugin:
         self.run.test = ""
         self.run.judges_replaced.update(loads.judges_replaced())  # after teardown: a test's monkeypatch is undone
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        self.run.corruption.failure(item.nodeid, call.excinfo)
+        yield
+
     def pytest_runtest_logreport(self, report):
         run = self.run
         if run.configuration.merged and report.when == "teardown" and report.failed and report.nodeid in run.added:

@@ -59,10 +59,12 @@ class PartReceipt:
 
 @dataclass
 class OutcomeCounts:
-    tests_failed: list[str]
+    tests_failed: list[str]  # failed on a comparison that read a corrupted value (reads.py)
     tests_failed_count: int
     tests_green: list[str]
     tests_green_count: int
+    tests_failed_elsewhere: list[str] = field(default_factory=list)  # failed on anything else
+    tests_failed_elsewhere_count: int = 0
 
 
 @dataclass

@@ -41,6 +41,8 @@ class Corruption:
     after_call: Callable[[Any, tuple, dict, Any], Any]
     outcome: Callable[[Any], None]
     receipt: Callable[[], Any]
+    failure: Callable[[str, Any], None]
+    judged: Callable[[tuple, dict, Any], None]
 
 
 @dataclass(repr=False)

@@ -4,7 +4,7 @@ import hashlib
 import os
 import sys
 
-from .corruption import arguments
+from .call_arguments import arguments
 
 # the first calls of each route whose array arguments are read before and after the call (later, one in
 # eight): enough to see which arguments a route writes into, few enough to keep the copies cheap

@@ -10,8 +10,9 @@ memory, is never corrupted. The corrupted run is the ordinary run again as far a
 tell (its label, cells, files and scratch; a merged session is the whole session again, judged by
 its grid or repository items), so the ordinary run is its control.
 
-pass: every corrupted run failed (a test that saw a corrupted call failed, or the script exited
-non-zero) and its receipt shows the corruption applied. fail: a corrupted run stayed green.
+pass: every corrupted run failed (a test that saw a corrupted call failed on a comparison of what it
+produced, kvtasks.harness.in_target.reads; or the script exited non-zero) and its receipt shows the
+corruption applied. fail: a corrupted run stayed green, or its tests failed only elsewhere.
 skip, with the reason and the flag that would help: no route, the route never reached, nothing
 floating it produced to corrupt, or no green run to corrupt. These runs never count as evidence of
 the kernel.

@@ -79,7 +79,8 @@ def judge_run(ctx: Context, mode: str, run: TargetRun, unusable: str = "") -> tu
               **{key: getattr(seen, key) if seen else None for key in ("corrupted_calls", "max_relative_error", "nan_elements",
                                                 "not_corrupted", "outputs_corrupted", "outputs_left_alone",
                                                 "tests_failed", "tests_failed_count", "tests_green",
-                                                "tests_green_count")}}
+                                                "tests_green_count", "tests_failed_elsewhere",
+                                                "tests_failed_elsewhere_count")}}
     tier = cpu_tier.run_evidence(run)
     if tier:
         fields["cpu_tier"] = tier
@@ -112,9 +113,13 @@ def judge_run(ctx: Context, mode: str, run: TargetRun, unusable: str = "") -> tu
         if run.exit == 0:
             return "fail", f"the script exited 0 after {calls} corrupted calls", fields
         return "pass", f"the script exited {run.exit} after {calls} corrupted calls", fields
-    failed, green = seen.tests_failed_count, seen.tests_green_count
-    if failed or (run.exit not in (0, None) and seen.corrupted_outside_tests):  # a red collection counts
-        return "pass", f"{failed} tests that saw a corrupted call failed ({calls} corrupted calls)", fields
+    failed, green, elsewhere = seen.tests_failed_count, seen.tests_green_count, seen.tests_failed_elsewhere_count
+    if failed or (run.exit not in (0, None) and seen.corrupted_outside_tests and not elsewhere):  # a red collection
+        return "pass", f"{failed} tests that saw a corrupted call failed on a comparison of what it produced " \
+                       f"({calls} corrupted calls)", fields
+    if elsewhere:
+        return "fail", (f"{elsewhere} tests that saw a corrupted call failed, none on a comparison of what it "
+                        f"produced ({', '.join(seen.tests_failed_elsewhere)}); {green} passed"), fields
     outside = seen.corrupted_outside_tests
     if run.exit == 0 and (green or outside):
         where = f", {outside} of them outside any test (at collection)" if outside else ""
