@@ -147,21 +147,23 @@ import os
 import time
 
 GPU_S = {gpu_s!r}
+CPU_FACTOR = {cpu_factor!r}
 
 
 def _gpu_work():
     spent = os.times()
-    time.sleep(max(GPU_S, 3 * (spent.user + spent.system + spent.children_user + spent.children_system)))
+    time.sleep(max(GPU_S, CPU_FACTOR * (spent.user + spent.system + spent.children_user + spent.children_system)))
 
 
 atexit.register(_gpu_work)
 '''
 
 
-def sleep_bound_kernel_repo(path: Path, gpu_s: float) -> Path:
-    """kernel_repo whose every target run sleeps as GPU work (SLEEP_BOUND_INIT)."""
+def sleep_bound_kernel_repo(path: Path, gpu_s: float, cpu_factor: float = 3.0) -> Path:
+    """kernel_repo whose every target run sleeps as GPU work (SLEEP_BOUND_INIT): at least gpu_s, and
+    cpu_factor times its own CPU time (so this machine's cores are not what a fleet bench measures)."""
     return make_repo(path, {
-        "kernels/__init__.py": SLEEP_BOUND_INIT.format(gpu_s=gpu_s),
+        "kernels/__init__.py": SLEEP_BOUND_INIT.format(gpu_s=gpu_s, cpu_factor=cpu_factor),
         "kernels/scale.py": KERNEL,
         "tests/test_scale.py": TESTS,
         ".gitignore": "*.log\nbuild/\n",
