@@ -126,4 +126,5 @@ def base_sensitivity_key(base: str, request: Request, mode: str) -> str:
 def head_key(base: str, patch: str | None, request: Request) -> str:
     return digest({"base_key": base, "patch_sha256": patch,
                    "sensitivity": {"mode": request.sensitivity_mode, "error": request.sensitivity_error,
-                                   "output": request.sensitivity_output}})
+                                   "output": request.sensitivity_output},
+                   **({"no_replay": True} if request.no_replay else {})})

@@ -16,7 +16,7 @@ from kvtasks.report import Entry, Layout, Report, Stage
 from kvtasks.stages.coverage import arch_coverage
 from kvtasks.stages import (Context, StageResult, StageSpec, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
                             gpu_requirement, grid, merge_sim, perf, receipt, repo_tests, run_facts, runtime_compat,
-                            selection, sensitivity, skips_taken, test_policy, tolerances_used)
+                            replay, selection, sensitivity, skips_taken, test_policy, tolerances_used)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ PIPELINE: dict[str, tuple[Row, ...]] = {
         Row(grid.STAGE, "required", tiered=True),
         Row(base_oracle.STAGE, "optional", tiered=True),
         Row(tolerances_used.STAGE, amends=test_policy.STAGE),
+        Row(replay.STAGE, "optional"),
         Row(sensitivity.STAGE, "required", tiered=True),
         Row(receipt.STAGE, "required", tiered=True),
         Row(perf.STAGE, "optional", tiered=True),

@@ -99,6 +99,13 @@ RULES: dict[str, str] = {
     'runtime.import-broken': 'the PR breaks importing the module base imports from the same runtime',
     # selection
     'selection.provenance': 'where the target test comes from (pre-existing, added or modified by the PR)',
+    # replay
+    'replay.capture-lost-on-head': "base's calls of the route could be captured and head's cannot",
+    'replay.changed': "head's route differs from base's on base's inputs where base's test does not hold it to them",
+    'replay.changed-where-base-passed': "head's route differs from base's on the inputs of a passing base test the PR leaves alone",
+    'replay.differs-under-test': 'the route gives other results outside the test than in it, on the same inputs',
+    'replay.nondeterministic': "the route's replays differ from each other; the comparison was widened, within a bound",
+    'replay.output-type': "the route returns an array type of its own that base's route did not",
     # sensitivity
     'sensitivity.base-unknown': "base's sensitivity could not be established",
     'sensitivity.insensitive-new-target': "the PR adds a target whose suite does not fail with the route's output corrupted",

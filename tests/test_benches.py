@@ -23,6 +23,7 @@ LAST_LINES = {
     "parallel_batch": r"wall time -n 2 / sequential: \d+\.\d{2} \(sequential \d+\.\ds\)",
     "perf_power": r"false alarms at 0%: \d+% \(best-of-3: \d+%\); detection at 10%: \d+% \(best-of-3: \d+%\)",
     "probe_overhead": rf"probe overhead: {NUMBER}x bare \(setprofile: {NUMBER}x\)",
+    "replay": rf"replay cost: {NUMBER}x validation without replay",
     "sensitivity": rf"sensitivity cost: {NUMBER}x head grid run",
     "soak": r"soak: 1 runs, \d+ signals, trees handed back (\d+)/\1, orphans 0, fabricated 0, survivors 0",
     "tier_coverage": rf"tier coverage: {NUMBER}% of \d+ items reached a test outcome \(tier crashes 0\)",

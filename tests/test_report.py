@@ -52,6 +52,7 @@ def complete_run(**receipt) -> list[StageResult]:
     stages.append(passing("gpu_claim", hip_index=0, arch="gfx942", bdf="0000:01:00.0"))
     stages.append(passing("correctness_repo_tests", exit=0, stats={"executed": 3, "failures": 0, "errors": 0}))
     stages.append(passing("execution_receipt", **receipt))
+    stages.append(passing("replay", calls={"head": 2, "base": 2}))  # optional, and PASS needs it where it ran
     identity = {"module": "m", "module_path": "/w/m", "python_executable": "py", "python_version": "3",
                 "native_artifacts": []}
     # the report credits the architecture itself, from the claim and the repo tests' run
@@ -150,3 +151,16 @@ def test_a_script_grid_that_printed_credits_the_claimed_arch(log_bytes, covered)
     stages.append(passing("correctness_grid", exit=0, log_bytes=log_bytes,
                           stats={"executed": 1, "basis": "script exit status", "observed_work": 4}))
     assert pipeline.compose("x", results(*stages)).arch_coverage == covered
+
+
+@pytest.mark.parametrize("replay,verdict", [
+    (result("replay", "skip", "no route call could be captured", required=False), "PASS"),
+    (result("replay", "skip", "the head replay exited 1", required=True), "INCONCLUSIVE"),
+    (result("replay", "skip", "--no-replay: the route was not replayed outside the test"), "INCONCLUSIVE"),
+])
+def test_pass_needs_the_replay_wherever_a_call_could_be_captured(replay, verdict):
+    full = {"producer": receipts.PRODUCER, "route": "k:f", "kernel_symbols": ["k:f"],
+            "executed_shapes": ["1,2"], "receipt_sha256": "e" * 64}
+    run = [stage for stage in complete_run(**full) if stage.name != "replay"] + [replay]
+    run[1].selection.set(expected_route="k:f", shape_vars="M")
+    assert pipeline.compose("x", run).verdict == verdict

@@ -98,7 +98,8 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     private = scratch / "launches" / secrets.token_hex(8)
     probe = receipts.prepare(private / "probe", routes=routes, shape_vars=request.shape_var_names,
                              receipt=private / "receipt.json", grid_argnames=grid_argnames, grid_rows=grid_rows,
-                             poisoned_row=poisoned_row, cpu_tier=cpu_tier, sensitivity=sensitivity)
+                             poisoned_row=poisoned_row, cpu_tier=cpu_tier, sensitivity=sensitivity,
+                             captures=private / "calls")
     env = target_env(request, scratch, phase, seen_as, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
     env.update(probe.environment)
@@ -118,6 +119,11 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     kept = run_dir / "runs" / f"receipt-{label}.json"
     if probe.receipt.is_file():
         probe.receipt.replace(kept)
+    captures = run_dir / "runs" / f"calls-{label}"
+    shutil.rmtree(captures, ignore_errors=True)
+    if (private / "calls").is_dir():
+        shutil.move(str(private / "calls"), captures)
+        done.captures = str(captures)
     shutil.rmtree(private, ignore_errors=True)
     done.receipt, done.receipt_path, done.receipt_sha256, done.receipt_note = receipt, str(kept), digest, note
     done.scratch = str(scratch)

@@ -42,6 +42,14 @@ class CaseResult(BaseModel):
         return f"{self.classname}::{self.name}" if self.classname else self.name
 
 
+def junit_id(nodeid: str) -> str:
+    """A pytest node id as the runs' JUnit cases name it (classname::name)."""
+    head, bracket, params = nodeid.partition("[")
+    parts = head.split("::")
+    module = parts[0].removesuffix(".py").replace("/", ".")
+    return "::".join([".".join([module, *parts[1:-1]]), parts[-1] + bracket + params]) if len(parts) > 1 else nodeid
+
+
 def pytest_stats(junit: Path, exit_code: int | None) -> ExecutionStats:
     if exit_code == PYTEST_USAGE_ERROR and not junit.is_file():
         return ExecutionStats(basis="pytest usage error: nothing was collected or run")  # not a test failure

@@ -53,6 +53,8 @@ class TargetRun(BaseModel):
     # what it wrote to its output, and how much of that the log's ceiling left out (kvtasks.harness.capped_log)
     log_written_bytes: int = 0
     log_cut_bytes: int = 0
+    # the route calls it kept as data for the replay (kvtasks.harness.in_target.capture), a folder
+    captures: str | None = None
 
     @property
     def usage_error(self) -> bool:

@@ -106,7 +106,7 @@ class ProbeModule:
 
 def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: Path,
             grid_argnames: list[str] = (), grid_rows: list[list[str]] = (), poisoned_row: list[str] = (),
-            cpu_tier: dict | None = None, sensitivity: dict | None = None) -> ProbeModule:
+            cpu_tier: dict | None = None, sensitivity: dict | None = None, captures: Path | None = None) -> ProbeModule:
     """A fresh, randomly named copy of the in-target package in `folder` (a launch's own), and its
     configuration beside it, which says what it corrupts (nothing for an ordinary run): the files of
     a corrupted run and of the run it repeats differ only there, and the package reads and removes
@@ -123,7 +123,7 @@ def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: 
         routes=list(routes), shape_vars=list(shape_vars), receipt=str(receipt), nonce=secrets.token_hex(16),
         grid_argnames=list(grid_argnames), grid_rows=[list(row) for row in grid_rows],
         poisoned_row=list(poisoned_row),
-        cpu_tier=TierSettings.of(cpu_tier) if cpu_tier else None)
+        cpu_tier=TierSettings.of(cpu_tier) if cpu_tier else None, captures=str(captures or ""))
     receipt.unlink(missing_ok=True)
     receipt.with_name(receipt.name + ".progress").unlink(missing_ok=True)
     corrupted = {key: value for key, value in (sensitivity or {}).items() if value not in (None, "")}

@@ -13,7 +13,7 @@ from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, Survivor,
 # with its snapshot in tests/report_schemas/ (1: the first versioned report, with schema_version,
 # kvtasks_version and every finding's rule; 2: containment, isolation.processes, and died on the
 # repo tests' and grid's stage objects)
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 Status = Literal["pass", "fail", "skip", "info"]
 Severity = Literal["blocker", "should-fix", "note"]

@@ -59,6 +59,7 @@ class Request(BaseModel):
     perf_args: Annotated[str, Option("benchmark entry point for the timing stage", dash_led=True)] = ""
     perf_control_column: Annotated[str, Option("a timing column the patch does not touch")] = ""
     no_perf: Annotated[bool, Option("skip the timing stage", switch=True)] = False
+    no_replay: Annotated[bool, Option("skip the replay outside the test (PASS then waits on it)", switch=True)] = False
     cpu_tier: Annotated[Literal["off", "triton", "auto"], Option(
         "triton: run Triton kernels in the interpreter on the CPU with a bounds sanitizer; auto: only when no GPU "
         "was claimed and the target imports triton (default off)")] = "off"

@@ -14,6 +14,7 @@ comparison calls no judging function and is invisible here (docs/trust-model.md)
 from __future__ import annotations
 
 from kvtasks.harness.in_target.receipt import Judgment
+from kvtasks.harness.junit import junit_id
 from kvtasks.harness.launch import TargetRun
 from kvtasks.stages import Context, StageResult, StageSpec
 from kvtasks.stages.base_oracle import BaseOracle
@@ -24,14 +25,6 @@ NAME = "tolerances_used"
 PAIRS = {"head-repo": "base-repo", "head-grid": "base-grid"}
 LISTED = 5  # calls named in one finding; the rest are counted
 Key = tuple[str, str, int]  # (test, caller file:line, ordinal)
-
-
-def junit_id(nodeid: str) -> str:
-    """A pytest node id as the runs' JUnit cases name it (classname::name)."""
-    head, bracket, params = nodeid.partition("[")
-    parts = head.split("::")
-    module = parts[0].removesuffix(".py").replace("/", ".")
-    return "::".join([".".join([module, *parts[1:-1]]), parts[-1] + bracket + params]) if len(parts) > 1 else nodeid
 
 
 def _side(runs: list[TargetRun], label: str) -> tuple[dict[Key, Judgment], set[str], int]:

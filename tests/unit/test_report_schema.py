@@ -14,7 +14,8 @@ from kvtasks.report import SCHEMA_VERSION
 SNAPSHOTS = Path(__file__).parent.parent / "report_schemas"
 # version -> sha256 of its snapshot file, as published
 PUBLISHED = {"1": "9f6e3b189e18bf272bf363542a63fd5e23377e5148e563cc60968459af2d1461",
-             "2": "540289e50a65bf6018f39cc953e1e5bbd45f10a8e1374ffa4241793c7fd1678f"}
+             "2": "540289e50a65bf6018f39cc953e1e5bbd45f10a8e1374ffa4241793c7fd1678f",
+             "3": "e30295e59c7025705407720e281ef6a1439bda9562e62f09d28e6b35e210646c"}
 
 
 def schema_text() -> str:

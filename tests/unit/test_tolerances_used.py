@@ -2,7 +2,7 @@
 import pytest
 
 from kvtasks.harness.in_target.receipt import Judgment, Loaded, Receipt
-from kvtasks.harness.junit import CaseResult, ExecutionStats
+from kvtasks.harness.junit import CaseResult, ExecutionStats, junit_id
 from kvtasks.harness.launch import TargetRun
 from kvtasks.harness.receipts import StampedReceipt
 from kvtasks.stages import StageResult, baseline_control, repo_tests, test_policy, tolerances_used
@@ -80,5 +80,5 @@ def test_a_judging_call_gone_from_a_passing_test_is_a_should_fix_and_a_failing_o
 
 
 def test_junit_ids_of_node_ids():
-    assert tolerances_used.junit_id("tests/test_k.py::test_rows[a::b/c]") == "tests.test_k::test_rows[a::b/c]"
-    assert tolerances_used.junit_id("tests/test_k.py::TestK::test_x") == "tests.test_k.TestK::test_x"
+    assert junit_id("tests/test_k.py::test_rows[a::b/c]") == "tests.test_k::test_rows[a::b/c]"
+    assert junit_id("tests/test_k.py::TestK::test_x") == "tests.test_k.TestK::test_x"

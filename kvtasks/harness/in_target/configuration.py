@@ -36,6 +36,7 @@ class Configuration:
     grid_rows: list[list[str]] = field(default_factory=list)
     poisoned_row: list[str] = field(default_factory=list)
     cpu_tier: TierSettings | None = None
+    captures: str = ""  # where the route calls this run captures go (capture.py)
 
     @property
     def merged(self) -> bool:

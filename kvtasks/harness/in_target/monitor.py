@@ -76,6 +76,7 @@ def _watch_with_wrapper(run, route, owner, attribute, code):
     @functools.wraps(target)
     def route_call(*args, **kwargs):
         _count(run, route)
+        kept = run.capture.before(run, route, args, kwargs)
         before = writes.arrays_before(run, route, target, args, kwargs)
         if not run.configuration.shape_vars:
             value = loads.during("route-call", target, *args, **kwargs)
@@ -86,6 +87,8 @@ def _watch_with_wrapper(run, route, owner, attribute, code):
                 value = loads.during("route-call", target, *args, **kwargs)
             finally:
                 sys.setprofile(previous)
+        if kept is not None:
+            run.capture.after(run, kept, value, args, kwargs)
         writes.note_written(run, route, before)
         nonfinite.watch_outputs(run, route, value, seen.pop("locals", None))
         return after_call(target, args, kwargs, value)
@@ -145,7 +148,8 @@ def _receipt(run) -> Receipt:
         judges_replaced=sorted(run.judges_replaced),
         written_arguments={route: list(names) for route, names in run.written_arguments.items()},
         cpu_tier=run.tier.report() if run.tier is not None else None, sensitivity=corrupted,
-        judgments=list(run.judgments), judgments_dropped=run.judgments_dropped)
+        judgments=list(run.judgments), judgments_dropped=run.judgments_dropped,
+        captured_calls=run.capture.calls, not_captured=dict(run.capture.not_captured))
     if configuration.grid_argnames:
         receipt.cells = dict(run.cells)
     if configuration.merged:

@@ -122,6 +122,8 @@ class Receipt:
     sensitivity: SensitivityReceipt | None = None  # a corrupted run's
     judgments: list[Judgment] = field(default_factory=list)  # the first RECORDED judging calls
     judgments_dropped: int = 0  # judging calls beyond those
+    captured_calls: int = 0  # route calls kept for the replay (capture.py)
+    not_captured: dict[str, int] = field(default_factory=dict)  # calls sampled and not kept, by why
 
 
 def to_json(receipt: Receipt) -> dict:

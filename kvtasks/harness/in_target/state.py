@@ -4,6 +4,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .capture import Capture
 from .configuration import Configuration
 from .receipt import Judgment, RouteOutput
 
@@ -77,10 +78,15 @@ class Run:
     session: SessionNotes = field(default_factory=SessionNotes)
     pytest_loaded: PytestLoaded | None = None
     tier: Any = None  # the Triton CPU tier's module, once installed
+    capture: Capture | None = None  # the route calls kept for the replay: the configuration's
     installed: bool = False
     written: bool = False
     exit: int | None = None
     routed_test: str | None = None  # the item whose route call the progress file last noted
+
+    def __post_init__(self):
+        if self.capture is None:
+            self.capture = Capture(self.configuration.captures)
 
     def progress(self, line: str) -> None:
         """Note, as it happens, that an item started or reached the route: the receipt is written at
