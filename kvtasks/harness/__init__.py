@@ -73,6 +73,11 @@ def target_env(request: Request, run_dir: Path, phase: str, label: str,
     return env
 
 
+# the runs whose route calls the replay uses, and the corrupted runs seen as them (which must do all
+# they do): the others keep no capture, which costs a copy of every sampled call's arrays
+CAPTURED = frozenset(f"{side}-{kind}" for side in ("base", "head") for kind in ("repo", "grid", "session"))
+
+
 def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
@@ -99,7 +104,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     probe = receipts.prepare(private / "probe", routes=routes, shape_vars=request.shape_var_names,
                              receipt=private / "receipt.json", grid_argnames=grid_argnames, grid_rows=grid_rows,
                              poisoned_row=poisoned_row, cpu_tier=cpu_tier, sensitivity=sensitivity,
-                             captures=private / "calls")
+                             captures=private / "calls" if seen_as in CAPTURED else None)
     env = target_env(request, scratch, phase, seen_as, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
     env.update(probe.environment)

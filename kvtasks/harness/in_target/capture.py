@@ -1,10 +1,11 @@
 """The capture: a bounded sample of route calls kept as data for the replay (replay.py's format).
 
-Every run captures alike (ordinary or corrupted, base or head): the first call of each route for each
-distinct signature (the dtypes and shapes of its array arguments) and each grid cell, at most CALLS
-calls and BYTES bytes a run. The arguments and the RNG state are taken before the call, what it
-returned and its arguments after it; a call whose arguments cannot be kept as data (a module, an
-object of the repository's) is counted by why, never captured.
+The runs the replay reads capture (base's and head's repository tests and grid, and the corrupted
+runs seen as them, which must do all they do): the first call of each route for each distinct
+signature (the dtypes and shapes of its array arguments) and each grid cell, at most CALLS calls
+and BYTES bytes a run, none with arrays of more than CALL_BYTES. The arguments and the RNG state
+are taken before the call, what it returned and its arguments after it; a call whose arguments
+cannot be kept as data (a module, an object of the repository's) is counted by why, never captured.
 """
 import json
 import os
@@ -13,7 +14,19 @@ import shutil
 from . import replay
 
 CALLS = 32
-BYTES = 256 << 20
+BYTES = 64 << 20
+CALL_BYTES = 16 << 20  # a call whose arrays are larger is counted, not kept
+
+
+def _nbytes(values, depth=0) -> int:
+    total = 0
+    for value in values:
+        if hasattr(value, "shape") and hasattr(value, "dtype"):
+            size = getattr(value, "nbytes", None)
+            total += int(size) if isinstance(size, int) else int(value.numel() * value.element_size())
+        elif isinstance(value, (list, tuple)) and depth < 2:
+            total += _nbytes(value, depth + 1)
+    return total
 
 
 def _signature(values, depth=0) -> tuple:
@@ -40,12 +53,17 @@ class Capture:
             return None
         try:
             signature = (route, _signature([*args, *kwargs.values()]), run.cells.get(run.test))
+            size = _nbytes([*args, *kwargs.values()])
         except Exception:  # an argument whose shape cannot be read: not sampled
             return None
         with run.lock:
             if self.calls >= CALLS or signature in self.signatures:
                 return None
             self.signatures.add(signature)
+            if size > CALL_BYTES:
+                why = f"arrays of {size >> 20} MiB, past the {CALL_BYTES >> 20} MiB a call"
+                self.not_captured[why] = self.not_captured.get(why, 0) + 1
+                return None
             folder = os.path.join(self.folder, f"{self.calls:04d}")
             self.calls += 1
         os.makedirs(folder, exist_ok=True)

@@ -18,7 +18,8 @@ user's environment calls the route again on them in each side's tree (kvtasks.ha
   (replay.changed-where-base-passed), a note elsewhere (a fix, an intended change);
 - base's calls capturable and head's not: a should-fix.
 
-PASS needs the replay run and agreed, unless no call could be captured on either side (said).
+PASS needs the replay run and agreed, unless no call could be captured on either side, or the PR
+changes no route-side file (head's route is then base's; the base oracle holds its test side), said.
 
 Modules: compare (kvtasks' comparison of two calls' products), stage (the stage).
 """

@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 from kvtasks.harness.in_target.replay import ARRAY_LIKE_PREFIX
 from kvtasks.harness.junit import junit_id
 from kvtasks.harness.launch import TargetRun
-from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, cpu_tier, result
+from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, cpu_tier, result, sides
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests
 from kvtasks.stages.policy.criteria import parse_tol_table
 from kvtasks.stages.replay.compare import DEFAULT_TABLE, NOISE_MULTIPLE, PLAIN, difference
@@ -66,6 +66,9 @@ def run(ctx: Context) -> StageResult:
         return result(NAME, "skip", "--no-replay: the route was not replayed outside the test")
     if cpu_tier.active(ctx):
         return result(NAME, "skip", "the replay does not run under the Triton CPU tier yet", required=False)
+    if ctx.head_view is not None and not sides.decide(ctx).route:
+        # what the PR changes judges the route or is no code (the base oracle holds the test side at base)
+        return result(NAME, "skip", "the PR changes no route-side file: head's route is base's", required=False)
     baseline, head, grid = ctx.result_of(BaselineControl), ctx.result_of(RepoTests), ctx.result_of(CorrectnessGrid)
     head_runs = [*(head.runs if head else []), *(grid.runs if grid else [])]
     base_runs = list(baseline.runs) if baseline else []
