@@ -170,6 +170,21 @@ def sleep_bound_kernel_repo(path: Path, gpu_s: float, cpu_factor: float = 3.0) -
     })
 
 
+# a tiled kernel whose tail tile is a statement of its own: what a PR changes to break only the tail
+SPLIT_TAIL = '''import numpy as np
+
+TILE = 64
+
+
+def tiled_scale(x, factor):
+    M, N = x.shape
+    out = np.empty_like(x)
+    full = N - N % TILE
+    out[:, :full] = x[:, :full] * factor
+    out[:, full:] = x[:, full:] * factor
+    return out
+'''
+
 TILED = '''import numpy as np
 
 TILE = 64

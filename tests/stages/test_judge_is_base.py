@@ -7,21 +7,9 @@ something the test process loads; each must end BLOCK naming the file. The hones
 """
 import pytest
 
-from tests.kernel_repos import git, make_patch, make_repo
+from tests.kernel_repos import SPLIT_TAIL, git, make_patch, make_repo
 
-OPS = '''import numpy as np
-
-TILE = 64
-
-
-def tiled_scale(x, factor):
-    M, N = x.shape
-    out = np.empty_like(x)
-    full = N - N % TILE
-    out[:, :full] = x[:, :full] * factor
-    out[:, full:] = x[:, full:] * factor
-    return out
-'''
+OPS = SPLIT_TAIL
 OPS_TAIL_BUG = OPS.replace("    out[:, full:] = x[:, full:] * factor\n",
                            "    out[:, full:] = (x[:, full:].astype(np.float16) * np.float16(factor)).astype(x.dtype)\n")
 OPS_CLEAN = OPS.replace("    out = np.empty_like(x)\n    full = N - N % TILE\n    out[:, :full] = x[:, :full] * factor\n"

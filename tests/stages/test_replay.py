@@ -1,25 +1,9 @@
 """The replay: a tail bug the kernel hides only under its test, behind a reference the PR changed
 beside it, or behind an array type whose own arithmetic lies, is found by calling the route again
 outside any test; honest changes keep PASS. One repository and one base for every PR."""
-from tests.kernel_repos import make_patch, make_repo
+from tests.kernel_repos import SPLIT_TAIL, make_patch, make_repo
 
-OPS = '''import numpy as np
-
-TILE = 64
-
-
-def reference(x, factor):
-    return x * factor
-
-
-def tiled_scale(x, factor):
-    M, N = x.shape
-    out = np.empty_like(x)
-    full = N - N % TILE
-    out[:, :full] = x[:, :full] * factor
-    out[:, full:] = x[:, full:] * factor
-    return out
-'''
+OPS = SPLIT_TAIL.replace("\n\ndef tiled_scale", "\n\ndef reference(x, factor):\n    return x * factor\n\n\ndef tiled_scale")
 TEST = '''import numpy as np
 import pytest
 
