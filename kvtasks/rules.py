@@ -103,6 +103,7 @@ RULES: dict[str, str] = {
     'replay.capture-lost-on-head': "base's calls of the route could be captured and head's cannot",
     'replay.changed': "head's route differs from base's on base's inputs where base's test does not hold it to them",
     'replay.changed-where-base-passed': "head's route differs from base's on the inputs of a passing base test the PR leaves alone",
+    'replay.differs-on-both-sides': "outside the test the route differs from what it gave in it on base as on head: the test's setup changes it",
     'replay.differs-under-test': 'the route gives other results outside the test than in it, on the same inputs',
     'replay.nondeterministic': "the route's replays differ from each other; the comparison was widened, within a bound",
     'replay.output-type': "the route returns an array type of its own that base's route did not",

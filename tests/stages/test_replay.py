@@ -83,3 +83,20 @@ def test_what_only_a_test_passes_is_found_outside_it_and_honest_changes_keep_pas
         result = validated(name, {"pkg/ops.py": kernel})
         assert result.verdict == "PASS", (name, result.report["findings"], result.stage("replay"))
         assert result.stage("replay")["status"] == "pass" and result.stage("replay")["calls"]["head"] > 0
+
+
+# the repository's own test setup changes the kernel's results (a mode its conftest sets): outside the
+# test the route differs on base as on head, so the replay is no evidence there and blames no one
+SETUP_DEPENDENT = OPS.replace("    return out\n", "    if __import__('os').environ.get('SCALE_MODE') != 'exact':\n"
+                                              "        out = out.astype(np.float16).astype(x.dtype)\n    return out\n", 1)
+
+
+def test_a_route_the_tests_own_setup_changes_is_not_blamed(tmp_path, validate):
+    repo = make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/ops.py": SETUP_DEPENDENT, "tests/test_scale.py": TEST,
+                                         "tests/conftest.py": "import os\n\nos.environ['SCALE_MODE'] = 'exact'\n"})
+    result = validate(repo, "--patch", str(make_patch(repo, {"pkg/ops.py": "# scale\n" + SETUP_DEPENDENT},
+                                                      tmp_path / "comment.patch")), *FLAGS)
+    replay = result.stage("replay")
+    assert replay["status"] == "skip" and replay["required"] is False and replay["differs_under_test"], replay
+    assert [f["rule"] for f in result.report["findings"]] == ["replay.differs-on-both-sides"]
+    assert result.verdict == "PASS"

@@ -9,7 +9,8 @@ user's environment calls the route again on them in each side's tree (kvtasks.ha
 
 - head's calls replayed in head's tree must give what they gave in the run: a difference is a
   blocker (replay.differs-under-test), measured against the route's own nondeterminism (a second
-  replay) and the tolerance table;
+  replay) and the tolerance table; unless base's calls differ outside base's test as well (its
+  test setup changes the route): then the replay is no evidence here, a note;
 - an array type of the route's own that base's route did not return is a blocker (replay.output-type);
 - base's calls replayed in head's tree, against what base's route produced for them (base's code:
   its run stands for it; once head differs, base's calls are replayed in base's tree too and head

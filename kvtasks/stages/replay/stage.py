@@ -114,7 +114,7 @@ def run(ctx: Context) -> StageResult:
         # base's route is base's code: what it produced in base's run stands for it until head differs
         # from it, and then base's calls are replayed in base's tree too, to judge head by that
         changed, notes = _against_base(ctx, base_calls, base_runs, len(head_folders), out / "head", None, table)
-        if changed or notes:
+        if base_calls and (changed or notes or under_test):
             with ctx.worktree.lend("base"):
                 failed = launch(ctx, "base", base_folders, out / "base")
             if failed:
@@ -123,6 +123,15 @@ def run(ctx: Context) -> StageResult:
                                            table)
     except PatchRefused as refused:
         return result(NAME, "skip", str(refused), **fields)
+    on_base = _base_differs(base_calls, out / "base", table, noise) if under_test and base_calls else []
+    if on_base:  # base's own code gives other results outside its test: the test's setup decides, not the PR
+        stage = result(NAME, "skip", "the route gives other results outside the test than in it on base too, so the "
+                                     "replay cannot judge head here", **{**fields, "required": False,
+                                                                         "differs_under_test": under_test})
+        return stage.finding("replay.differs-on-both-sides", "note", f"outside the test the route differs from what "
+                                                                     f"it gave in it on base ({_named(on_base)}) as on "
+                                                                     f"head ({_named(under_test)}): the test's setup "
+                                                                     "changes it, so the replay is no evidence here")
     fields.update(differs_under_test=under_test or None, changed_from_base=changed or None,
                   nondeterminism=noise or None)
     own_types = _own_types(head_calls, base_calls) + sorted(
@@ -180,6 +189,14 @@ def _under_test(ctx: Context, calls, folders: list[Path], out: Path, table) -> t
         noise = 0.0  # two replays that differ in kind or shape: nothing a tolerance stands for
     widen = min(noise, NOISE_MULTIPLE) * max(table.values())
     return [f"{where}: {said}" for where, said in differing(widen)], noise, ""
+
+
+def _base_differs(calls, base_out: Path, table, noise: float) -> list[str]:
+    """Base's calls whose replay in base's tree differs from what base's run produced."""
+    widen = min(noise, NOISE_MULTIPLE) * max(table.values())
+    return [f"{produced.record['route']} in {produced.record.get('test') or 'no test'}: {said}"
+            for index, name, produced in calls
+            if (said := difference(produced, _replayed(base_out, index, name), table, widen)[0])]
 
 
 def _against_base(ctx: Context, calls, base_runs: list[TargetRun], offset: int, head_out: Path, base_out: Path | None,
