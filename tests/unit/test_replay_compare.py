@@ -61,3 +61,10 @@ def test_a_capture_is_data_and_reads_back_as_the_plain_types(tmp_path):
         writer.encode(ArrayLike())
     with pytest.raises(Uncapturable, match="byte cap"):
         Writer(str(folder), [8]).encode(np.zeros(4))
+
+
+def test_a_returned_float_is_compared_within_float32_s_tolerance_and_anything_else_exactly(tmp_path):
+    assert difference(produced(tmp_path, "a", 1.0), produced(tmp_path, "b", 1.000001), DEFAULT_TABLE)[0] is None
+    assert difference(produced(tmp_path, "c", 1.0), produced(tmp_path, "d", 1.1), DEFAULT_TABLE)[0] is not None
+    assert difference(produced(tmp_path, "e", 3), produced(tmp_path, "f", 4), DEFAULT_TABLE)[0] is not None
+    assert difference(produced(tmp_path, "g", "x"), produced(tmp_path, "h", "x"), DEFAULT_TABLE)[0] is None

@@ -88,8 +88,10 @@ def difference(one: Produced, other: Produced, table: dict[str, float], widen: f
         if left is None or right is None or left["kind"] != right["kind"]:
             return f"{where}: {_kind(left)} against {_kind(right)}", float("inf")
         if "file" not in left:
-            if left.get("value") != right.get("value"):
-                return f"{where}: {left.get('value')!r} against {right.get('value')!r}", float("inf")
+            said, relative = _plain(where, left, right, table, widen)
+            largest = max(largest, relative)
+            if said:
+                return said, largest
             continue
         said, relative = _arrays(where, values(one.folder, left), values(other.folder, right),
                                  tolerance(left["dtype"], table), widen)
@@ -97,6 +99,22 @@ def difference(one: Produced, other: Produced, table: dict[str, float], widen: f
         if said:
             return said, largest
     return None, largest
+
+
+def _plain(where: str, left: dict, right: dict, table: dict[str, float], widen: float) -> tuple[str | None, float]:
+    """Two plain values: numbers as a one-element array of their dtype (a Python float as float32's
+    tolerance: what a kernel's scalar result is computed in), anything else exactly."""
+    one, other = left.get("value"), right.get("value")
+
+    def floating(encoded: dict) -> bool:  # "float" holds NaN and the infinities, spelt as strings
+        value = encoded.get("value")
+        return encoded["kind"] == "float" or isinstance(value, float) or (
+            encoded["kind"] == "npscalar" and "float" in encoded["dtype"])
+
+    if not (floating(left) and floating(right)):
+        return (None, 0.0) if one == other else (f"{where}: {one!r} against {other!r}", float("inf"))
+    return _arrays(where, numpy.array([float(one)]), numpy.array([float(other)]),
+                   tolerance(left.get("dtype", "float32"), table), widen)
 
 
 def _kind(encoded: dict | None) -> str:
