@@ -131,8 +131,8 @@ def _arrays(where: str, left: numpy.ndarray, right: numpy.ndarray, tol: float | 
         return (f"{where}: at index {tuple(int(i) for i in first[0])}: {left[tuple(first[0])]!r} against "
                 f"{right[tuple(first[0])]!r}" if first.size else None), float("inf") if first.size else 0.0
     a, b = left.astype(numpy.float64), right.astype(numpy.float64)
-    bound = tol + widen + tol * numpy.abs(b)
-    with numpy.errstate(invalid="ignore"):
+    with numpy.errstate(invalid="ignore"):  # a zero tolerance times an infinity
+        bound = tol + widen + tol * numpy.abs(b)
         gap = numpy.abs(a - b)
         same_special = (numpy.isnan(a) & numpy.isnan(b)) | (numpy.isinf(a) & (a == b))
         bad = ~same_special & (~(gap <= bound) | ~numpy.isfinite(a) | ~numpy.isfinite(b))
