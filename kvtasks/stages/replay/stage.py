@@ -188,7 +188,7 @@ def _under_test(ctx: Context, calls, folders: list[Path], out: Path, table) -> t
     if noise == float("inf"):
         noise = 0.0  # two replays that differ in kind or shape: nothing a tolerance stands for
     widen = min(noise, NOISE_MULTIPLE) * max(table.values())
-    return [f"{where}: {said}" for where, said in differing(widen)], noise, ""
+    return list(dict.fromkeys(f"{where}: {said}" for where, said in differing(widen))), noise, ""
 
 
 def _base_differs(calls, base_out: Path, table, noise: float) -> list[str]:
@@ -218,7 +218,7 @@ def _against_base(ctx: Context, calls, base_runs: list[TargetRun], offset: int, 
         where = f"{produced.record['route']} in {test or 'no test'}: {said}"
         unchanged = test and test.split("::", 1)[0] not in changed_files
         (should_fix if item in passed and unchanged else notes).append(where)
-    return should_fix, notes
+    return list(dict.fromkeys(should_fix)), list(dict.fromkeys(notes))  # a test's call kept by two runs is one
 
 
 def _own_types(head_calls, base_calls) -> list[str]:
