@@ -18,11 +18,12 @@ from kvtasks.request import Request
 REPLAY_SCRIPT = Path(replay_format.__file__)
 
 
-def user_environment(request: Request, run_dir: Path, visible_devices: Mapping[str, str],
+def user_environment(request: Request, run_dir: Path, side: str, visible_devices: Mapping[str, str],
                      import_roots: list[str]) -> dict[str, str]:
     """What an ordinary user's process in the tree has: the caller's allowed variables but any
-    test framework's, private caches, the tree's import roots, the claimed device."""
-    env = environment.construct(os.environ, phase_dir=run_dir / "replay", label="",
+    test framework's, private caches (the side's own: a JIT build of head's never serves base's),
+    the tree's import roots, the claimed device."""
+    env = environment.construct(os.environ, phase_dir=run_dir / f"replay-{side}", label="",
                                 python_path=import_roots, visible_devices=visible_devices)
     for name in [name for name in env if name.startswith("PYTEST") or name == "VALIDATION_PHASE"]:
         env.pop(name)
@@ -30,7 +31,7 @@ def user_environment(request: Request, run_dir: Path, visible_devices: Mapping[s
     return env
 
 
-def replay(request: Request, *, folders: list[Path], out: Path, run_dir: Path,
+def replay(request: Request, *, side: str, folders: list[Path], out: Path, run_dir: Path,
            visible_devices: Mapping[str, str], import_roots: list[str]) -> processes.Finished:
     """Replay the calls captured under each of `folders` in the tree `request.repo` holds now;
     what each produced lands under out/<index>/<call>/."""
@@ -46,6 +47,6 @@ def replay(request: Request, *, folders: list[Path], out: Path, run_dir: Path,
         return containment.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", request.host.python_bin, str(script), str(out),
                                 *map(str, folders)],
                                timeout_s=request.host.timeout, cwd=request.repo,
-                               env=user_environment(request, run_dir, visible_devices, import_roots))
+                               env=user_environment(request, run_dir, side, visible_devices, import_roots))
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -5,7 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from kvtasks.harness.in_target.reads import Corrupted, overlap
+from kvtasks.harness.in_target.memory import overlap
+from kvtasks.harness.in_target.reads import Corrupted
 
 torch = pytest.importorskip("torch")
 
@@ -16,7 +17,7 @@ def _corrupted(output, nan=False):
         output[...] = np.nan
     else:
         output.reshape(-1)[-1] = 2 * float(output.reshape(-1)[-1]) + 1
-    corrupted.add(output)
+    corrupted.add(output, [])
     return corrupted
 
 
@@ -85,3 +86,19 @@ def test_memory_overlap_across_numpy_and_torch():
     base = np.zeros(8, dtype=np.float32)
     assert overlap(base[4:], torch.from_numpy(base)) and overlap(torch.from_numpy(base)[2:], base)
     assert not overlap(base[:4], base[4:]) and not overlap(base, base.copy())
+
+
+def test_a_comparison_of_a_call_s_unnamed_result_on_its_own_line_reads_it():
+    ref = np.ones(4, dtype=np.float32)
+    out = ref * 2
+    corrupted = Corrupted(False, {})
+
+    def kernel(x):
+        return out
+
+    def check():
+        assert float(np.abs(kernel(ref) - ref).max()) < 1e-3
+
+    frame_line = check.__code__.co_firstlineno + 1
+    corrupted.add(out.copy(), [(__file__, frame_line)])  # another buffer: only the call's line says it
+    assert corrupted.read_by(_failure(check))

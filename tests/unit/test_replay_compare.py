@@ -38,7 +38,7 @@ def test_the_first_difference_is_named_with_both_values_and_noise_widens_it(tmp_
     one, other = produced(tmp_path, "a", np.float32([1, 2, 3])), produced(tmp_path, "b", np.float32([1, 2, 3.001]))
     said, _ = difference(one, other, DEFAULT_TABLE)
     assert said.startswith("return: at index (2,): ") and "3.0" in said and "3.00099" in said
-    assert difference(one, other, DEFAULT_TABLE, widen=1e-3)[0] is None
+    assert difference(one, other, DEFAULT_TABLE, widen=30.0)[0] is None  # 31 times the table: the caller caps it
 
 
 def test_a_capture_is_data_and_reads_back_as_the_plain_types(tmp_path):
@@ -68,3 +68,23 @@ def test_a_returned_float_is_compared_within_float32_s_tolerance_and_anything_el
     assert difference(produced(tmp_path, "c", 1.0), produced(tmp_path, "d", 1.1), DEFAULT_TABLE)[0] is not None
     assert difference(produced(tmp_path, "e", 3), produced(tmp_path, "f", 4), DEFAULT_TABLE)[0] is not None
     assert difference(produced(tmp_path, "g", "x"), produced(tmp_path, "h", "x"), DEFAULT_TABLE)[0] is None
+
+
+def test_a_scalar_output_s_difference_is_seen_and_noise_widens_within_its_dtype(tmp_path):
+    assert difference(produced(tmp_path, "a", torch.tensor(1.0)), produced(tmp_path, "b", torch.tensor(100.0)),
+                      DEFAULT_TABLE)[0] is not None
+    assert difference(produced(tmp_path, "c", np.array(3)), produced(tmp_path, "d", np.array(4)), DEFAULT_TABLE)[0]
+    off = produced(tmp_path, "e", np.float32([1.06])), produced(tmp_path, "f", np.float32([1.0]))
+    assert difference(*off, DEFAULT_TABLE, widen=4.0)[0] is not None  # four times f32's table is no 0.06
+    assert difference(produced(tmp_path, "g", torch.ones(2, dtype=torch.bfloat16)),
+                      produced(tmp_path, "h", torch.ones(2)), DEFAULT_TABLE)[0] is not None  # bf16 against f32
+
+
+def test_what_would_come_back_as_something_else_is_not_captured(tmp_path):
+    from collections import namedtuple
+
+    writer = Writer(str(tmp_path), [1 << 30])
+    for value in (namedtuple("Config", "scale")(2.0), torch.Size([2, 3]), np.complex64(1j)):
+        with pytest.raises(Uncapturable):
+            writer.encode(value)
+    assert writer.encode(np.float64(0.1)) == {"kind": "npscalar", "dtype": "float64", "value": 0.1}

@@ -2,7 +2,7 @@
 of them a returned value is or shares memory with, and the one named as the output it writes into."""
 import inspect  # loaded in every run: a corrupted run needs it, and must not be told by it
 
-from .reads import overlap
+from .memory import overlap
 
 
 class NotCorruptible(Exception):

@@ -11,11 +11,12 @@ import json
 import os
 import shutil
 
-from . import replay
+from . import memory, replay
 
 CALLS = 32
 BYTES = 64 << 20
 CALL_BYTES = 16 << 20  # a call whose arrays are larger is counted, not kept
+RETURNED = "returned "  # the reason a call was not kept, when its return value is what could not be
 
 
 def _nbytes(values, depth=0) -> int:
@@ -27,6 +28,13 @@ def _nbytes(values, depth=0) -> int:
         elif isinstance(value, (list, tuple)) and depth < 2:
             total += _nbytes(value, depth + 1)
     return total
+
+
+def _aliased(values) -> bool:
+    """Whether two array arguments share memory (`op(x, x)`, an output over an input): kept apart, they
+    would come back as copies that no longer do."""
+    arrays = [value for value in values if hasattr(value, "shape") and hasattr(value, "dtype")]
+    return any(memory.overlap(one, other) for index, one in enumerate(arrays) for other in arrays[index + 1:])
 
 
 def _signature(values, depth=0) -> tuple:
@@ -69,6 +77,8 @@ class Capture:
         os.makedirs(folder, exist_ok=True)
         writer = replay.Writer(folder, self.budget)
         try:
+            if _aliased([*args, *kwargs.values()]):
+                raise replay.Uncapturable("arguments that share memory")
             call = {"route": route, "test": run.test, "args": [writer.encode(item) for item in args],
                     "kwargs": {key: writer.encode(item) for key, item in kwargs.items()}, "rng": replay.rng_state()}
         except Exception as why:  # Uncapturable, or a value that refused to be read
@@ -79,14 +89,20 @@ class Capture:
     def after(self, run, token, value, args, kwargs) -> None:
         folder, writer, call = token
         try:
-            call["returned"] = writer.encode(value)
+            try:
+                call["returned"] = writer.encode(value)
+            except replay.Uncapturable as why:  # what the route returned, named apart from its arguments
+                raise replay.Uncapturable(f"{RETURNED}{why}") from None
             call["args_after"] = [writer.encode(item) for item in args]
             call["kwargs_after"] = {key: writer.encode(item) for key, item in kwargs.items()}
+            text = json.dumps(call)
         except Exception as why:
             self._refused(run, folder, why)
             return
-        with open(os.path.join(folder, "call.json"), "w") as handle:
-            json.dump(call, handle)
+        written = os.path.join(folder, "call.json.tmp")
+        with open(written, "w") as handle:
+            handle.write(text)
+        os.replace(written, os.path.join(folder, "call.json"))
 
     def _refused(self, run, folder, why) -> None:
         shutil.rmtree(folder, ignore_errors=True)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from .configuration import Sensitivity
 from .call_arguments import NotCorruptible, arguments, input_shared, output_argument
-from .loads import loaded
+from .memory import loaded
 from .reads import Corrupted, refused_nothing
 from .receipt import OutcomeCounts, SensitivityPart, SensitivityReceipt
-from . import state
+from . import loads, state
 from .state import Corruption
 
 LISTED = 50  # test names beyond this are counted, not listed
@@ -153,6 +153,16 @@ def corrupt_returned(value, settings, where, arguments, tally):
     return corrupted
 
 
+def _call_sites(frame, depth: int = 8) -> list[tuple[str, int]]:
+    """The lines of the checkout's code a route call was made from (its caller's, and theirs)."""
+    sites = []
+    while frame is not None and depth:
+        if loads.in_checkout(frame.f_code.co_filename) is not None:
+            sites.append((frame.f_code.co_filename, frame.f_lineno))
+        frame, depth = frame.f_back, depth - 1
+    return sites
+
+
 def make(settings: Sensitivity | None) -> Corruption:
     """This launch's corruption: with settings, after_call corrupts what each route call produced;
     without, it hands the value back. The settings and what the corruption did live only in these
@@ -194,12 +204,14 @@ def make(settings: Sensitivity | None) -> Corruption:
                 tally.max_relative_error = max(tally.max_relative_error, error)
             if run.test:
                 tally.tests.add(run.test)
-                if tally.written_test != run.test:  # only the running test's outputs are kept alive
+                if tally.written_test != run.test:  # what the running test's calls wrote, and from where
                     tally.written_test, tally.written = run.test, Corrupted(settings.mode == "nan", tally.parsed)
+                sites = _call_sites(sys._getframe(1))
                 for corrupted in tally.objects:
-                    tally.written.add(corrupted)
+                    tally.written.add(corrupted, sites)
             else:
                 tally.outside_tests += 1
+            tally.objects.clear()
         return value
 
     def failure(nodeid, excinfo):

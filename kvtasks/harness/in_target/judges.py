@@ -11,11 +11,13 @@ A hand-written comparison (`(a - b).abs().max() < tol`) calls none of them and s
 """
 import functools
 import sys
+import weakref
 
 from . import loads, state
 from .receipt import Judgment
 
 RECORDED = 4000  # judging calls a receipt lists; later ones are counted as dropped
+_WRAPPERS = weakref.WeakSet()  # the wrappers made: a module loaded twice is not wrapped twice
 
 # torch.testing.assert_close's documented defaults (rtol, atol) by dtype; any other dtype: (0, 0)
 _TORCH_DEFAULTS = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
@@ -26,9 +28,14 @@ _PYTHON_DTYPES = {float: "float64", int: "int64", complex: "complex128", bool: "
 
 
 def _number(value):
+    """A tolerance as one number: an array of them as its largest (what the loosest element gets)."""
     try:
         return float(value)
     except (TypeError, ValueError):
+        pass
+    try:
+        return float(value.max())
+    except Exception:
         return None
 
 
@@ -36,6 +43,8 @@ def _dtype(value) -> str:
     kind = _PYTHON_DTYPES.get(type(value))
     if kind is not None:
         return kind
+    if isinstance(value, (list, tuple)) and value:  # assert_close compares a sequence item by item
+        return _dtype(value[0])
     dtype = getattr(value, "dtype", None)
     return str(dtype).replace("torch.", "") if dtype is not None else type(value).__name__
 
@@ -144,6 +153,7 @@ def _wrapped(original, function, spec):
             run.corruption.judged(args, kwargs, value)
         return value
 
+    _WRAPPERS.add(judging_call)
     return judging_call
 
 
@@ -153,7 +163,7 @@ def wrap(module) -> None:
         owner_name, _, name = attribute.rpartition(".")
         owner = getattr(module, owner_name, None) if owner_name else module
         original = getattr(owner, name, None) if owner is not None else None
-        if original is None or getattr(original, "__name__", "") == "judging_call":
+        if original is None or original in _WRAPPERS:
             continue
         setattr(owner, name, _wrapped(original, f"{module.__name__}.{attribute}", spec))
 

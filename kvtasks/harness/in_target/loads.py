@@ -3,6 +3,7 @@ with what was running then, and the judging functions the checkout's code replac
 import functools
 import os
 import sys
+import sysconfig
 
 from . import state
 from .receipt import LoadedFile
@@ -37,12 +38,6 @@ def watch():
     sys.addaudithook(opened)
 
 
-def loaded(module, kind):
-    """module.kind when `module` is already imported, else None: a value of it proves it loaded."""
-    found = sys.modules.get(module)
-    return getattr(found, kind, None) if found is not None else None
-
-
 def during(phase, call, *args, **kwargs):
     """call(*args, **kwargs), noted as `phase` for the imports and opens it makes."""
     run = state.current
@@ -53,12 +48,14 @@ def during(phase, call, *args, **kwargs):
         run.during.pop()
 
 
-@functools.lru_cache(maxsize=None)
-def installed():
-    import sysconfig
+# the interpreter's own folders, read as the package loads (sysconfig reads its build data lazily: a
+# corrupted run that first asked mid-test would load a module its ordinary run had not)
+_INSTALLED = tuple(os.path.realpath(folder) + os.sep for key, folder in sysconfig.get_paths().items()
+                   if key in ("purelib", "platlib", "stdlib", "platstdlib"))
 
-    return tuple(os.path.realpath(folder) + os.sep for key, folder in sysconfig.get_paths().items()
-                 if key in ("purelib", "platlib", "stdlib", "platstdlib"))
+
+def installed():
+    return _INSTALLED
 
 
 def own(path: str) -> bool:

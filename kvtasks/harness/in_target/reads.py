@@ -18,36 +18,12 @@ import linecache
 import sys
 
 from . import loads
-from .loads import loaded
+from .memory import extent, loaded
 
 # attributes that describe an array without reading its values (a tuple: a set's order differs between
 # processes, and a corrupted run must read the same as the one it repeats)
 _METADATA = ("shape", "dtype", "ndim", "size", "device", "layout", "stride", "strides", "is_contiguous", "numel", "dim",
              "nbytes", "itemsize", "requires_grad", "names", "flags", "T", "mT")
-
-
-def extent(value):
-    """(first, last) byte address an ndarray or tensor spans, or None."""
-    ndarray, tensor = loaded("numpy", "ndarray"), loaded("torch", "Tensor")
-    try:
-        if ndarray is not None and isinstance(value, ndarray):
-            numpy = sys.modules["numpy"]
-            bounds = getattr(getattr(numpy.lib, "array_utils", numpy), "byte_bounds", None) or numpy.byte_bounds
-            first, end = bounds(ndarray.view(value, ndarray))
-            return (first, end) if end > first else None
-        if tensor is not None and isinstance(value, tensor):
-            storage = value.untyped_storage()
-            first = storage.data_ptr()
-            return (first, first + storage.nbytes()) if first and storage.nbytes() else None
-    except Exception:  # a meta or sparse tensor, an array without memory of its own to name
-        return None
-    return None
-
-
-def overlap(one, other) -> bool:
-    """Whether two values' memory overlaps (numpy and torch alike, either way round)."""
-    first, second = extent(one), extent(other)
-    return first is not None and second is not None and first[0] < second[1] and second[0] < first[1]
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -96,10 +72,10 @@ def _header(statement: ast.stmt) -> list[ast.AST]:
     return [statement]
 
 
-def _sources(scope: ast.AST) -> dict[str, set[str]]:
-    """Per name assigned in a function, the names its assignments read: `err` of `err = (out -
-    ref).abs().max()` reads out and ref."""
-    found: dict[str, set[str]] = {}
+def _sources(scope: ast.AST) -> dict[str, list[tuple[set[str], tuple[int, int]]]]:
+    """Per name assigned in a function, what each of its assignments reads and the lines it spans:
+    `err` of `err = (out - ref).abs().max()` reads out and ref."""
+    found: dict[str, list[tuple[set[str], tuple[int, int]]]] = {}
     for node in ast.walk(scope):
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
@@ -109,46 +85,55 @@ def _sources(scope: ast.AST) -> dict[str, set[str]]:
             targets, value = [node.target], node.iter
         else:
             continue
-        read = _names_read(value)
+        read, span = _names_read(value), (value.lineno, value.end_lineno or value.lineno)
         for target in targets:
             for name in (item.id for item in ast.walk(target) if isinstance(item, ast.Name)):
-                found.setdefault(name, set()).update(read)
+                found.setdefault(name, []).append((read, span))
     return found
 
 
-def statement_reads(filename: str, lineno: int, cache: dict) -> set[str]:
+def statement_reads(filename: str, lineno: int, cache: dict) -> tuple[set[str], list[tuple[int, int]]]:
     """The names the statement running at `lineno` reads the values of, and, within its function,
-    those the values of these were computed from."""
+    those the values of these were computed from; and the lines of those statements and
+    assignments (where a call whose result no name holds happened)."""
     parsed = _parsed(filename, cache)
     statement = _innermost(parsed[0], lineno) if parsed else None
     if statement is None:
-        return set()
+        return set(), []
     names = _names_read(*_header(statement))
+    spans = [(part.lineno, part.end_lineno or part.lineno) for part in _header(statement)]
     scope = _innermost(parsed[1], lineno)
     sources = _sources(scope) if scope is not None else {}
     pending = list(names)
     while pending:
-        for name in sources.get(pending.pop(), ()):
-            if name not in names:
+        for read, span in sources.get(pending.pop(), ()):
+            spans.append(span)
+            for name in read - names:
                 names.add(name)
                 pending.append(name)
-    return names
+    return names, spans
 
 
 class Corrupted:
-    """What the corruption wrote in one test: the outputs, and the values it put in them."""
+    """What the corruption wrote in one test: the memory of the outputs (never the outputs: a corrupted
+    run must keep no object alive that its ordinary run would not), the values it put there, and
+    the lines of the checkout's code the corrupted calls were made from."""
 
     def __init__(self, nan: bool, parsed: dict):
-        self.nan, self.outputs, self.values, self.parsed = nan, [], [], parsed
+        self.nan, self.extents, self.values, self.sites, self.parsed = nan, [], [], set(), parsed
 
-    def add(self, output) -> None:
-        self.outputs.append(output)
+    def add(self, output, sites) -> None:
+        found = extent(output)
+        if found is not None:
+            self.extents.append(found)
         last = _last(output)
         if last is not None:
             self.values.append(last)
+        self.sites |= set(sites)
 
     def held_by(self, value, depth: int = 0) -> bool:
-        if any(value is output for output in self.outputs) or any(overlap(value, output) for output in self.outputs):
+        mine = extent(value)
+        if mine is not None and any(mine[0] < end and first < mine[1] for first, end in self.extents):
             return True
         if isinstance(value, (list, tuple)) and depth < 2:
             return any(self.held_by(item, depth + 1) for item in value[:64])
@@ -169,8 +154,11 @@ class Corrupted:
             traceback = traceback.tb_next
         if frame is None:
             return False
-        values = [frame.f_locals[name] if name in frame.f_locals else frame.f_globals.get(name)
-                  for name in statement_reads(frame.f_code.co_filename, lineno, self.parsed)]
+        names, spans = statement_reads(frame.f_code.co_filename, lineno, self.parsed)
+        filename = frame.f_code.co_filename
+        if any(site == filename and first <= line <= last for site, line in self.sites for first, last in spans):
+            return True  # the corrupted call itself is on these lines: `(kernel(x) - ref).max() < tol`
+        values = [frame.f_locals[name] if name in frame.f_locals else frame.f_globals.get(name) for name in names]
         return any(self.held_by(value) for value in values + _arguments(callee))
 
 

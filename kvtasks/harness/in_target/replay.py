@@ -53,7 +53,12 @@ class Writer:
 
     def encode(self, value, depth: int = 0) -> dict:
         numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
-        if value is None or isinstance(value, (bool, int, float, str)):
+        if numpy is not None and isinstance(value, numpy.generic):  # before Python's: numpy.float64 is a float
+            if value.dtype.kind not in "biuf":
+                raise Uncapturable(f"a numpy {value.dtype} scalar")
+            return {"kind": "npscalar", "dtype": str(value.dtype), "value": float(value) if value.dtype.kind == "f"
+                    else value.item()}
+        if value is None or type(value) in (bool, int, float, str):
             if isinstance(value, float) and value != value:
                 return {"kind": "float", "value": "nan"}
             if isinstance(value, float) and value in (float("inf"), float("-inf")):
@@ -65,8 +70,6 @@ class Writer:
                 raise Uncapturable("an ndarray of objects")
             return {"kind": "ndarray", "file": self._array(numpy.array(plain, copy=True, order="C")),
                     "dtype": str(plain.dtype), "type": type_name(value)}
-        if numpy is not None and isinstance(value, numpy.generic):
-            return {"kind": "npscalar", "dtype": str(value.dtype), "value": value.item()}
         if numpy is not None and isinstance(value, numpy.dtype):
             return {"kind": "npdtype", "value": value.str}
         if torch is not None and isinstance(value, torch.Tensor):
@@ -75,10 +78,9 @@ class Writer:
             return {"kind": "torchdtype", "value": str(value).removeprefix("torch.")}
         if torch is not None and isinstance(value, torch.device):
             return {"kind": "torchdevice", "value": str(value)}
-        if isinstance(value, (list, tuple)) and depth < 4:
-            return {"kind": type(value).__name__ if type(value) in (list, tuple) else "tuple",
-                    "items": [self.encode(item, depth + 1) for item in value]}
-        if isinstance(value, dict) and depth < 4 and all(isinstance(key, str) for key in value):
+        if type(value) in (list, tuple) and depth < 4:  # a subclass (a namedtuple, torch.Size) would come back plain
+            return {"kind": type(value).__name__, "items": [self.encode(item, depth + 1) for item in value]}
+        if type(value) is dict and depth < 4 and all(isinstance(key, str) for key in value):
             return {"kind": "dict", "items": {key: self.encode(item, depth + 1) for key, item in value.items()}}
         if any(hasattr(type(value), name) for name in ARRAY_LIKE):
             raise Uncapturable(f"{ARRAY_LIKE_PREFIX}{type_name(value)}")
@@ -100,7 +102,7 @@ class Writer:
 
 
 def rng_state() -> dict:
-    """numpy's global RNG state and torch's CPU one, as data."""
+    """numpy's global RNG state, torch's CPU one and its grad mode, as data."""
     state = {}
     numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
     if numpy is not None:
@@ -108,6 +110,7 @@ def rng_state() -> dict:
         state["numpy"] = [name, keys.tolist(), int(position), int(has_gauss), float(gauss)]
     if torch is not None:
         state["torch"] = torch.get_rng_state().tolist()
+        state["torch_grad"] = bool(torch.is_grad_enabled())
     return state
 
 
@@ -166,6 +169,7 @@ def restore_rng(state: dict) -> None:
         import torch
 
         torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+        torch.set_grad_enabled(state.get("torch_grad", True))
 
 
 def resolve(route: str):
@@ -185,8 +189,11 @@ def replay(out: str, folders: list[str]) -> None:
             folder = os.path.join(calls, name)
             if not os.path.isfile(os.path.join(folder, "call.json")):
                 continue  # a call that raised in the run, or was not kept
-            with open(os.path.join(folder, "call.json")) as handle:
-                call = json.load(handle)
+            try:
+                with open(os.path.join(folder, "call.json")) as handle:
+                    call = json.load(handle)
+            except ValueError:  # a capture the run wrote badly is no call to replay
+                continue
             written = os.path.join(out, str(index), name)
             os.makedirs(written, exist_ok=True)
             outcome = {"route": call["route"]}
@@ -209,6 +216,6 @@ def replay(out: str, folders: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.remove(os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.getcwd())  # the tree's modules, as `python -c` in the tree would see them
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:] = [os.getcwd(), *(entry for entry in sys.path if os.path.realpath(entry or ".") != here)]  # the tree's modules, as `python -c` in the tree would see them
     replay(sys.argv[1], sys.argv[2:])

@@ -54,7 +54,8 @@ class Produced:
         return found
 
     def types(self) -> set[str]:
-        return {leaf["type"] for leaf in self.leaves().values() if "type" in leaf}
+        """The types of the arrays it returned (an argument's type is the caller's)."""
+        return {leaf["type"] for where, leaf in self.leaves().items() if where.startswith("return") and "type" in leaf}
 
 
 def values(folder: Path, encoded: dict) -> numpy.ndarray:
@@ -76,7 +77,8 @@ def tolerance(dtype: str, table: dict[str, float]) -> float | None:
 def difference(one: Produced, other: Produced, table: dict[str, float], widen: float = 0.0
                ) -> tuple[str | None, float]:
     """(the first difference beyond tolerance, in words, or None; the largest difference relative to
-    the tolerance seen) between two calls' products. `widen` is added to each float tolerance."""
+    the tolerance seen) between two calls' products. Each float tolerance is widened by `widen`
+    times itself (a route's measured nondeterminism, which the caller caps)."""
     if one.raised or other.raised:
         if one.raised == other.raised:
             return None, 0.0
@@ -85,7 +87,7 @@ def difference(one: Produced, other: Produced, table: dict[str, float], widen: f
     largest = 0.0
     for where in sorted(set(mine) | set(theirs)):
         left, right = mine.get(where), theirs.get(where)
-        if left is None or right is None or left["kind"] != right["kind"]:
+        if left is None or right is None or left["kind"] != right["kind"] or left.get("dtype") != right.get("dtype"):
             return f"{where}: {_kind(left)} against {_kind(right)}", float("inf")
         if "file" not in left:
             said, relative = _plain(where, left, right, table, widen)
@@ -126,13 +128,14 @@ def _arrays(where: str, left: numpy.ndarray, right: numpy.ndarray, tol: float | 
     if left.shape != right.shape or left.dtype != right.dtype:
         return f"{where}: {left.dtype}{list(left.shape)} against {right.dtype}{list(right.shape)}", float("inf")
     if tol is None:
+        left, right = numpy.atleast_1d(left), numpy.atleast_1d(right)
         unequal = left != right
         first = numpy.argwhere(unequal)
         return (f"{where}: at index {tuple(int(i) for i in first[0])}: {left[tuple(first[0])]!r} against "
                 f"{right[tuple(first[0])]!r}" if first.size else None), float("inf") if first.size else 0.0
-    a, b = left.astype(numpy.float64), right.astype(numpy.float64)
+    a, b = numpy.atleast_1d(left).astype(numpy.float64), numpy.atleast_1d(right).astype(numpy.float64)
     with numpy.errstate(invalid="ignore"):  # a zero tolerance times an infinity
-        bound = tol + widen + tol * numpy.abs(b)
+        bound = (tol + tol * numpy.abs(b)) * (1 + widen)
         gap = numpy.abs(a - b)
         same_special = (numpy.isnan(a) & numpy.isnan(b)) | (numpy.isinf(a) & (a == b))
         bad = ~same_special & (~(gap <= bound) | ~numpy.isfinite(a) | ~numpy.isfinite(b))

@@ -34,7 +34,7 @@ def replayed(out: Path, index: int, name: str) -> Produced:
 def launch(ctx: Context, side: str, folders: list[Path], out: Path) -> str:
     """Replay the calls under `folders` in the tree now lent (`side`'s); why it could not, or ""."""
     request = ctx.request
-    done = replaying.replay(request, folders=folders, out=out, run_dir=ctx.run_dir,
+    done = replaying.replay(request, side=side, folders=folders, out=out, run_dir=ctx.run_dir,
                             visible_devices=cpu_tier.launch_options(ctx)["visible_devices"],
                             import_roots=harness.python_path(request))
     if done.timed_out:
