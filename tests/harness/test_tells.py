@@ -65,6 +65,14 @@ SEEN = sorted(os.listdir(FIRST))
 RANDOM = re.compile(r"\b[a-z]?[0-9a-f]{14,32}\b|0x[0-9a-f]+|\d{3,}")
 
 
+def differences(one, other, where="") -> list[str]:
+    """Where two views differ, each place named by its path: a failure says what a run could tell."""
+    if isinstance(one, dict) and isinstance(other, dict):
+        return [found for key in sorted(set(one) | set(other), key=str)
+                for found in differences(one.get(key), other.get(key), f"{where}/{key}")]
+    return [] if one == other else [f"{where}: {str(one)[:200]} != {str(other)[:200]}"]
+
+
 def masked(value):
     """A view with this launch's random tokens (folder, module names, nonce) and pids masked, lists
     of names sorted once masked."""
@@ -92,7 +100,7 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     views = sorted((tmp_path / "work").glob("seen-*.json"), key=lambda path: path.stat().st_mtime)
     assert len(views) == 2
     first, second = (json.loads(path.read_text()) for path in views)
-    assert masked(first) == masked(second)
+    assert masked(first) == masked(second), differences(masked(first), masked(second))
     assert first["environ"]["VALIDATION_PHASE"] == "head-session" and first["marks"] == ["parametrize"]
     assert first["environ"]["GIT_CEILING_DIRECTORIES"] == str(repo.resolve().parent)  # no git above the tree
     # the configuration file is gone before the repository's first plugin loads, and so is its variable
