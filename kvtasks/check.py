@@ -18,10 +18,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from kvtasks import harness, worktree
+from kvtasks import executor, worktree
 from kvtasks.harness.launch import TargetRun
 from kvtasks.pipeline import PIPELINE, run_row
 from kvtasks.request import UsageError, build_request
+from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, cpu_tier, grid, runtime_compat
 from kvtasks.stages.grid.plan import plan_of
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
@@ -64,7 +65,7 @@ def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
     worktree.forget_callers_repository()
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
         ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch), quiet=quiet,
-                      grid_secret=grid_secret)
+                      grid_secret=grid_secret, launcher=executor.launch)
         for row in PIPELINE["prepare"]:
             produced = run_row(ctx, row)
             if produced is not None and produced.facts.halt:
@@ -83,8 +84,7 @@ def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
             if merged is not None:
                 run, probe = merged.repo, merged.probe
             if run is None:
-                run = harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="base-repo",
-                                  **cpu_tier.launch_options(ctx))
+                run = ctx.launch(Launch(label="base-repo"))
         return _found(ctx, run, probe)
 
 

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtasks import keys, pages, report
+from kvtasks import executor, keys, pages, report
 from kvtasks.pipeline import compose as compose_report, run_group
 from kvtasks.report import comment
 from kvtasks.request import Request
@@ -50,7 +50,7 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
     (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
     scratch = store.scratch_dir("prepare", request.label)
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet,
-                  grid_secret=store.grid_secret(request.host.grid_secret))
+                  grid_secret=store.grid_secret(request.host.grid_secret), launcher=executor.launch)
     recovered = None
     try:
         recovered = ctx.worktree.recover()
@@ -132,7 +132,7 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
                             for result in _marked_if_reused(store, sensitivity.BASE_EVIDENCE, evidence_key, request.label,
                                                             record.get("prepared_at"))}
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
-                  earlier=earlier, quiet=quiet, base_evidence=stored_base_evidence,
+                  earlier=earlier, quiet=quiet, base_evidence=stored_base_evidence, launcher=executor.launch,
                   phase_roots={"base": store.scratch_dir("base", record["base_key"]),
                                "head": store.scratch_dir("head", record["head_key"])})
     loaded = dict(ctx.earlier)

@@ -26,6 +26,7 @@ from kvtasks.records import Facts, Selection, merged
 from kvtasks.report.model import Finding, Report, Severity, Stage, Status
 from kvtasks.request import Request
 from kvtasks.harness.launch import TargetRun
+from kvtasks.stages.launches import Asked, Launcher
 from kvtasks.worktree import HeadView, Worktree
 
 # the payload model of each stage, by name: a StageSpec registers it, so stored evidence of that
@@ -122,6 +123,14 @@ class Context:
     base_evidence: dict[str, StageResult] = field(default_factory=dict)
     # the stage running now: what it reads must be among what its spec declares
     running: StageSpec | None = None
+    # what runs the launches a stage asks for (kvtasks.executor; a recording one in unit tests)
+    launcher: Launcher | None = None
+
+    def launch(self, asked: Asked):
+        """What `asked` gave, launched in the tree lent now (kvtasks.stages.launches.Launcher)."""
+        if self.launcher is None:
+            raise RuntimeError(f"nothing launches here: {type(asked).__name__} {getattr(asked, 'label', '')} was asked for")
+        return self.launcher(self, asked)
 
     def result_of(self, payload: type[Stage]) -> StageResult | None:
         """The latest result whose stage object is a `payload` (the stage's runs and findings too)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from kvtasks import harness
+from kvtasks.stages.launches import Launch
 from kvtasks.stages import (Context, Report, Stage, StageResult, StageSpec, baseline_control, cpu_tier, grid, repo_tests, result,
                             sides, test_policy)
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat, TestPolicy
@@ -86,7 +86,6 @@ def run(ctx: Context) -> StageResult:
         request.model_copy(update={"target": renamed + request.target[len(request.target_path):]})
     runs: list[TargetRun] = []
     reference: list[TargetRun] = list(baseline.runs) if baseline else []
-    options = cpu_tier.launch_options(ctx)
     # the grid judges base's file too whenever base has outcomes for it: base's grid ran on the target
     # (whatever head's grid did: an xfail the PR added skips head's cells, not base's), or base's
     # renamed file runs its cells on base here
@@ -95,14 +94,12 @@ def run(ctx: Context) -> StageResult:
         if renamed:  # base's own outcome of the file the PR renamed: the baseline ran head's path
             with ctx.worktree.lend("base"):
                 ctx.say(f"{NAME}: running base's {renamed} on base")
-                reference = [harness.run(oracle_request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
-                                         label="base-baseoracle", **options)]
+                reference = [ctx.launch(Launch(label="base-baseoracle", target=oracle_request.target))]
                 base_grid = grid.oracle_run(ctx, "base-baseoracle-grid", oracle_request)
                 reference += [base_grid] if base_grid is not None else []
         with ctx.worktree.lend("head", keep_base=kept):
             ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
-            runs.append(harness.run(oracle_request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
-                                    label="head-baseoracle", **options))
+            runs.append(ctx.launch(Launch(label="head-baseoracle", target=oracle_request.target)))
             grid_run = grid.oracle_run(ctx, "head-baseoracle-grid", oracle_request) if with_grid else None
             if grid_run is not None:
                 runs.append(grid_run)

@@ -7,7 +7,7 @@ that no patch can alter. The tree must still be clean afterwards. It borrows the
 from __future__ import annotations
 
 
-from kvtasks import harness
+from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, grid, result
 from kvtasks.stages.target_runs import gate, run_fields, state
 from kvtasks.harness.launch import TargetRun
@@ -50,8 +50,7 @@ def run(ctx: Context) -> StageResult:
             repo_run = merged.repo if merged else None
             if repo_run is None:
                 ctx.say("baseline_control: running base-repo")
-                repo_run = harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label="base-repo",
-                                       **cpu_tier.launch_options(ctx))
+                repo_run = ctx.launch(Launch(label="base-repo"))
                 runs.append(repo_run)
             repo_tests = {"state": state(repo_run), **run_fields(repo_run)}
         else:

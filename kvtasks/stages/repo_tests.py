@@ -7,6 +7,7 @@ from __future__ import annotations
 
 
 from kvtasks import harness
+from kvtasks.stages.launches import Launch
 from kvtasks.stages import (Context, Report, StageResult, StageSpec, baseline_control, cpu_tier, gpu_claim, grid, nonfinite, result)
 from kvtasks.stages.target_runs import addopts_note, attribute, crashed, gate, run_fields
 from kvtasks.harness.junit import PYTEST_NOTHING_COLLECTED
@@ -65,8 +66,7 @@ def launch_head(ctx: Context, by: str) -> tuple[list[TargetRun], list[str], str]
         launched = merged.runs if merged is not None else []
         if merged is None or merged.repo is None:
             ctx.say(f"{by}: running head-repo")
-            launched.append(harness.run(ctx.request, runner=ctx.selection.runner, run_dir=ctx.run_dir,
-                                        label="head-repo", **cpu_tier.launch_options(ctx)))
+            launched.append(ctx.launch(Launch(label="head-repo")))
         left = sorted(entry.path for entry in set(ctx.worktree.status()) - expected)
     return launched, left, merged.unusable if merged is not None else ""
 

@@ -19,9 +19,10 @@ from pathlib import Path, PurePosixPath
 
 
 from kvtasks import sources, harness
-from kvtasks.stages import Context, Report, StageResult, StageSpec, cpu_tier, gpu_claim, result
+from kvtasks.stages import Context, Report, StageResult, StageSpec, cpu_tier, result
 from kvtasks.records import RuntimeFingerprint, RuntimeIdentity
 from kvtasks.harness import layout
+from kvtasks.stages.launches import ImportProbe
 from kvtasks.worktree import PatchRefused, source_identity
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 
@@ -176,8 +177,7 @@ def editable_sources(ctx: Context, editable: dict[str, str]) -> dict[str, str]:
 
 
 def _probe(ctx: Context, chosen: Profile, run_dir, tiered: dict | None) -> tuple[dict | None, str]:
-    return harness.probe_runtime(ctx.request, run_dir=run_dir, module=chosen.module, roots=chosen.roots,
-                                visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=tiered)
+    return ctx.launch(ImportProbe(module=chosen.module, roots=tuple(chosen.roots), folder=run_dir, tier=tiered))
 
 
 def _broken_by_pr(chosen: Profile, seen: dict, fields: dict) -> StageResult:

@@ -4,9 +4,9 @@ what the same run did on base). Runs nothing itself.
 """
 from __future__ import annotations
 
-from kvtasks import harness
 from kvtasks.stages import Context, Severity, cpu_tier, gpu_claim, nonfinite, runtime_compat
 from kvtasks.harness.launch import TargetRun
+from kvtasks.stages.launches import PytestCheck
 
 
 def gate(ctx: Context) -> str | None:
@@ -30,7 +30,7 @@ def pytest_unavailable(ctx: Context) -> str | None:
     interpreter and path) found pytest, or, when it did not say, from `python -m pytest --version`."""
     found = ctx.facts.pytest_module
     if found is None:
-        return harness.pytest_available(ctx.request, ctx.run_dir)
+        return ctx.launch(PytestCheck())
     if not found or found.startswith("unfindable"):
         why = found or "No module named pytest"
         return f"python -m pytest is not runnable with {ctx.request.host.python_bin}: {why}"

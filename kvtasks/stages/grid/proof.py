@@ -6,10 +6,10 @@ Judges probe runs; it must never lend the tree (the caller holds the lend).
 """
 from __future__ import annotations
 
-from kvtasks import harness
 from kvtasks.harness.launch import TargetRun
 from kvtasks.harness.session import cells_by_case
-from kvtasks.stages import Context, cpu_tier
+from kvtasks.stages.launches import Launch
+from kvtasks.stages import Context
 from kvtasks.stages.grid.plan import Plan
 
 
@@ -57,8 +57,7 @@ def proves_channel(plan: Plan, probe: TargetRun) -> tuple[bool, str]:
 def axis_probes(ctx: Context, plan: Plan) -> tuple[str, str, list[TargetRun]]:
     runs, accepted = [], []
     for axis in plan.axes:
-        run = harness.run(ctx.request, runner="script", run_dir=ctx.run_dir, label=f"head-axisprobe-{axis.name}",
-                         **cpu_tier.launch_options(ctx), argv=[axis.flag, AXIS_SENTINEL])
+        run = ctx.launch(Launch(label=f"head-axisprobe-{axis.name}", runner="script", argv=(axis.flag, AXIS_SENTINEL)))
         runs.append(run)
         refused = run.exit not in (0, None) and not run.timed_out and log_names(run, AXIS_SENTINEL)
         axis.hook_proof = "refused-invalid-value" if refused else "accepted-invalid-value"

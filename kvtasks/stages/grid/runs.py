@@ -1,20 +1,21 @@
 """The grid's runs: one launch through the chosen channel, the base side (inside the baseline's
 lend), the sensitivity rerun and the base oracle's rerun, and which cells each run executed.
 
-Launches through kvtasks.harness inside a lend its caller holds; it must never judge head.
+Asks for its launches (ctx.launch) inside a lend its caller holds; it must never judge head.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtasks import harness, sources
+from kvtasks import sources
 from kvtasks.harness import session
 from kvtasks.harness.in_target.grid import coerce
 from kvtasks.harness.in_target.nonfinite import normalise
 from kvtasks.harness.launch import TargetRun
 from kvtasks.request import Request, grid_rows
 from kvtasks.sources import row_text
+from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, cpu_tier, nonfinite
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid
@@ -36,10 +37,10 @@ def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_a
     elif plan.channel == "pytest":
         argnames = request.argnames
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
-    return harness.run(request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
-                      **cpu_tier.launch_options(ctx), argv=[*argv, *axis_argv],
-                      env_extra=env_extra, grid_argnames=argnames, grid_rows=rows if argnames else [],
-                      poisoned_row=poisoned_row, sensitivity=sensitivity, seen_as=seen_as, scratch=scratch)
+    return ctx.launch(Launch(label=label, target=None if request is ctx.request else request.target,
+                             argv=(*argv, *axis_argv), env=tuple(env_extra.items()), grid_argnames=tuple(argnames),
+                             grid_rows=tuple(map(tuple, rows)) if argnames else (), poisoned_row=tuple(poisoned_row),
+                             corruption=sensitivity, seen_as=seen_as, scratch=scratch))
 
 
 @dataclass

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kvtasks import harness
 from kvtasks.stages import Context, Stage, StageResult, StageSpec, cpu_tier, gpu_claim, repo_tests, result
+from kvtasks.stages.launches import Timing
 from kvtasks.stages.payloads import GpuClaim, RepoTests, RuntimeCompat
 from kvtasks.stages.target_runs import gate
 from kvtasks.stages.perf.entry import choose_entry
@@ -102,8 +102,6 @@ def run(ctx: Context) -> StageResult:
 
     logs: dict[str, list] = {"base": [], "head": []}
     runs, artifacts = [], []
-    visible = gpu_claim.visible_devices(ctx)
-    phase_roots = {"base": ctx.phase_roots.get("base", ctx.run_dir), "head": ctx.phase_roots.get("head", ctx.run_dir)}
     with ctx.worktree.lend("base"):
         for round_number in range(1, request.host.perf_repeat + 1):
             for side in ("base", "head"):
@@ -114,9 +112,8 @@ def run(ctx: Context) -> StageResult:
                 except GitFailed as exc:  # PatchRefused on head; on base, a transplant git would not place
                     return _skip(f"{exc} (perf round {round_number}, {side})", **fields)
                 ctx.say(f"perf: round {round_number}/{request.host.perf_repeat}, {side}")
-                timing = harness.time_run(request, phase_root=phase_roots[side], phase=side,
-                                         label=f"{side}-perf-{round_number}", file=entry.file, argv=entry.argv,
-                                         visible_devices=visible, run_dir=ctx.run_dir)
+                timing = ctx.launch(Timing(label=f"{side}-perf-{round_number}", side=side, file=entry.file,
+                                           argv=tuple(entry.argv)))
                 runs.append(timing)
                 logs[side].append(timing)
         artifacts += ctx.worktree.to_base()

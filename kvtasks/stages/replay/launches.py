@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtasks import harness
-from kvtasks.harness import replaying
 from kvtasks.harness.launch import TargetRun
-from kvtasks.stages import Context, cpu_tier
+from kvtasks.stages import Context
+from kvtasks.stages.launches import Replay
 from kvtasks.stages.replay.compare import Produced
 
 HEAD_RUNS, BASE_RUNS = ("head-repo", "head-grid"), ("base-repo", "base-grid")
@@ -33,12 +32,4 @@ def replayed(out: Path, index: int, name: str) -> Produced:
 
 def launch(ctx: Context, side: str, folders: list[Path], out: Path) -> str:
     """Replay the calls under `folders` in the tree now lent (`side`'s); why it could not, or ""."""
-    request = ctx.request
-    done = replaying.replay(request, side=side, folders=folders, out=out, run_dir=ctx.run_dir,
-                            visible_devices=cpu_tier.launch_options(ctx)["visible_devices"],
-                            import_roots=harness.python_path(request))
-    if done.timed_out:
-        return f"the {side} replay timed out after {request.host.timeout}s"
-    if done.returncode != 0:
-        return f"the {side} replay exited {done.returncode}: {done.stderr.strip()[-400:]}"
-    return ""
+    return ctx.launch(Replay(side=side, folders=tuple(folders), out=out))

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtasks import harness
 from kvtasks.harness import session
 from kvtasks.harness.launch import TargetRun
+from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, cpu_tier, grid, repo_tests
 
 NAME = "sensitivity"
@@ -64,9 +64,7 @@ def launch(ctx: Context, kind: str, ordinary: TargetRun, label: str, mode: str, 
     if kind == "grid":
         run = grid.rerun(ctx, label, axis_argv, settings, seen_as=ordinary.label, scratch=scratch)
     else:
-        run = harness.run(ctx.request, runner=ctx.selection.runner, run_dir=ctx.run_dir, label=label,
-                          **cpu_tier.launch_options(ctx), sensitivity=settings, seen_as=ordinary.label,
-                          scratch=scratch)
+        run = ctx.launch(Launch(label=label, corruption=settings, seen_as=ordinary.label, scratch=scratch))
     return run, [run], ""
 
 
