@@ -82,8 +82,9 @@ def run(ctx: Context) -> StageResult:
                                     "base's tree, whose outcomes are the baseline's own", kept_at_base=kept,
                       judged_by=request.target_path)
     judged_by = renamed or request.target_path
-    oracle_request = request if not renamed else \
-        request.model_copy(update={"target": renamed + request.target[len(request.target_path):]})
+    # base's file where the PR renamed the target (None: the request's own)
+    oracle_target = renamed + request.target[len(request.target_path):] if renamed else None
+    oracle_request = request if not renamed else request.model_copy(update={"target": oracle_target})
     runs: list[TargetRun] = []
     reference: list[TargetRun] = list(baseline.runs) if baseline else []
     # the grid judges base's file too whenever base has outcomes for it: base's grid ran on the target
@@ -94,12 +95,12 @@ def run(ctx: Context) -> StageResult:
         if renamed:  # base's own outcome of the file the PR renamed: the baseline ran head's path
             with ctx.worktree.lend("base"):
                 ctx.say(f"{NAME}: running base's {renamed} on base")
-                reference = [ctx.launch(Launch(label="base-baseoracle", target=oracle_request.target))]
+                reference = [ctx.launch(Launch(label="base-baseoracle", target=oracle_target))]
                 base_grid = grid.oracle_run(ctx, "base-baseoracle-grid", oracle_request)
                 reference += [base_grid] if base_grid is not None else []
         with ctx.worktree.lend("head", keep_base=kept):
             ctx.say(f"{NAME}: running head's code under base's {', '.join(kept)}")
-            runs.append(ctx.launch(Launch(label="head-baseoracle", target=oracle_request.target)))
+            runs.append(ctx.launch(Launch(label="head-baseoracle", target=oracle_target)))
             grid_run = grid.oracle_run(ctx, "head-baseoracle-grid", oracle_request) if with_grid else None
             if grid_run is not None:
                 runs.append(grid_run)

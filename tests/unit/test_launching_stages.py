@@ -1,0 +1,155 @@
+"""The launching stages as units: the kit's recording launcher hands each stage passing, failing and
+crashed runs, and the stage's result and findings are asserted. No process starts."""
+from pathlib import Path
+
+import pytest
+
+from kvtasks.harness.junit import CaseResult
+from kvtasks.records import Facts, Selection
+from kvtasks.stages import StageResult, base_oracle, baseline_control, repo_tests
+from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
+from kvtasks.worktree import PatchRefused
+from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS
+from tests.kit import RecordingLauncher, stage_context, target_run
+
+TARGET = "tests/test_scale.py"
+BASE = {"kernels/__init__.py": "", "kernels/scale.py": KERNEL, TARGET: TESTS}
+HEAD = {"kernels/scale.py": KERNEL_TAIL_BUG}
+ROUTE = {"expected_route": "kernels.scale:scale_rows"}
+FAILED = "E       AssertionError: \nNot equal to tolerance rtol=1e-07, atol=0\n1 failed, 1 passed"
+CASES = ("test_scale[4-16]", "test_scale[3-13]")
+
+
+def ready() -> dict[str, StageResult]:
+    """What a launching stage needs before it runs anything: a claimed device, the runtime
+    established (with pytest found), and pytest as the runner."""
+    return {"gpu_claim": StageResult(name="gpu_claim", stage=GpuClaim(status="pass"),
+                                     facts=Facts(visible_devices={"CUDA_VISIBLE_DEVICES": "0"})),
+            "runtime_compat": StageResult(name="runtime_compat", stage=RuntimeCompat(status="pass"),
+                                          facts=Facts(pytest_module="site-packages/pytest/__init__.py")),
+            "selection": StageResult(name="selection", selection=Selection(runner="pytest"))}
+
+
+def cases(*outcomes: str, message: str = "") -> list[CaseResult]:
+    return [CaseResult(classname="tests.test_scale", name=name, outcome=outcome,
+                       message=message if outcome == "failed" else "") for name, outcome in zip(CASES, outcomes)]
+
+
+def passing(folder: Path, label: str) -> object:
+    return target_run(folder, label, cases=cases("passed", "passed"))
+
+
+def failing(folder: Path, label: str, message: str = FAILED) -> object:
+    return target_run(folder, label, exit=1, failures=1, log=message, cases=cases("passed", "failed", message=message))
+
+
+def validated(tmp_path: Path, runs: dict, head: dict | None = None, **options) -> tuple[list[StageResult], RecordingLauncher]:
+    """baseline_control then correctness_repo_tests over the recorded runs."""
+    launcher = RecordingLauncher(runs)
+    ctx = stage_context(BASE, head or HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE, **options)
+    base = baseline_control.run(ctx)
+    ctx.earlier[base.name] = base
+    return [base, repo_tests.run(ctx)], launcher
+
+
+def test_each_side_runs_in_its_own_lend_and_a_passing_head_passes(tmp_path):
+    (base, head), launcher = validated(tmp_path, {"base-repo": passing(tmp_path, "base-repo"),
+                                                  "head-repo": passing(tmp_path, "head-repo")})
+    assert [(side, asked.label) for side, asked in launcher.asked] == [("base", "base-repo"), ("head", "head-repo")]
+    assert all(asked.target is None and not asked.grid_rows and asked.corruption is None for _, asked in launcher.asked)
+    assert base.stage.status == "pass" and base.stage.repo_tests["state"] == "ran"
+    assert head.stage.status == "pass" and head.stage.note == "2 executed, all passed" and head.findings == []
+
+
+@pytest.mark.parametrize("base_made, head_made, status, rule, severity, said", [
+    (passing, failing, "fail", "target.regression", "blocker", "passes on base and fails on head"),
+    (failing, failing, "fail", "target.red-on-both-sides", "note", "red on both sides (base: exit 1)"),
+    (passing, lambda folder, label: target_run(folder, label, exit=-6, executed=1, log="Fatal Python error: Aborted",
+                                               died="by signal SIGABRT in tests/test_scale.py::test_scale[3-13]"),
+     "fail", "target.crashed", "blocker", "died on head, by signal SIGABRT in tests/test_scale.py::test_scale[3-13]"),
+    (passing, lambda folder, label: target_run(folder, label, exit=None, executed=1, timed_out=True),
+     "fail", "target.regression", "blocker", "passes on base and times out on head"),
+    (lambda folder, label: target_run(folder, label, exit=None, executed=0, timed_out=True), failing,
+     "fail", "target.base-timed-out", "note", "the base run timed out"),
+    (passing, lambda folder, label: target_run(folder, label, executed=0, skipped=2),
+     "skip", "tests.executed-nothing", "note", "executed no test"),
+])
+def test_who_is_blamed_for_head_s_run_follows_base_s_same_run(tmp_path, base_made, head_made, status, rule,
+                                                               severity, said):
+    (base, head), _ = validated(tmp_path, {"base-repo": base_made(tmp_path / "base", "base-repo"),
+                                           "head-repo": head_made(tmp_path / "head", "head-repo")})
+    assert head.stage.status == status
+    assert [(finding.rule, finding.severity) for finding in head.findings] == [(rule, severity)]
+    assert said in head.findings[0].detail
+
+
+def test_pytest_refusing_its_command_line_on_head_attributes_nothing(tmp_path):
+    refused = target_run(tmp_path, "head-repo", exit=4, executed=0, log="ERROR: file or directory not found")
+    (_, head), _ = validated(tmp_path, {"base-repo": passing(tmp_path, "base-repo"), "head-repo": refused})
+    assert head.stage.status == "skip" and [finding.rule for finding in head.findings] == ["tests.pytest-refused"]
+
+
+def test_a_base_run_that_leaves_files_stops_head_from_running(tmp_path):
+    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo")}, leaves={"base-repo": ["kernels/cache.bin"]})
+    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
+    base = baseline_control.run(ctx)
+    assert base.stage.status == "skip" and base.stage.artifacts == ["kernels/cache.bin"]
+    assert [finding.rule for finding in base.findings] == ["baseline.dirty-after-base"]
+    ctx.earlier[base.name] = base
+    head = repo_tests.run(ctx)
+    assert head.stage.status == "skip" and "baseline control did not pass" in head.stage.note
+    assert launcher.labels == ["base-repo"]
+
+
+def test_a_patch_that_no_longer_applies_skips_head_and_says_so(tmp_path):
+    def refused(asked):
+        raise PatchRefused("error: patch failed: kernels/scale.py:3")
+
+    (_, head), _ = validated(tmp_path, {"base-repo": passing(tmp_path, "base-repo"), "head-repo": refused})
+    assert head.stage.status == "skip" and "patch failed" in head.stage.note
+    assert [finding.rule for finding in head.findings] == ["tests.head-not-applied"]
+
+
+def test_with_no_device_and_no_tier_nothing_is_launched(tmp_path):
+    launcher = RecordingLauncher()
+    earlier = {**ready(), "gpu_claim": StageResult(name="gpu_claim", stage=GpuClaim(status="skip"))}
+    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=earlier, launcher=launcher, **ROUTE)
+    base = baseline_control.run(ctx)
+    assert base.stage.status == "skip" and "no verified-idle GPU was claimed" in base.stage.note
+    assert launcher.asked == []
+
+
+ORACLE_HEAD = {**HEAD, TARGET: TESTS.replace("def test_scale(M, N):", "def test_scale(M, N):  # looser\n")}
+
+
+def oracle(tmp_path: Path, oracle_made) -> tuple[StageResult, RecordingLauncher]:
+    """base_oracle over a PR that changes the kernel and its test, base's run passing both tests."""
+    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
+                                  "head-repo": passing(tmp_path, "head-repo"),
+                                  "head-baseoracle": oracle_made})
+    ctx = stage_context(BASE, ORACLE_HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
+    for stage in (baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    return base_oracle.run(ctx), launcher
+
+
+def test_the_oracle_runs_head_s_code_under_base_s_test_side_and_blames_a_wrong_value(tmp_path):
+    stage, launcher = oracle(tmp_path, failing(tmp_path, "head-baseoracle"))
+    side, asked = launcher.launched("head-baseoracle")
+    assert side == "head" and asked.target is None
+    assert stage.stage.status == "fail" and stage.stage.regressed == ["tests.test_scale::test_scale[3-13]"]
+    assert [(finding.rule, finding.severity) for finding in stage.findings] == [("oracle.regression", "blocker")]
+    assert "test_scale[3-13]" in stage.findings[0].detail
+
+
+def test_an_oracle_failure_that_is_no_wrong_value_is_an_api_change(tmp_path):
+    message = "TypeError: scale_rows() got an unexpected keyword argument 'out'"
+    stage, _ = oracle(tmp_path, failing(tmp_path, "head-baseoracle", message))
+    assert stage.stage.api_changed == ["tests.test_scale::test_scale[3-13]"] and not stage.stage.regressed
+    assert [(finding.rule, finding.severity) for finding in stage.findings] == [("oracle.api-changed", "should-fix")]
+
+
+def test_an_oracle_run_that_passes_where_base_passed_passes(tmp_path):
+    stage, _ = oracle(tmp_path, passing(tmp_path, "head-baseoracle"))
+    assert stage.stage.status == "pass" and stage.findings == [] and stage.stage.kept_at_base == [TARGET]

@@ -1,0 +1,128 @@
+"""More launching stages as units over recorded runs: sensitivity, the grid's axis probes, the replay
+and perf. No process starts."""
+from pathlib import Path
+
+import pytest
+
+from kvtasks.records import Axis, Plan
+from kvtasks.stages import StageResult, baseline_control, repo_tests
+from kvtasks.stages.grid.proof import AXIS_SENTINEL, axis_probes
+from kvtasks.stages.perf import stage as perf
+from kvtasks.stages.replay import stage as replay
+from kvtasks.stages.sensitivity import stage as sensitivity
+from tests.kit import RecordingLauncher, stage_context, target_run
+from tests.receipts import receipt
+from tests.unit.test_launching_stages import BASE, HEAD, ROUTE, TARGET, passing, ready
+
+SEEN = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed": [], "tests_failed_count": 0, "tests_green": [],
+        "tests_green_count": 0, "corrupted_outside_tests": 0}
+
+
+def corrupted(folder: Path, label: str, exit: int, **seen) -> object:
+    """A corrupted run of the repository's tests as the probe reports it."""
+    return target_run(folder, label, exit=exit, failures=2 if exit else 0,
+                      receipt=receipt(route_calls={"kernels.scale:scale_rows": 2}, sensitivity={**SEEN, **seen}))
+
+
+def sensitive(tmp_path: Path, head: dict, runs: dict) -> tuple[StageResult, RecordingLauncher]:
+    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
+                                  "head-repo": passing(tmp_path, "head-repo"), **runs})
+    ctx = stage_context(BASE, head, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
+    for stage in (baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    return sensitivity.run(ctx), launcher
+
+
+def test_a_suite_that_fails_corrupted_passes_and_its_run_is_seen_as_the_run_it_repeats(tmp_path):
+    failed = corrupted(tmp_path, "head-sensitivity-tail", 1, tests_failed_count=2, tests_failed=["a", "b"])
+    stage, launcher = sensitive(tmp_path, HEAD, {"head-sensitivity-tail": failed})
+    side, asked = launcher.launched("head-sensitivity-tail")
+    assert side == "head" and asked.seen_as == "head-repo" and asked.corruption["mode"] == "tail"
+    assert stage.stage.status == "pass" and stage.stage.corrupted_run == "head-repo" and stage.findings == []
+
+
+@pytest.mark.parametrize("head, base_exit, rule, severity", [
+    ({**HEAD, TARGET: BASE[TARGET] + "\n# the PR's test change\n"}, 1, "sensitivity.lost-on-head", "should-fix"),
+    ({**HEAD, TARGET: BASE[TARGET] + "\n# the PR's test change\n"}, 0, "sensitivity.insensitive-on-base-too", "note"),
+    (HEAD, None, "sensitivity.insensitive-untouched", "note"),
+])
+def test_a_suite_green_when_corrupted_is_blamed_by_what_base_s_same_run_did(tmp_path, head, base_exit, rule, severity):
+    runs = {"head-sensitivity-tail": corrupted(tmp_path / "head", "head-sensitivity-tail", 0, tests_green_count=2)}
+    if base_exit is not None:
+        seen = {"tests_failed_count": 2} if base_exit else {"tests_green_count": 2}
+        runs["base-sensitivity-tail"] = corrupted(tmp_path / "base", "base-sensitivity-tail", base_exit, **seen)
+    stage, launcher = sensitive(tmp_path, head, runs)
+    assert stage.stage.status == "fail"
+    assert [(finding.rule, finding.severity) for finding in stage.findings] == [(rule, severity)]
+    if base_exit is not None:
+        side, asked = launcher.launched("base-sensitivity-tail")
+        assert side == "base" and asked.seen_as == "base-repo"
+        assert [evidence.name for evidence in stage.base_evidence] == ["base-sensitivity:tail"]
+    else:
+        assert "base-sensitivity-tail" not in launcher.labels
+
+
+@pytest.mark.parametrize("probe_exit, log, proof, state", [
+    (2, f"error: argument --block: invalid int value: '{AXIS_SENTINEL}'", "refused-invalid-value", "proven"),
+    (0, "done", "accepted-invalid-value", "hook-not-consumed"),
+    (1, "Traceback: ImportError", "accepted-invalid-value", "hook-not-consumed"),
+])
+def test_an_axis_is_proven_only_by_refusing_an_invalid_value_by_name(tmp_path, probe_exit, log, proof, state):
+    plan = Plan(channel="cli", rows=[["4", "16"]], axes=[Axis(name="block", flag="--block", values=["64", "128"])])
+    launcher = RecordingLauncher({"head-axisprobe-block": target_run(tmp_path, "head-axisprobe-block", exit=probe_exit,
+                                                                     log=log, runner="script")})
+    ctx = stage_context(BASE, HEAD, target="bench/run.py", earlier=ready(), launcher=launcher)
+    found, _, runs = axis_probes(ctx, plan)
+    assert (plan.axes[0].hook_proof, found) == (proof, state)
+    assert launcher.launched("head-axisprobe-block")[1].argv == ("--block", AXIS_SENTINEL)
+    assert launcher.launched("head-axisprobe-block")[1].runner == "script" and len(runs) == 1
+
+
+def test_a_replay_with_nothing_captured_launches_nothing_and_requires_nothing(tmp_path):
+    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"), "head-repo": passing(tmp_path, "head-repo")})
+    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
+    for stage in (baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    replayed = replay.run(ctx)
+    assert replayed.stage.status == "skip" and replayed.stage.required is False
+    assert [asked.label for _, asked in launcher.asked] == ["base-repo", "head-repo"]
+
+
+BENCH_FILE = "bench/bench_op.py"
+BENCH_BASE = {**BASE, BENCH_FILE: "from kernels.scale import scale_rows\nprint('| M | time (us) |')\n"}
+
+
+def timing(folder: Path, label: str, cost: float, rows: int = 6, exit: int = 0) -> object:
+    """A timing run's log as a bench prints it: one row per size, its time scaled by `cost`."""
+    table = "\n".join(f"| {m} | {10.0 * (m + 1) * cost:.3f} | {10.0 * (m + 1):.3f} |" for m in range(rows))
+    return target_run(folder, label, exit=exit, runner="script",
+                      log=f"| M | time (us) | ref (us) |\n|---|---|---|\n{table}\n")
+
+
+@pytest.mark.parametrize("head_cost, rows, failed_round, status, said", [
+    (1.25, 6, None, "fail", ""),
+    (1.0, 6, None, "pass", ""),
+    (1.25, 2, None, "skip", "2 matched rows; PERF_MIN_ROWS is 3"),
+    (1.0, 6, "head-perf-2", "skip", "a failed repeat poisons its side"),
+])
+def test_perf_times_both_sides_in_interleaved_rounds_and_judges_the_rows(tmp_path, monkeypatch, head_cost, rows,
+                                                                          failed_round, status, said):
+    monkeypatch.setenv("PERF_REPEAT", "3")
+    runs = {f"{side}-perf-{number}": timing(tmp_path, f"{side}-perf-{number}", head_cost if side == "head" else 1.0,
+                                            rows, exit=1 if f"{side}-perf-{number}" == failed_round else 0)
+            for number in (1, 2, 3) for side in ("base", "head")}
+    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
+                                  "head-repo": passing(tmp_path, "head-repo"), **runs})
+    ctx = stage_context(BENCH_BASE, HEAD, target=TARGET, earlier=ready(), launcher=launcher, perf_args=BENCH_FILE)
+    for stage in (baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    timed = perf.run(ctx)
+    assert [(side, asked.label) for side, asked in launcher.asked[2:]] == \
+        [(side, f"{side}-perf-{number}") for number in (1, 2, 3) for side in ("base", "head")]
+    assert timed.stage.status == status and said in timed.stage.note
+    if status == "fail":
+        assert [(finding.rule, finding.severity) for finding in timed.findings] == [("perf.slower", "should-fix")]
+        assert timed.stage.median_ratio == pytest.approx(0.8, abs=0.01)
