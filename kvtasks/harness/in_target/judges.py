@@ -17,7 +17,9 @@ from . import loads, state
 from .receipt import Judgment
 
 RECORDED = 4000  # judging calls a receipt lists; later ones are counted as dropped
-_WRAPPERS = weakref.WeakSet()  # the wrappers made: a module loaded twice is not wrapped twice
+# the wrappers made: a module loaded twice is not wrapped twice. Keyed in the order they were made (a
+# WeakSet's order follows addresses, so a view of it would differ between two runs of one session)
+_WRAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # torch.testing.assert_close's documented defaults (rtol, atol) by dtype; any other dtype: (0, 0)
 _TORCH_DEFAULTS = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
@@ -153,7 +155,7 @@ def _wrapped(original, function, spec):
             run.corruption.judged(args, kwargs, value)
         return value
 
-    _WRAPPERS.add(judging_call)
+    _WRAPPERS[judging_call] = True
     return judging_call
 
 
