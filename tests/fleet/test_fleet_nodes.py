@@ -172,7 +172,9 @@ def test_a_node_lost_mid_batch_reruns_its_tasks_on_a_survivor_of_the_arch(fleet,
         assert "no surviving node has this architecture" in gfx_b["findings"][0]["detail"] \
             or f"the last node of this architecture ({lost_name}) was lost" in gfx_b["findings"][0]["detail"]
         assert report["verdict"] in ("BLOCK", "INCONCLUSIVE")  # never PASS with an arch not run
-    assert sorted(base_runs_per_key(home).values()) == [1]  # gfx-a's base once, on whichever node
+    # gfx-a's base once, on whichever node; gfx-b's base may have run on the worker before it was lost
+    # (a loaded host starts the worker's gfx-b chain first), once at most
+    assert set(base_runs_per_key(home).values()) == {1} and len(base_runs_per_key(home)) <= 2
     assert trees_handed_back(fleet, [head]) == []
 
 
