@@ -57,7 +57,7 @@ if KVTASKS != str(PROJECT):
     # an editable install's finder would still answer for kvtasks' submodules the other tree lacks
     sys.meta_path[:] = [finder for finder in sys.meta_path if "__editable__" not in getattr(finder, "__module__", "")]
 
-from kvtasks import harness  # noqa: E402
+from kvtasks.harness import launching  # noqa: E402
 from kvtasks.request import build_request  # noqa: E402
 
 try:
@@ -231,7 +231,7 @@ def run_item(repo: Path, node: str) -> dict:
         blocked = found["blocked"]
     else:
         with tempfile.TemporaryDirectory(prefix="tier-coverage-") as scratch:
-            done = harness.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
+            done = launching.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
                                cpu_tier={"sparse_programs": request.cpu_sparse_grid,
                                          "device_capability": request.cpu_device_capability})
             outcomes = [case.model_dump() for case in done.cases]

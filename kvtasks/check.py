@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from kvtasks import executor, worktree
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.pipeline import PIPELINE, run_row
 from kvtasks.request import UsageError, build_request
 from kvtasks.stages.launches import Launch

@@ -19,7 +19,7 @@ from kvtasks.request import Request
 from kvtasks.report import ReusedEvidence
 from kvtasks.stages import Context, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
 from kvtasks.records import Facts, Repo, Selection, merged
-from kvtasks import harness
+from kvtasks.harness import isolation
 from kvtasks.store import Store
 from kvtasks.workspace import Workspace
 from kvtasks.worktree import Worktree
@@ -92,7 +92,7 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
     crash = next((result for result in done if result.name == run_facts.NAME), None)
     if crash is None:
         crash = StageResult(name=run_facts.NAME, facts=Facts(started_utc=run_facts.utc_now(),
-                                                             isolation=harness.isolation_facts(ctx.request)))
+                                                             isolation=isolation.isolation_facts(ctx.request)))
         done = [crash, *done]
     crash.facts.halt = detail
     if not any(r.facts.repo for r in done):

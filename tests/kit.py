@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.request import Request
 from kvtasks.stages import Context, StageResult
 from kvtasks.stages.launches import Asked, ImportProbe, Launch, Replay, Timing

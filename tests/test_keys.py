@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from kvtasks import gpu, keys, harness, worktree
+from kvtasks import gpu, keys, worktree
+from kvtasks.harness import isolation
 from kvtasks.request import Request
 from kvtasks.stages.gpu_claim import GpuClaim
 from kvtasks.records import RuntimeFingerprint, Selection
@@ -98,7 +99,7 @@ def test_passed_through_values_are_what_the_target_sees(monkeypatch):
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:cacheprovider")
     monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
     monkeypatch.setenv("GITHUB_TOKEN", "secret")
-    values = harness.passed_through_values()
+    values = isolation.passed_through_values()
     assert values["PYTEST_ADDOPTS"] == "-p no:cacheprovider" and values["TORCH_SHOW_CPP_STACKTRACES"] == "1"
     assert "GITHUB_TOKEN" not in values
 

@@ -8,6 +8,9 @@ from typing import Mapping
 
 from kvtasks.records import TargetEnvironment
 
+# Until a device is claimed the target sees none: an empty list hides every GPU.
+NO_DEVICE = {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": ""}
+
 
 _ALLOWED_PREFIXES = (
     "PATH", "LANG", "LC_", "TZ", "TERM", "USER", "LOGNAME", "TMPDIR", "LD_LIBRARY_PATH",

@@ -13,75 +13,10 @@ import time
 from pathlib import Path
 from typing import Callable, Literal, Mapping
 
-from pydantic import BaseModel
-
 from kvtasks import containment, faults, processes
-from kvtasks.records import Survivor
 from kvtasks.harness.capped_log import DEFAULT_CEILING, CappedLog
-from kvtasks.harness.junit import PYTEST_USAGE_ERROR, CaseResult, ExecutionStats, pytest_cases, pytest_stats, script_stats
-from kvtasks.harness.receipts import StampedReceipt
-
-
-class TargetRun(BaseModel):
-    label: str
-    runner: Literal["pytest", "script"]
-    command: list[str]
-    exit: int | None
-    timed_out: bool = False
-    duration_s: float
-    log: str
-    stats: ExecutionStats
-    receipt: StampedReceipt | None = None  # None: the run left no valid receipt of its own (receipt_note)
-    receipt_path: str | None = None
-    receipt_sha256: str | None = None
-    receipt_note: str = ""
-    # set when pytest refused the repository's own configuration (exit 4) and the run was retried
-    # once with -o addopts=: {"dropped": the addopts the repository's config file sets, "file",
-    # "error": pytest's message, "first_log"}
-    addopts_dropped: dict | None = None
-    cases: list[CaseResult] = []
-    # the merged session (its label) this run is a part of: read from that launch, never one of its own
-    session: str | None = None
-    # the step that launched this run, when another adopted it (harness.adopt): counted as that one's launch
-    adopted_from: str | None = None
-    # the scratch folder its process saw (its phase's caches, its launch's folder): a run repeating it sees the same
-    scratch: str | None = None
-    # how it died after reaching the route, and in which test (kvtasks.harness.receipts.death); None: it ended
-    died: str | None = None
-    # what was still alive once its leader had exited, and was ended (kvtasks.containment)
-    survivors: list[Survivor] = []
-    # what it wrote to its output, and how much of that the log's ceiling left out (kvtasks.harness.capped_log)
-    log_written_bytes: int = 0
-    log_cut_bytes: int = 0
-    # the route calls it kept as data for the replay (kvtasks.harness.in_target.capture), a folder
-    captures: str | None = None
-
-    @property
-    def usage_error(self) -> bool:
-        return self.runner == "pytest" and self.exit == PYTEST_USAGE_ERROR
-
-    @property
-    def target_absent(self) -> bool:
-        """pytest refused the run because the target node is not in the file (exit 4, "not found")."""
-        return self.usage_error and bool(_NOT_FOUND.search(self.stats.note or ""))
-
-    @property
-    def passed(self) -> bool:
-        return self.exit == 0 and not self.timed_out
-
-    @property
-    def log_bytes(self) -> int:
-        try:
-            return Path(self.log).stat().st_size
-        except OSError:
-            return 0
-
-    def log_tail(self, lines: int = 4, width: int = 220) -> str:
-        try:
-            text = Path(self.log).read_text(errors="replace")
-        except OSError:
-            return ""
-        return " | ".join(text.strip().splitlines()[-lines:])[-width:]
+from kvtasks.harness.junit import PYTEST_USAGE_ERROR, pytest_cases, pytest_stats, script_stats
+from kvtasks.harness.target_run import NOT_FOUND, TargetRun
 
 
 def command_for(runner: str, python_bin: str, target: str, junit: Path, argv: list[str], probe: str | None) -> list[str]:
@@ -127,7 +62,7 @@ def launch(
     done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling)
     text = Path(log).read_text(errors="replace") if done.usage_error and probe is not None else ""
     configured = configured_addopts(text, cwd) if text else {}
-    if configured.get("dropped") and not _NOT_FOUND.search(usage_message(text)):
+    if configured.get("dropped") and not NOT_FOUND.search(usage_message(text)):
         # pytest refused its own command line before running anything, and the repository's addopts
         # are on it: most often they name a plugin this interpreter lacks (--cov without pytest-cov).
         # Once more without them.
@@ -200,7 +135,6 @@ def usage_message(log_text: str) -> str:
 
 
 # a usage error about the target itself (a node that does not exist), which no addopts cause
-_NOT_FOUND = re.compile(r"not found|no match in any of", re.IGNORECASE)
 _INI_SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kvtasks import sources
+from kvtasks.request import Request
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,3 +127,22 @@ def declared_packages(checkout: Path) -> list[str]:
             names.append(re.sub(r"[-.]+", "_", name).lower())
     tops = [name.replace("/", ".").split(".")[0].rstrip("*") for name in names if name and name != "find:"]
     return list(dict.fromkeys(top for top in tops if top.isidentifier() and not is_tooling(top)))
+
+
+def checkout_roots(request: Request) -> list[str]:
+    """The checkout's import roots as the tree is now: what its packaging declares (a src/ layout),
+    then --python-path, relative to the checkout."""
+    return list(dict.fromkeys([*import_roots(Path(request.repo)), *request.python_path]))
+
+
+def python_path(request: Request) -> list[str]:
+    """The checkout's import roots, the checkout itself, then PYLIB; except FlyDSL with PYLIB, whose
+    pinned build must win over the checkout's uncompiled python/flydsl."""
+    worktree, pylib = Path(request.repo), request.host.pylib
+    roots = [str(worktree / root) for root in checkout_roots(request)]
+    python = [str(worktree / "python")] if (worktree / "python").is_dir() and "python" not in checkout_roots(request) \
+        else []
+    checkout = roots + python + [str(worktree)]
+    if pylib and (worktree / "python" / "flydsl" / "__init__.py").is_file():
+        return [pylib, *reversed(checkout)]
+    return checkout + ([pylib] if pylib else [])

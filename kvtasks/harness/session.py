@@ -24,7 +24,7 @@ from pathlib import Path
 
 from kvtasks.harness.in_target.receipt import PartReceipt
 from kvtasks.harness.junit import FAILED_TESTS_KEPT, PYTEST_NOTHING_COLLECTED, CaseResult, ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.harness.receipts import StampedReceipt
 
 _ENDED_AS_TESTS = (0, 1)  # pytest's OK and TESTS_FAILED: every item ran and JUnit holds it

@@ -25,7 +25,7 @@ from kvtasks import sources
 from kvtasks.records import Facts, Selection, merged
 from kvtasks.report.model import Finding, Report, Severity, Stage, Status
 from kvtasks.request import Request
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages.launches import Asked, Launcher
 from kvtasks.worktree import HeadView, Worktree
 

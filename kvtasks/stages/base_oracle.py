@@ -28,7 +28,7 @@ from kvtasks.stages import (Context, Report, Stage, StageResult, StageSpec, base
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat, TestPolicy
 from kvtasks.stages.policy.files import renamed_from
 from kvtasks.stages.target_runs import gate
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.worktree import PatchRefused
 
 NAME = "correctness_base_oracle"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, grid, result
 from kvtasks.stages.target_runs import gate, run_fields, state
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages.payloads import BaselineControl, GpuClaim, RuntimeCompat
 
 NAME = "baseline_control"

@@ -11,12 +11,12 @@ blocker; the interpreter credits no architecture; interpreter timings are never 
 """
 from __future__ import annotations
 
-from kvtasks import sources, harness
-from kvtasks.stages import Context, StageResult, StageSpec, gpu_claim, result
+from kvtasks import sources
+from kvtasks.stages import Context, StageResult, StageSpec, result
 from kvtasks.records import CpuTier, Facts, Selection
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.harness.in_target.cpu_state import DEFAULT_CAPABILITY
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 
 NAME = "cpu_tier"
 EVIDENCE = "triton-interpreter (CPU)"
@@ -107,14 +107,6 @@ def _off(reason: str) -> StageResult:
 
 def active(ctx: Context) -> bool:
     return ctx.facts.cpu_tier is not None
-
-
-def launch_options(ctx: Context) -> dict:
-    """What every correctness run is launched with: the claimed device, or on the tier none plus
-    the tier's in-target settings."""
-    if not active(ctx):
-        return {"visible_devices": gpu_claim.visible_devices(ctx), "cpu_tier": None}
-    return {"visible_devices": harness.NO_DEVICE, "cpu_tier": settings(ctx)}
 
 
 def run_evidence(run: TargetRun) -> dict | None:

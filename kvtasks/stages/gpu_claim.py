@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-from kvtasks import harness
+from kvtasks.harness.environment import NO_DEVICE
 from kvtasks.gpu import picker
 from kvtasks.stages import Context, Report, StageResult, StageSpec, result
 from kvtasks.stages.payloads import GpuClaim
@@ -87,7 +87,7 @@ def _claimed(lease: picker.Lease, basis: str, windows: dict[int, picker.Window],
 
 
 def visible_devices(ctx: Context) -> dict[str, str]:
-    return ctx.facts.visible_devices or harness.NO_DEVICE
+    return ctx.facts.visible_devices or NO_DEVICE
 
 
 def passes(report: Report) -> list[str]:

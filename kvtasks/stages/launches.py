@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, Union
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from kvtasks.harness.launch import TargetRun
+    from kvtasks.harness.target_run import TargetRun
     from kvtasks.stages import Context
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from kvtasks.stages import StageResult
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 
 
 def outputs(run: TargetRun) -> list[dict]:

@@ -15,7 +15,7 @@ from pydantic import ConfigDict
 
 from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, baseline_control, grid, repo_tests, result
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, RepoTests
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.harness.in_target.receipt import SCHEMA_VERSION
 from kvtasks.harness.receipts import PRODUCER
 

@@ -6,12 +6,11 @@ judges head against what baseline_control saw; it never reruns base.
 from __future__ import annotations
 
 
-from kvtasks import harness
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import (Context, Report, StageResult, StageSpec, baseline_control, cpu_tier, gpu_claim, grid, nonfinite, result)
 from kvtasks.stages.target_runs import addopts_note, attribute, crashed, gate, run_fields
 from kvtasks.harness.junit import PYTEST_NOTHING_COLLECTED
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun, adopt
 from kvtasks.worktree import PatchRefused
 from kvtasks.stages.payloads import BaselineControl, GpuClaim, RepoTests, RuntimeCompat
 NAME = "correctness_repo_tests"
@@ -81,7 +80,7 @@ def _adopted(ctx: Context) -> tuple[list[TargetRun], list[str]]:
     made = [run for run in claim.runs if run.label.startswith("head-")]
     if not any(run.label == "head-repo" for run in made):
         return [], []
-    return harness.adopt(made, ctx.run_dir / "runs", "gpu_requirement"), claim.stage.head_run_artifacts or []
+    return adopt(made, ctx.run_dir / "runs", "gpu_requirement"), claim.stage.head_run_artifacts or []
 
 
 def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:

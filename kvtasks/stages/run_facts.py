@@ -4,7 +4,8 @@ the host variables passed through to targets). It reads the host only; it never 
 """
 from __future__ import annotations
 
-from kvtasks import gpu, harness
+from kvtasks import gpu
+from kvtasks.harness import isolation
 from kvtasks.report.compose import utc_now
 from kvtasks.stages import Context, StageResult, StageSpec
 from kvtasks.records import Facts
@@ -13,10 +14,10 @@ NAME = "run"
 
 
 def run(ctx: Context) -> StageResult:
-    return StageResult(name=NAME, facts=Facts(started_utc=utc_now(), isolation=harness.isolation_facts(ctx.request),
+    return StageResult(name=NAME, facts=Facts(started_utc=utc_now(), isolation=isolation.isolation_facts(ctx.request),
                                               # inputs of the base key that describe the host, as this run saw them
                                               gpu_driver=gpu.driver_versions(),
-                                              target_environment_values=harness.passed_through_values()))
+                                              target_environment_values=isolation.passed_through_values()))
 
 
 STAGE = StageSpec(NAME, run, sets=("started_utc", "isolation", "gpu_driver", "target_environment_values"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 
-from kvtasks import sources, harness
+from kvtasks import sources
 from kvtasks.stages import Context, Report, StageResult, StageSpec, cpu_tier, result
 from kvtasks.records import RuntimeFingerprint, RuntimeIdentity
 from kvtasks.harness import layout
@@ -52,7 +52,7 @@ def _infer_module(ctx: Context) -> str | None:
     declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
     tests, examples or scripts. A package may be a namespace package (no __init__.py)."""
     worktree = ctx.worktree.path
-    roots = [worktree / root for root in harness.import_roots(ctx.request)]
+    roots = [worktree / root for root in layout.checkout_roots(ctx.request)]
     bases = [*roots, *([worktree / "python"] if (worktree / "python").is_dir() else []), worktree]
 
     def in_checkout(name: str) -> bool:
@@ -129,7 +129,7 @@ def run(ctx: Context) -> StageResult:
         with ctx.worktree.lend("head"):
             # on the CPU tier the module is imported the way the target will be: under the tier's hooks
             tiered = cpu_tier.settings(ctx) if cpu_tier.wanted(ctx)[0] else None
-            import_roots = harness.import_roots(ctx.request)
+            import_roots = layout.checkout_roots(ctx.request)
             seen, log = _probe(ctx, chosen, ctx.run_dir, tiered)
     except PatchRefused as refused:
         return _mismatch(f"the runtime was not probed: {refused}")

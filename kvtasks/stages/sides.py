@@ -26,7 +26,8 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel
 
-from kvtasks import harness, sources
+from kvtasks import sources
+from kvtasks.harness import layout
 from kvtasks.stages import Context, baseline_control
 
 # the phases of a first import that put a module on the route side (the probe's receipt names them)
@@ -93,7 +94,7 @@ def _packages(path: str) -> set[str]:
 def _imported_on_base(ctx: Context, modules: set[str]) -> set[str]:
     """The checkout modules base's route modules import, and what those import, as base's source
     spells it (outside test paths): whichever the test happened to import first, they are the kernel's."""
-    roots = [PurePosixPath(root) for root in harness.import_roots(ctx.request)]
+    roots = [PurePosixPath(root) for root in layout.checkout_roots(ctx.request)]
     found, pending = set(modules), list(modules)
     while pending:
         path = pending.pop()

@@ -5,7 +5,7 @@ what the same run did on base). Runs nothing itself.
 from __future__ import annotations
 
 from kvtasks.stages import Context, Severity, cpu_tier, gpu_claim, nonfinite, runtime_compat
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages.launches import PytestCheck
 
 

@@ -19,7 +19,7 @@ stand in for that module in every process, kvtasks' probe included.
 """
 from __future__ import annotations
 
-from kvtasks import harness
+from kvtasks.harness import layout
 from kvtasks.sources import compare, pytest_config, references, tampering
 from kvtasks.stages import Context, Report, StageResult, StageSpec, result, sides
 from kvtasks.stages.payloads import BaselineControl, TestPolicy
@@ -101,13 +101,13 @@ def run(ctx: Context) -> StageResult:
                 ctx.worktree.read_base(path), ctx.head_text(path), state_names, drawn)]
     if changes.get(request.target_path) == "A" and not renamed:
         fields["reference_from_pr"] = references.from_supplied(ctx.head_text(request.target_path),
-                                                               supplied_modules(ctx, harness.import_roots(request)))
+                                                               supplied_modules(ctx, layout.checkout_roots(request)))
     fields["commented_out_shape_rows_added"] = len(fields["newly_commented_rows"])
     fields["target_deleted"] = target_deleted(ctx)
     fields["startup_files"] = sorted(path for path in changes if is_startup_code(path))
     fields["compiled_modules"] = sorted(path for path, change in changes.items()
                                         if change != "D" and path.endswith(COMPILED_MODULES))
-    roots = harness.import_roots(request)
+    roots = layout.checkout_roots(request)
     fields["stdlib_shadows"] = sorted(path for path in changes if shadows_stdlib(path, roots))
     if ceiling is not None:
         fields["exceeds_reference"] = sorted({v for v in fields["tolerances_head"].values() if v > ceiling})

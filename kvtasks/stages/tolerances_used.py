@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from kvtasks.harness.in_target.receipt import Judgment
 from kvtasks.harness.junit import junit_id
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import Context, StageResult, StageSpec
 from kvtasks.stages.base_oracle import BaseOracle
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, RepoTests, TestPolicy

@@ -1,7 +1,7 @@
 import os
 import time
 
-from kvtasks import harness
+from kvtasks.harness import launching
 from kvtasks.harness import receipts
 from kvtasks.harness.junit import pytest_stats
 from kvtasks.harness.launch import launch
@@ -111,9 +111,9 @@ def test_pytest_is_asked_once_per_interpreter_and_path_and_a_refusal_is_asked_ag
     monkeypatch.setenv("PYTHON_BIN", str(python))
     repo = make_repo(tmp_path / "repo", {"tests/test_a.py": "def test_a():\n    pass\n"})
     request = build_request({"repo": str(repo), "target": "tests/test_a.py"})
-    assert "not runnable" in harness.pytest_available(request, tmp_path / "run")
-    assert "not runnable" in harness.pytest_available(request, tmp_path / "run")
+    assert "not runnable" in launching.pytest_available(request, tmp_path / "run")
+    assert "not runnable" in launching.pytest_available(request, tmp_path / "run")
     (tmp_path / "status").write_text("0")
-    assert harness.pytest_available(request, tmp_path / "run") is None
-    assert harness.pytest_available(request, tmp_path / "other-run") is None  # another group, same process
+    assert launching.pytest_available(request, tmp_path / "run") is None
+    assert launching.pytest_available(request, tmp_path / "other-run") is None  # another group, same process
     assert asked.read_text().count("x") == 3

@@ -2,7 +2,6 @@
 
 import pytest
 
-from kvtasks import harness
 from kvtasks.request import build_request
 from kvtasks.harness import layout
 from tests.kernel_repos import make_repo, write_files
@@ -42,6 +41,6 @@ def test_the_target_path_puts_packaging_roots_then_python_path_before_the_checko
     repo = make_repo(tmp_path / "repo", {"pyproject.toml": '[tool.setuptools.packages.find]\nwhere = ["src"]\n',
                                          "src/pkg/__init__.py": "", "vendor/extra.py": "", "t.py": ""})
     request = build_request({"repo": str(repo), "target": "t.py", "python_path": ["vendor"]})
-    assert harness.python_path(request) == [str(repo / "src"), str(repo / "vendor"), str(repo)]
+    assert layout.python_path(request) == [str(repo / "src"), str(repo / "vendor"), str(repo)]
     assert build_request({"repo": str(repo), "target": "t.py", "python_path": "vendor:src"}).python_path == \
         ("vendor", "src")

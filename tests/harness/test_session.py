@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks import harness
+from kvtasks.harness import launching
 from kvtasks.harness import session
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.harness.receipts import StampedReceipt
 from kvtasks.request import build_request
 from tests.kernel_repos import make_repo
@@ -45,7 +45,7 @@ def test_one_session_runs_the_repo_tests_then_the_grid_then_the_poisoned_cell(tm
         "pytest.ini": "[pytest]\naddopts = -x\n",
     })
     request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale"})
-    run = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session",
+    run = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session",
                       grid_argnames=["M", "N"], grid_rows=[["6", "7"], ["64", "7"], ["3", "2"]],
                       poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
     assert session.unusable(run) is None, session.unusable(run)
@@ -156,6 +156,6 @@ def test_what_the_repository_does_around_its_items_makes_a_session_stand_for_not
         "tests/test_ops.py": SUITE, "tests/conftest.py": conftest,
     })
     request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale"})
-    run = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-session",
+    run = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-session",
                       grid_argnames=["M", "N"], grid_rows=[["64", "7"]], poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
     assert why in (session.unusable(run) or ""), session.unusable(run)

@@ -4,7 +4,7 @@ id and marks, its stdout) is compared between the two, random names aside."""
 import json
 import re
 
-from kvtasks import harness
+from kvtasks.harness import launching
 from kvtasks.harness import session
 from kvtasks.request import build_request
 from tests.kernel_repos import make_repo
@@ -93,8 +93,8 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale",
                              "shape_vars": "M,N"})
     grid = {"grid_argnames": ["M", "N"], "grid_rows": [["64", "7"]], "poisoned_row": ["__VALIDATOR_INVALID_GRID__"] * 2}
-    ordinary = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session", **grid)
-    corrupted = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-sensitivity-tail-session",
+    ordinary = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session", **grid)
+    corrupted = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-sensitivity-tail-session",
                             **grid, sensitivity={"mode": "tail"}, seen_as="head-session",
                             scratch=tmp_path / "run")
     views = sorted((tmp_path / "work").glob("seen-*.json"), key=lambda path: path.stat().st_mtime)

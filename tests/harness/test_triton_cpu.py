@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks import harness
+from kvtasks.harness import launching
 from kvtasks.request import build_request
 from kvtasks.harness.in_target import cpu_devices, cpu_tier
 from tests import triton_repos
@@ -18,7 +18,7 @@ def needs_triton():
 
 def _run(repo: Path, test: str, tmp_path: Path, cpu_tier=TIER, **grid):
     request = build_request({"repo": str(repo), "target": test})
-    return harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-tier", cpu_tier=cpu_tier,
+    return launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-tier", cpu_tier=cpu_tier,
                       **grid)
 
 
@@ -131,7 +131,7 @@ else:
 def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path):
     repo = triton_repos.make_repo(tmp_path / "repo", {"queries.py": QUERIES_AND_LIBDEVICE})
     request = build_request({"repo": str(repo), "target": "queries.py"})
-    run = harness.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
+    run = launching.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
                      cpu_tier={**TIER, "device_capability": "9.0"})
     tier = run.receipt.cpu_tier
     assert run.exit == 0, Path(run.log).read_text()[-2000:]
@@ -148,7 +148,7 @@ def test_each_closed_gap_reaches_the_tail_bug_behind_it_and_passes_the_fix(tmp_p
     if gap == "env_switch":
         options["env"] = ["TINY_BACKEND=triton"]
     request = build_request(options)
-    run = harness.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-tier", cpu_tier=TIER)
+    run = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-tier", cpu_tier=TIER)
     tier = run.receipt.cpu_tier
     log = Path(run.log).read_text()
     assert tier["crashes"] == [], log[-3000:]

@@ -11,7 +11,7 @@ from kvtasks.stages import cpu_tier, result, target_runs
 from kvtasks.records import RuntimeFingerprint
 from kvtasks.harness.in_target.cpu_state import BF16_REASON
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from tests import triton_repos
 from tests.conftest import Validation
 from tests.kernel_repos import make_patch, snapshot

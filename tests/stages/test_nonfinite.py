@@ -1,7 +1,7 @@
 """NaN from the route behind a NaN-blind test helper: the probe sees what the assertion cannot."""
 from kvtasks.stages import Stage, StageResult, nonfinite
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from tests.kernel_repos import make_patch, make_repo
 from tests.receipts import receipt
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from kvtasks.stages import repo_tests
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
 
 FAILING_TEST = '''import numpy as np

@@ -10,7 +10,7 @@ from kvtasks import cli, keys, pipeline
 from kvtasks.request import build_request
 from kvtasks.stages import sensitivity
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.store import Store
 from tests.batches import doit, reports
 from tests.kernel_repos import make_patch

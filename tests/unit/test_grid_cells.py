@@ -3,7 +3,7 @@ vars, read against the cells by --shape-vars, and why none are when they cannot 
 import pytest
 
 from kvtasks.harness.junit import ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.records import Plan
 from kvtasks.stages.grid.runs import cell_outcomes
 from tests.kit import stage_context

@@ -5,7 +5,7 @@ import json
 from kvtasks.harness import receipts, session
 from kvtasks.harness.in_target.receipt import LoadedFile, RouteOutput, SensitivityPart, SensitivityReceipt, to_json
 from kvtasks.harness.junit import CaseResult, ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import StageResult
 from tests.receipts import receipt
 

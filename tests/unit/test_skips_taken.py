@@ -1,6 +1,6 @@
 """test_skips: a skipif the PR adds whose test ran on head and passed is a note, not a should-fix."""
 from kvtasks.harness.junit import CaseResult, ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import StageResult, repo_tests, skips_taken, test_policy
 from kvtasks.stages import payloads
 from tests.kit import stage_context

@@ -3,7 +3,7 @@ import pytest
 
 from kvtasks.harness.in_target.receipt import Judgment, Loaded, Receipt
 from kvtasks.harness.junit import CaseResult, ExecutionStats, junit_id
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.harness.receipts import StampedReceipt
 from kvtasks.stages import StageResult, baseline_control, repo_tests, test_policy, tolerances_used
 from kvtasks.stages import base_oracle, payloads

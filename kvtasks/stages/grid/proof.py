@@ -6,7 +6,7 @@ Judges probe runs; it must never lend the tree (the caller holds the lend).
 """
 from __future__ import annotations
 
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.harness.session import cells_by_case
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context

@@ -12,7 +12,7 @@ from kvtasks import sources
 from kvtasks.harness import session
 from kvtasks.harness.in_target.grid import coerce
 from kvtasks.harness.in_target.nonfinite import normalise
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.request import Request, grid_rows
 from kvtasks.sources import row_text
 from kvtasks.stages.launches import Launch

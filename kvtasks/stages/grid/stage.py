@@ -11,7 +11,7 @@ from contextlib import nullcontext
 
 
 from kvtasks.harness.in_target.cpu_state import BF16_REASON
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.sources import row_text
 from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, nonfinite, result
 from kvtasks.stages.grid.plan import NAME, Plan, plan_of

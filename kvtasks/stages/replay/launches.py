@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import Context
 from kvtasks.stages.launches import Replay
 from kvtasks.stages.replay.compare import Produced

@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 from kvtasks.harness.in_target.capture import RETURNED
 from kvtasks.harness.in_target.replay import ARRAY_LIKE_PREFIX
 from kvtasks.harness.junit import junit_id
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, cpu_tier, result, sides
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests
 from kvtasks.stages.policy.criteria import parse_tol_table

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvtasks.harness import session
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, cpu_tier, grid, repo_tests
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import Context, Report, Stage, StageResult, StageSpec, baseline_control, grid, result
 from kvtasks.stages.payloads import BaselineControl, CorrectnessGrid, GpuClaim, RepoTests, RuntimeCompat
 from kvtasks.stages.sensitivity.runs import NAME, combine, describe, green_run, judge_run, launch

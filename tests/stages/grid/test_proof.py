@@ -1,6 +1,6 @@
 """kvtasks.stages.grid.proof: a poisoned run proves a channel only by failing over the invalid value."""
 from kvtasks.harness.junit import CaseResult, ExecutionStats
-from kvtasks.harness.launch import TargetRun
+from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages.grid.plan import Plan
 from kvtasks.stages.grid.proof import SENTINEL, proves_channel
 from tests.receipts import receipt
