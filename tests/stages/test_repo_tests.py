@@ -41,19 +41,6 @@ def test_pr_added_failing_test_is_target_not_present_on_base(repo, validate, tmp
     assert not (repo / "tests/test_tail.py").exists()
 
 
-def test_red_on_both_sides_is_not_blamed_on_the_pr(repo, validate, tmp_path):
-    (repo / "tests/test_tail.py").write_text(FAILING_TEST)
-    (repo / "kernels/scale.py").write_text(KERNEL_TAIL_BUG)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "a base with a known failure")
-    patch = make_patch(repo, {"README.md": "unrelated docs\n"}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_tail.py")
-    assert result.stage("correctness_repo_tests")["status"] == "fail"
-    assert result.findings("blocker") == []
-    assert any("red on both sides" in f["detail"] for f in result.findings("note"))
-    assert result.verdict == "INCONCLUSIVE"
-
-
 def test_zero_executed_is_skip_never_pass(repo, validate, tmp_path):
     skipped = TESTS.replace("@pytest.mark.parametrize", '@pytest.mark.skip(reason="no device")\n@pytest.mark.parametrize')
     (repo / "tests/test_scale.py").write_text(skipped)

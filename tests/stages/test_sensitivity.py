@@ -57,8 +57,8 @@ def test_a_suite_that_cannot_fail_is_sensitivity_fail_and_never_pass(sens, valid
     assert notes and notes[0].startswith(CANNOT_FAIL) and "about the repository, not the PR" in notes[0]
 
 
-@pytest.mark.parametrize("kernel_change,severity,verdict", [(True, "should-fix", "NEEDS_WORK"),
-                                                            (False, "blocker", "BLOCK")])
+# the same blame without a kernel change is a blocker: tests/unit/test_launching_stages_more.py
+@pytest.mark.parametrize("kernel_change,severity,verdict", [(True, "should-fix", "NEEDS_WORK")])
 def test_a_pr_that_makes_a_sensitive_suite_insensitive_is_blamed(sens, validate, tmp_path, kernel_change, severity,
                                                                  verdict):
     changes = {"tests/helpers.py": HELPERS_SELF_REFERENCE, **({"kernels/ops.py": OPS_REFACTORED} if kernel_change

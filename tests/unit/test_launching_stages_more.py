@@ -44,6 +44,7 @@ def test_a_suite_that_fails_corrupted_passes_and_its_run_is_seen_as_the_run_it_r
 
 @pytest.mark.parametrize("head, base_exit, rule, severity", [
     ({**HEAD, TARGET: BASE[TARGET] + "\n# the PR's test change\n"}, 1, "sensitivity.lost-on-head", "should-fix"),
+    ({TARGET: BASE[TARGET] + "\n# the PR's test change\n"}, 1, "sensitivity.lost-on-head", "blocker"),
     ({**HEAD, TARGET: BASE[TARGET] + "\n# the PR's test change\n"}, 0, "sensitivity.insensitive-on-base-too", "note"),
     (HEAD, None, "sensitivity.insensitive-untouched", "note"),
 ])

@@ -33,22 +33,6 @@ def test_head_25_percent_slower_needs_work_with_the_rows(tmp_path, validate, mon
     assert "Statistics: per row: best of n rounds per side" in summary and "bootstrap" not in summary
 
 
-def test_head_unchanged_passes(tmp_path, validate):
-    repo = perf_repo(tmp_path)
-    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch")
-    perf = validate(repo, "--patch", str(patch), *PERF).stage("perf")
-    assert perf["status"] == "pass" and perf["median_ratio"] == pytest.approx(1.0, abs=0.03)
-
-
-def test_two_rows_only_is_a_skip(tmp_path, validate):
-    repo = perf_repo(tmp_path, rows=2)
-    patch = make_patch(repo, {"kernels/op.py": KERNEL.replace("COST = 1.0", "COST = 1.25")}, tmp_path / "slow.patch")
-    result = validate(repo, "--patch", str(patch), *PERF)
-    perf = result.stage("perf")
-    assert perf["status"] == "skip" and "2 matched rows; PERF_MIN_ROWS is 3" in perf["note"]
-    assert result.findings("should-fix") == []
-
-
 def test_a_bench_writing_into_the_tree_is_cleaned_and_changes_nothing(tmp_path, validate):
     repo = perf_repo(tmp_path, extra='open("tuned_op_bench.csv", "w").write("M,N,us\\n")')
     patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch")
