@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks.records import Axis, Plan
+from kvtasks.records import Axis, Facts, Plan
 from kvtasks.stages import StageResult, baseline_control, repo_tests
-from kvtasks.stages.grid.proof import AXIS_SENTINEL, axis_probes
+from kvtasks.stages.grid import stage as grid
+from kvtasks.stages.grid.proof import AXIS_SENTINEL, SENTINEL, axis_probes
 from kvtasks.stages.perf import stage as perf
 from kvtasks.stages.replay import stage as replay
 from kvtasks.stages.sensitivity import stage as sensitivity
@@ -62,6 +63,36 @@ def test_a_suite_green_when_corrupted_is_blamed_by_what_base_s_same_run_did(tmp_
         assert [evidence.name for evidence in stage.base_evidence] == ["base-sensitivity:tail"]
     else:
         assert "base-sensitivity-tail" not in launcher.labels
+
+
+@pytest.mark.parametrize("head_probe, head_grid, status, rules", [
+    (1, 1, "fail", [("grid.regression", "blocker")]),
+    (1, 0, "pass", []),
+    (0, 0, "skip", [("grid.channel-not-shown", "note")]),
+])
+def test_the_grid_rides_its_channel_proven_by_a_poisoned_run_and_is_judged_against_base_s(
+        tmp_path, head_probe, head_grid, status, rules):
+    plan = Plan(channel="env", rows=[["4", "16"], ["3", "13"]])
+    earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan))}
+    named = f"ValueError: invalid shape {SENTINEL}"
+    runs = {"base-repo": passing(tmp_path, "base-repo"), "head-repo": passing(tmp_path, "head-repo"),
+            "base-grid": passing(tmp_path, "base-grid"),
+            "base-grid-probe": target_run(tmp_path, "base-grid-probe", exit=1, log=named),
+            "head-grid-probe": target_run(tmp_path, "head-grid-probe", exit=head_probe, log=named if head_probe else ""),
+            "head-grid": target_run(tmp_path, "head-grid", exit=head_grid, failures=head_grid, log="E AssertionError")}
+    launcher = RecordingLauncher(runs)
+    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=earlier, launcher=launcher, shape_env="SHAPES",
+                        grid="4,16;3,13", shape_vars="M,N", **ROUTE)
+    for stage in (baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    judged = grid.head(ctx)
+    assert judged.stage.status == status and [(finding.rule, finding.severity) for finding in judged.findings] == rules
+    # the grid itself runs only once the poisoned run proved the channel
+    asked = [(side, launched.label, launched.env) for side, launched in launcher.asked
+             if launched.label.startswith("head-grid")]
+    assert asked == [("head", "head-grid-probe", (("SHAPES", f"{SENTINEL},{SENTINEL}"),))] + \
+        ([("head", "head-grid", (("SHAPES", "4,16;3,13"),))] if head_probe else [])
 
 
 @pytest.mark.parametrize("probe_exit, log, proof, state", [
