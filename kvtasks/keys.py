@@ -10,14 +10,17 @@
 - runtime_hash also carries the GPU driver, ROCm and CUDA versions the host reports and the
   source identity of every editable-installed distribution outside the worktree (name==version
   alone does not change when its source does).
-- base key: base_oid, target, runner, grid channel and cells, axes, route, shape vars, --python-path,
-  CPU tier, the runtime hash, and every other input that can change how the base run comes out:
-  kvtasks' own launch, probe, environment and stage code (`kvtasks_identity`), TIMEOUT,
-  --no-network, --sandbox, and the values of the host variables passed through to targets. No
-  patch in it, so every PR against the same base shares it; PRs of a batch whose options differ
-  here do not.
-- head key: the base key, the patch SHA-256 and how the sensitivity run corrupts the route's output
-  (its runs are head evidence, stored under the head key).
+- base key: base_oid, the runner, grid channel and cells the selection chose, the runtime hash,
+  kvtasks' own launch, probe, environment and stage code (`kvtasks_identity`), the values of the
+  host variables passed through to targets, and every option and host setting declared part of it
+  (`Option.keys == "base"`, HOST_SETTINGS: the target, route, shapes, grid, axes, CPU tier, import
+  path, environment, TIMEOUT, --no-network, --sandbox ...). No patch in it, so every PR against the
+  same base shares it; PRs of a batch whose options differ here do not.
+- head key: the base key, the patch SHA-256 and every option and setting declared part of it: how
+  the sensitivity run corrupts the route's output, the tolerance table the replay judges with, the
+  timing stage's options (head's evidence, stored under the head key).
+Each option declares which key it is part of, and the Request's other fields and the host's settings
+are declared here: a field declared nowhere fails the tests, so a new one cannot be left out.
 - base sensitivity key: the base key and one mode of corruption (with its error and output
   argument): base's corrupted run, which the sensitivity stage makes only when a PR changed the
   suite, depends on nothing else, so the PRs of a batch share it.
@@ -34,7 +37,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from kvtasks.request import Request
+from kvtasks.host import HostSettings
+from kvtasks.request import Request, declared_options
 from kvtasks.records import CpuTier, RuntimeFingerprint, Selection
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -67,7 +71,8 @@ def kvtasks_identity() -> str:
     """The code that launches targets, probes them, builds their environment and judges a base
     run: a changed kvtasks is a changed base run, whatever its version string says."""
     return digest([tree_identity(str(_PACKAGE / "harness")), tree_identity(str(_PACKAGE / "stages")),
-                   hashlib.sha256((_PACKAGE / "processes.py").read_bytes()).hexdigest()])
+                   *(hashlib.sha256((_PACKAGE / module).read_bytes()).hexdigest()
+                     for module in ("processes.py", "executor.py"))])
 
 
 def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: BaseModel | None,
@@ -89,30 +94,38 @@ def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: 
     })
 
 
+# The Request's fields that are no options, and the host's settings: which key each is part of (an
+# option says it itself, kvtasks.request.options.Option.keys). "neither" for these: derived from an
+# option that is keyed (the namespaces), where things are, or what reaches the keys through what it
+# decides (the interpreter and PYLIB through the runtime hash, the grid's secret through the cells).
+REQUEST_FIELDS = {"source": "neither", "network_namespace": "neither", "sandbox_namespace": "neither",
+                  "readonly": "neither", "default_out": "neither", "host": "neither", "resolved": "neither"}
+HOST_SETTINGS = {"pylib": "neither", "python_bin": "neither", "picker": "neither", "gpu_arch": "neither",
+                 "grid_secret": "neither", "gpu_reclaim_s": "neither", "idle": "neither", "timeout": "base",
+                 "log_ceiling": "base", "perf_timeout": "head", "perf_repeat": "head", "perf_threshold": "head",
+                 "perf_min_rows": "head", "perf_control_tol": "head"}
+
+
+def keyed(request: Request, key: str) -> dict:
+    """The options and host settings declared part of `key` ("base" or "head"), with their values."""
+    options = {option.field: getattr(request, option.field) for option in declared_options() if option.option.keys == key}
+    fields = {name: getattr(request, name) for name, keyed_as in REQUEST_FIELDS.items() if keyed_as == key}
+    host = {name: getattr(request.host, name) for name in HostSettings.model_fields if HOST_SETTINGS[name] == key}
+    return json.loads(json.dumps({"options": {**options, **fields}, "host": host}, default=str))
+
+
 def base_key(request: Request, base_oid: str, selection: Selection, runtime: str,
              target_environment: dict[str, str] | None = None) -> str:
     """`target_environment`: the values of the host variables passed through to the target."""
     return digest({
         "kvtasks": kvtasks_identity(),
-        "timeout": request.host.timeout,
-        "no_network": bool(request.no_network),
-        "sandbox": bool(request.sandbox),
-        "cpu_tier": [request.cpu_tier, request.cpu_sparse_grid, request.cpu_device_capability],
         "target_environment": target_environment or {},
         "base_oid": base_oid,
-        "target": request.target,
         "runner": selection.runner,
         "grid_channel": selection.grid_channel,
         "grid_cells": selection.grid_cells,
-        "axes": list(request.axis),
-        "route": request.expected_route,
-        "shape_vars": request.shape_vars,
-        "shape_env": request.shape_env,
-        "shape_arg": request.shape_arg,
-        "shape_argnames": request.shape_argnames,
-        "python_path": list(request.python_path),
-        "env": list(request.env),
         "runtime_hash": runtime,
+        **keyed(request, "base"),
     })
 
 
@@ -124,7 +137,4 @@ def base_sensitivity_key(base: str, request: Request, mode: str) -> str:
 
 
 def head_key(base: str, patch: str | None, request: Request) -> str:
-    return digest({"base_key": base, "patch_sha256": patch,
-                   "sensitivity": {"mode": request.sensitivity_mode, "error": request.sensitivity_error,
-                                   "output": request.sensitivity_output},
-                   **({"no_replay": True} if request.no_replay else {})})
+    return digest({"base_key": base, "patch_sha256": patch, **keyed(request, "head")})

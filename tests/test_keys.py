@@ -7,7 +7,9 @@ import pytest
 
 from kvtasks import gpu, keys, worktree
 from kvtasks.harness import isolation
-from kvtasks.request import Request
+from kvtasks.host import HostSettings
+from kvtasks.request import Request, declared_options
+from kvtasks.request.options import KEYED
 from kvtasks.stages.gpu_claim import GpuClaim
 from kvtasks.records import RuntimeFingerprint, Selection
 from tests.kernel_repos import git, make_repo
@@ -142,3 +144,48 @@ def test_the_runtime_probe_names_editable_installs(tmp_path):
                    check=True)
     seen = json.loads(out.read_text())
     assert seen["editable"]["dep"] == str(tmp_path / "src") and "dep==1.0" in seen["distributions"]
+
+
+def test_every_option_field_and_host_setting_says_which_key_it_is_part_of():
+    options = {option.field for option in declared_options()}
+    assert set(Request.model_fields) == options | set(keys.REQUEST_FIELDS), "a Request field is in no key's list"
+    assert set(HostSettings.model_fields) == set(keys.HOST_SETTINGS), "a host setting is in no key's list"
+    assert set(keys.REQUEST_FIELDS.values()) | set(keys.HOST_SETTINGS.values()) <= set(KEYED)
+
+
+def _another(value, choices=()):
+    """A value of the same kind that differs."""
+    if choices:
+        return next(choice for choice in choices if choice != value)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, tuple):
+        return (*value, "another")
+    return f"{value or ''}another"
+
+
+def _keys_of(request) -> tuple[str, str]:
+    base = base_key(request)
+    return base, keys.head_key(base, "p" * 64, request)
+
+
+@pytest.mark.parametrize("option", declared_options(), ids=lambda option: option.field)
+def test_an_option_changes_exactly_the_keys_it_declares(request_, option):
+    reference = _keys_of(request_)
+    changed = _keys_of(request_.model_copy(update={option.field: _another(getattr(request_, option.field),
+                                                                          option.choices)}))
+    declared = option.option.keys
+    assert (changed[0] != reference[0], changed[1] != reference[1]) == \
+        {"base": (True, True), "head": (False, True), "neither": (False, False)}[declared]
+
+
+# PYTHON_BIN and PYLIB reach the base key through the runtime hash (above); the idle thresholds are a model
+@pytest.mark.parametrize("setting", sorted(set(keys.HOST_SETTINGS) - {"python_bin", "pylib", "idle"}))
+def test_a_host_setting_changes_exactly_the_keys_it_declares(request_, setting):
+    reference = _keys_of(request_)
+    host = request_.host.model_copy(update={setting: _another(getattr(request_.host, setting))})
+    changed = _keys_of(request_.model_copy(update={"host": host}))
+    assert (changed[0] != reference[0], changed[1] != reference[1]) == \
+        {"base": (True, True), "head": (False, True), "neither": (False, False)}[keys.HOST_SETTINGS[setting]]

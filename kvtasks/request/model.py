@@ -32,77 +32,80 @@ class Request(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    repo: Annotated[str, Option("worktree to validate (required)", path=True)]
+    repo: Annotated[str, Option("worktree to validate (required)", path=True, keys="neither")]
     target: Annotated[str, Option("script file or pytest node/file the PR ships", flags=("--target", "--tests"),
-                                  variables=("target", "tests"))]
-    patch: Annotated[str | None, Option("base-to-head patch to apply; a conflict is a blocker", path=True)] = None
-    head_sha: Annotated[str | None, Option("exact remote PR head (40 hex) the patch represents")] = None
+                                  variables=("target", "tests"), keys="base")]
+    patch: Annotated[str | None, Option("base-to-head patch to apply; a conflict is a blocker", path=True,
+                                        keys="neither")] = None
+    head_sha: Annotated[str | None, Option("exact remote PR head (40 hex) the patch represents", keys="neither")] = None
     base_ref: Annotated[str | None, Option(
         "instead of --patch, with --head-ref: the branch, tag or commit the PR targets; --repo may then be any "
-        "clone (never written) or a git URL")] = None
+        "clone (never written) or a git URL", keys="neither")] = None
     head_ref: Annotated[str | None, Option(
         "the PR's branch, pull ref (pull/N/head) or commit; its change is the diff from its merge-base with "
-        "--base-ref")] = None
+        "--base-ref", keys="neither")] = None
     # given refs: the repository the caller named; `repo` is then kvtasks' private base worktree
     source: str | None = None
-    expected_route: Annotated[str, Option("module:function the route probe must observe")] = ""
-    shape_vars: Annotated[str, Option("comma-separated local names captured from each route call")] = ""
-    shape_env: Annotated[str, Option("env var the target reads its shapes from")] = ""
-    shape_arg: Annotated[str, Option("the target's own CLI flag that accepts shapes", dash_led=True)] = ""
-    shape_argnames: Annotated[str, Option("pytest parameter names the grid replaces")] = ""
-    grid: Annotated[str, Option('shape rows "c1,c2,c3;c1,c2,c3"')] = ""
+    expected_route: Annotated[str, Option("module:function the route probe must observe", keys="base")] = ""
+    shape_vars: Annotated[str, Option("comma-separated local names captured from each route call", keys="base")] = ""
+    shape_env: Annotated[str, Option("env var the target reads its shapes from", keys="base")] = ""
+    shape_arg: Annotated[str, Option("the target's own CLI flag that accepts shapes", dash_led=True, keys="base")] = ""
+    shape_argnames: Annotated[str, Option("pytest parameter names the grid replaces", keys="base")] = ""
+    grid: Annotated[str, Option('shape rows "c1,c2,c3;c1,c2,c3"', keys="base")] = ""
     axis: Annotated[tuple[str, ...], Option("repeatable NAME=--flag:v1;v2", repeated=True, joined_by="|",
-                                            dash_led=True)] = ()
-    runner: Annotated[Literal["pytest", "script"] | None, Option("force pytest or script")] = None
-    tol_table: Annotated[str, Option('reference tolerances "f32=1e-5,f16=2e-3"')] = ""
-    runtime_module: Annotated[str, Option("module the runtime probe imports (default: by repository layout)")] = ""
-    perf_args: Annotated[str, Option("benchmark entry point for the timing stage", dash_led=True)] = ""
-    perf_control_column: Annotated[str, Option("a timing column the patch does not touch")] = ""
-    no_perf: Annotated[bool, Option("skip the timing stage", switch=True)] = False
-    no_replay: Annotated[bool, Option("skip the replay outside the test (PASS then waits on it)", switch=True)] = False
+                                            dash_led=True, keys="base")] = ()
+    runner: Annotated[Literal["pytest", "script"] | None, Option("force pytest or script", keys="base")] = None
+    tol_table: Annotated[str, Option('reference tolerances "f32=1e-5,f16=2e-3"', keys="head")] = ""
+    runtime_module: Annotated[str, Option("module the runtime probe imports (default: by repository layout)",
+                                          keys="base")] = ""
+    perf_args: Annotated[str, Option("benchmark entry point for the timing stage", dash_led=True, keys="head")] = ""
+    perf_control_column: Annotated[str, Option("a timing column the patch does not touch", keys="head")] = ""
+    no_perf: Annotated[bool, Option("skip the timing stage", switch=True, keys="head")] = False
+    no_replay: Annotated[bool, Option("skip the replay outside the test (PASS then waits on it)", switch=True,
+                                      keys="head")] = False
     cpu_tier: Annotated[Literal["off", "triton", "auto"], Option(
         "triton: run Triton kernels in the interpreter on the CPU with a bounds sanitizer; auto: only when no GPU "
-        "was claimed and the target imports triton (default off)")] = "off"
+        "was claimed and the target imports triton (default off)", keys="base")] = "off"
     # launches with more programs run only their first and last; 0 = never
     cpu_sparse_grid: Annotated[int, Option("on the CPU tier, launches of more programs run only the first and last "
-                                           "program of each axis (0 = never)")] = 4096
+                                           "program of each axis (0 = never)", keys="base")] = 4096
     # what torch.cuda.get_device_capability() answers on the tier
     cpu_device_capability: Annotated[str, Option(
         "on the CPU tier, the compute capability torch.cuda reports (MAJOR.MINOR, default 8.0): it picks a "
-        "repository's kernel paths and is recorded as an assumption")] = "8.0"
+        "repository's kernel paths and is recorded as an assumption", keys="base")] = "8.0"
     # checkout folders put on the target's path after the packaging's roots
     python_path: Annotated[tuple[str, ...], Option(
         "repeatable: a checkout folder (relative to it) put on the target's import path after the roots its "
-        "packaging declares", repeated=True, joined_by=os.pathsep)] = ()
+        "packaging declares", repeated=True, joined_by=os.pathsep, keys="base")] = ()
     # NAME=VALUE pairs set in every target's environment on both sides (a repository's own switches)
     env: Annotated[tuple[str, ...], Option(
         "repeatable NAME=VALUE: a variable set in both sides' targets and recorded in the base key; never a name "
         "kvtasks sets, TRITON_INTERPRET, *_VISIBLE_DEVICES or a credential-like name", repeated=True,
-        joined_by="|")] = ()
+        joined_by="|", keys="base")] = ()
     no_network: Annotated[bool, Option("run targets in a fresh network namespace (refused if impossible)",
-                                       switch=True)] = False
+                                       switch=True, keys="base")] = False
     # the command prefix that gives targets no network, found working here by resolve(); () = host network
     network_namespace: tuple[str, ...] = ()
     # the sensitivity run: how the route's output is corrupted (None: the last element becomes 2*x + 1)
     sensitivity_error: Annotated[float | None, Option(
         "the sensitivity run applies this relative error to the last element of the route's output instead of "
-        "2*x + 1")] = None
+        "2*x + 1", keys="head")] = None
     sensitivity_mode: Annotated[Literal["tail", "nan", "both"], Option(
-        "tail (last element wrong), nan (whole output NaN) or both (two runs); default tail")] = "tail"
+        "tail (last element wrong), nan (whole output NaN) or both (two runs); default tail", keys="head")] = "tail"
     # the argument the route writes its output into, corrupted after the call
     sensitivity_output: Annotated[str, Option(
         "the argument the route writes its output into (for routes that return nothing): corrupted after each "
-        "call")] = ""
+        "call", keys="head")] = ""
     sandbox: Annotated[bool, Option(
         "run targets in a mount namespace where the evidence store is read-only (refused if impossible)",
-        switch=True)] = False
+        switch=True, keys="base")] = False
     # the unshare command (mount namespace) --sandbox found working here by resolve(); () = none
     sandbox_namespace: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()  # folders --sandbox mounts read-only for targets: the front door's workspace
-    label: Annotated[str, Option("run name (default run)")] = "run"
+    label: Annotated[str, Option("run name (default run)", keys="neither")] = "run"
     out: Annotated[str | None, Option(
         "report path (default ./validation_report.json; run from inside the worktree, only the workspace's "
-        "reports/<label>/ copy is written)", path=True)] = None
+        "reports/<label>/ copy is written)", path=True, keys="neither")] = None
     # the report copy a front door writes when --out is not given; resolve() drops it inside the worktree
     default_out: str | None = None
     host: HostSettings = Field(default_factory=HostSettings.from_environ)

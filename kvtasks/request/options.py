@@ -10,6 +10,9 @@ from typing import Literal, get_args, get_origin
 from pydantic.fields import FieldInfo
 
 
+KEYED = ("base", "head", "neither")
+
+
 @dataclass(frozen=True)
 class Option:
     """Field metadata: how the caller gives one Request field.
@@ -28,6 +31,14 @@ class Option:
     joined_by: str = ""
     dash_led: bool = False
     path: bool = False
+    # which content key the option is part of (kvtasks.keys): "base" (how base's runs come out, so every
+    # PR against the base shares it), "head" (only how head's evidence is made or judged), "neither"
+    # (where things are, what they are called, or what reaches the keys through what it decides)
+    keys: str = ""
+
+    def __post_init__(self):
+        if self.keys not in KEYED:
+            raise TypeError(f"the option '{self.help}' must say which content key it is part of: keys= one of {KEYED}")
 
 
 @dataclass(frozen=True)
