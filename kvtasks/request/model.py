@@ -20,7 +20,7 @@ from pydantic_core import PydanticUseDefault
 from kvtasks.errors import UsageError
 from kvtasks.host import HostSettings
 from kvtasks.request.namespaces import PID_NAMESPACE, SANDBOX_SCRIPT
-from kvtasks.request.options import DeclaredOption, Option, grid_rows, names, option_of, switched
+from kvtasks.request.options import DeclaredOption, Option, Route, grid_rows, names, option_of, switched
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 CAPABILITY = re.compile(r"\d{1,2}\.\d")
@@ -177,8 +177,8 @@ class Request(BaseModel):
         return self.target.split("::", 1)[0]
 
     @property
-    def routes(self) -> list[str]:
-        return names(self.expected_route)
+    def routes(self) -> list[Route]:
+        return [Route(name) for name in names(self.expected_route)]
 
     @property
     def shape_var_names(self) -> list[str]:

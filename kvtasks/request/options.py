@@ -82,6 +82,20 @@ def switched(value: object) -> bool:
     return str(value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+class Route(str):
+    """One --expected-route, `module:function`, parsed once: its text is what the probe watches and
+    the receipt names."""
+
+    @property
+    def module(self) -> str:
+        return self.partition(":")[0]
+
+    def files(self) -> set[str]:
+        """The files that can hold its module, in the checkout or under a python/ folder."""
+        stem = self.module.replace(".", "/")
+        return {f"{prefix}{stem}{suffix}" for prefix in ("", "python/") for suffix in (".py", "/__init__.py")}
+
+
 def names(text: str) -> list[str]:
     """A comma-separated flag value (routes, shape vars, argnames) as its names."""
     return [part.strip() for part in text.split(",") if part.strip()]

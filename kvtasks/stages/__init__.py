@@ -201,12 +201,7 @@ class Context:
 
     def route_files(self) -> set[str]:
         """The files that hold the expected routes' modules (the code under test, never a test helper)."""
-        files = set()
-        for route in self.request.routes:
-            stem = "/".join(route.partition(":")[0].split("."))
-            for prefix in ("", "python/"):
-                files |= {f"{prefix}{stem}.py", f"{prefix}{stem}/__init__.py"}
-        return files
+        return {file for route in self.request.routes for file in route.files()}
 
     @property
     def facts(self) -> Facts:

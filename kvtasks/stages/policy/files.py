@@ -75,7 +75,7 @@ def target_deleted(ctx: Context) -> str:
 def supplied_modules(ctx: Context, roots: list[str]) -> set[str]:
     """The modules a PR supplies a test's expectations from: the routes' own, and every one it adds
     (a reference module beside its tests included), the target aside."""
-    modules = {route.partition(":")[0] for route in ctx.request.routes}
+    modules = {route.module for route in ctx.request.routes}
     for path, change in ctx.head_view.changes.items():
         if change != "A" or not path.endswith(".py") or path == ctx.request.target_path:
             continue
