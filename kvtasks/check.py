@@ -42,9 +42,9 @@ def request_of(workspace: Workspace, given: dict):
     return build_request(options, clones_root=workspace.clones)
 
 
-def said(request, json_out: str | None = None, quiet: bool = True, secret: str = "") -> int:
+def said(request, json_out: str | None = None, secret: str = "") -> int:
     """Check, print what was found (and write it as JSON when asked); the exit code."""
-    found = check(request, quiet=quiet, grid_secret=secret)
+    found = check(request, grid_secret=secret)
     print("\n".join(lines(found)))
     if json_out:
         Path(json_out).write_text(json.dumps(found, indent=2))
@@ -59,12 +59,12 @@ def demo_options(root: Path) -> dict:
     return {name: value for name, value in given.items() if name not in ("patch", "head_sha", "label")}
 
 
-def check(request, quiet: bool = True, grid_secret: str = "") -> dict:
+def check(request, grid_secret: str = "") -> dict:
     """Prepare the checkout, run its target once as a base run would, and say what a PR could reach;
     `grid_secret` is the workspace's (Store.grid_secret), so the cells it runs are a validation's."""
     worktree.forget_callers_repository()
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
-        ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch), quiet=quiet,
+        ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch),
                       grid_secret=grid_secret, launcher=executor.launch)
         for row in PIPELINE["prepare"]:
             produced = run_row(ctx, row)

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import __version__, check, errors, front_doors, graph, report, worktree
+from kvtasks import __version__, check, errors, front_doors, graph, progress, report, worktree
 from kvtasks.errors import UsageError
 from kvtasks.pipeline import REPORT
 from kvtasks.report import comment
@@ -195,8 +195,8 @@ def _validate(argv: list[str], demo: bool, workspace: Workspace, site: errors.Cr
         given["default_out"] = DEFAULT_OUT
 
     def validation():
-        namespace = front_doors.validation(workspace, given, output["quiet"] or output["format"] == "json",
-                                           demo_without_repo=demo)
+        progress.show(output["quiet"] or output["format"] == "json")
+        namespace = front_doors.validation(workspace, given, demo_without_repo=demo)
         requests = namespace[graph.REQUESTS]
         if "default_out" in given and len(requests) == 1 and requests[0].out is None:
             print(f"validate-kernel-pr: ./{DEFAULT_OUT} would lie inside the worktree, so the report is written "
@@ -214,7 +214,8 @@ def _check(argv: list[str], workspace: Workspace) -> int:
     options, output = parse_validation(rest)
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
     request = check.request_of(workspace, given)
-    return check.said(request, known.json_out, output["quiet"], workspace.store.grid_secret(request.host.grid_secret))
+    progress.show(output["quiet"])
+    return check.said(request, known.json_out, workspace.store.grid_secret(request.host.grid_secret))
 
 
 def _door(command: str, argv: list[str], workspace: Workspace, site: errors.CrashSite) -> int:

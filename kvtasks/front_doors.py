@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets
+from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets, progress
 from kvtasks.fleet.resources import require_ray
 from kvtasks.request import Request, UsageError, doit_variables, locate, resolve, validate_request
 from kvtasks.workspace import Workspace
@@ -24,8 +24,8 @@ Namespace = dict[str, object]
 class FrontDoor:
     doc: str
     variables: tuple[str, ...]
-    # (workspace, the variables given, quiet) -> the task creators doit loads for this command
-    tasks: Callable[[Workspace, dict[str, str], bool], Namespace]
+    # (workspace, the variables given) -> the task creators doit loads for this command
+    tasks: Callable[[Workspace, dict[str, str]], Namespace]
 
 
 def located(options: dict, workspace: Workspace) -> Request:
@@ -52,21 +52,21 @@ def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = 
     return located(options, workspace)
 
 
-def validation(workspace: Workspace, given: dict, quiet: bool, demo_without_repo: bool = True) -> Namespace:
+def validation(workspace: Workspace, given: dict, demo_without_repo: bool = True) -> Namespace:
     """One PR: on one target, or on each target the repository's configuration maps its changes to."""
     requests = held_and_resolved([single_request(workspace, options, demo_without_repo)
                                   for options in pr_targets.target_options(workspace, given)])
     if len(requests) == 1:
-        return graph.loader_namespace(requests, workspace, quiet)
-    return graph.loader_namespace(requests, workspace, quiet, batch_name=pr_targets.pr_label(
+        return graph.loader_namespace(requests, workspace)
+    return graph.loader_namespace(requests, workspace, batch_name=pr_targets.pr_label(
         [request.label for request in requests]), one_pr=True)
 
 
-def _validate(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
-    return validation(workspace, given, quiet)
+def _validate(workspace: Workspace, given: dict[str, str]) -> Namespace:
+    return validation(workspace, given)
 
 
-def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+def _batch(workspace: Workspace, given: dict[str, str]) -> Namespace:
     manifest = given.get("manifest")
     if not manifest:
         raise UsageError("batch needs manifest=FILE (TOML or JSON)")
@@ -81,22 +81,22 @@ def _batch(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
         def task_batch():
             """Validate every PR of a manifest on a Ray cluster, on each of its archs."""
             from kvtasks.fleet import engine as fleet_engine
-            return {"actions": [(graph.fleet_action, [fleet_engine.run_batch, requests, workspace, name, archs, quiet])],
+            return {"actions": [(graph.fleet_action, [fleet_engine.run_batch, requests, workspace, name, archs])],
                     "uptodate": [False], "verbosity": 2}
         return {"task_batch": task_batch, "DOIT_CONFIG": workspace.doit_config()}
     requests = held_and_resolved(requests)
     batch.check_base(manifest, requests)
-    return graph.loader_namespace(requests, workspace, quiet, batch_name=name)
+    return graph.loader_namespace(requests, workspace, batch_name=name)
 
 
-def _report(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+def _report(workspace: Workspace, given: dict[str, str]) -> Namespace:
     def task_report():
         """Rebuild reports from stored evidence (label=L for one); runs no target, no git."""
         yield from graph.report_tasks(workspace, given.get("label"))
     return {"task_report": task_report, "DOIT_CONFIG": workspace.doit_config()}
 
 
-def _serve(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+def _serve(workspace: Workspace, given: dict[str, str]) -> Namespace:
     port = given.get("port") or "8000"
     if not port.isdigit() or int(port) > 65535:
         raise UsageError(f"port= takes a port number, e.g. port=8000; got {port!r}")
@@ -107,7 +107,7 @@ def _serve(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
     return {"task_serve": task_serve, "DOIT_CONFIG": workspace.doit_config()}
 
 
-def _cache(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+def _cache(workspace: Workspace, given: dict[str, str]) -> Namespace:
     def task_cache():
         """List stored evidence: key, kind, labels, size, age (base=OID: only that commit's)."""
         return {"actions": [(cache_commands.list_cache, [workspace, given.get("base")])], "uptodate": [False],
@@ -115,7 +115,7 @@ def _cache(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespac
     return {"task_cache": task_cache, "DOIT_CONFIG": workspace.doit_config()}
 
 
-def _cache_gc(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+def _cache_gc(workspace: Workspace, given: dict[str, str]) -> Namespace:
     older = given.get("older")
     if not older:
         raise UsageError("cache-gc needs older=AGE, e.g. older=30d")
@@ -128,13 +128,13 @@ def _cache_gc(workspace: Workspace, given: dict[str, str], quiet: bool) -> Names
     return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": workspace.doit_config()}
 
 
-def _check(workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
+def _check(workspace: Workspace, given: dict[str, str]) -> Namespace:
     request = check.request_of(workspace, given)
 
     def task_check():
         """Run the target once as a validation's base run would and say what a PR could reach (no repo: the demo)."""
         secret = workspace.store.grid_secret(request.host.grid_secret)
-        return {"actions": [lambda: check.said(request, given.get("json"), quiet, secret) == 0],
+        return {"actions": [lambda: check.said(request, given.get("json"), secret) == 0],
                 "uptodate": [False], "verbosity": 2}
     return {"task_check": task_check, "DOIT_CONFIG": workspace.doit_config()}
 
@@ -160,14 +160,16 @@ LISTED = ("batch", "cache", "cache-gc", "check", "report", "validate")
 
 def namespace(command: str, workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
     """The task creators of `command` with the variables `given`; a command that is no front door
-    (doit's own list, help, info, forget, ...) gets the catalogue, which builds and takes nothing."""
+    (doit's own list, help, info, forget, ...) gets the catalogue, which builds and takes nothing.
+    Progress and results are shown unless `quiet` (kvtasks.progress)."""
+    progress.show(quiet)
     door = FRONT_DOORS.get(command)
     if door is None:
         return catalogue(workspace)
     unknown = sorted(set(given) - set(door.variables))
     if unknown:
         raise UsageError(f"{unknown[0]!r} is no variable of `{command}`; it takes {', '.join(door.variables)}")
-    return door.tasks(workspace, given, quiet)
+    return door.tasks(workspace, given)
 
 
 def catalogue(workspace: Workspace) -> Namespace:

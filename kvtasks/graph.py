@@ -23,7 +23,7 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import batch, phases, pr_targets, processes, worktree
+from kvtasks import batch, pages, phases, pr_targets, processes, progress, report, worktree
 from kvtasks.errors import UsageError
 from kvtasks.gpu import lease, picker
 from kvtasks.pipeline import PIPELINE
@@ -45,8 +45,10 @@ def _verdict_result(code: int, message: str):
     return None
 
 
-def _publish(request: Request, workspace: Workspace, quiet: bool, verdict_is_result: bool):
-    composed = phases.publish(request, workspace, quiet, draw_index=verdict_is_result)
+def _publish(request: Request, workspace: Workspace, verdict_is_result: bool):
+    composed = phases.publish(request, workspace, draw_index=verdict_is_result)
+    paths = workspace.report_paths(request)
+    progress.result(f"{report.summary_markdown(composed)}\nreport: {paths[-1]}\npage: {paths[0].parent / pages.PAGE}")
     if not verdict_is_result:  # a batch's verdict is its index's
         return None
     destination = workspace.report_paths(request)[-1]
@@ -62,19 +64,19 @@ def _write_index(requests: list[Request], workspace: Workspace, name: str, one_p
     return _verdict_result(worst, f"batch {name}: exit {worst} ({index})")
 
 
-def fleet_action(run_batch, requests: list[Request], workspace: Workspace, name: str, archs, quiet: bool):
+def fleet_action(run_batch, requests: list[Request], workspace: Workspace, name: str, archs):
     """A fleet batch (kvtasks.fleet) is one doit task: Ray schedules its runs; its exit is the index's."""
-    worst = run_batch(requests, workspace, name, archs, quiet)
+    worst = run_batch(requests, workspace, name, archs)
     return _verdict_result(worst, f"batch {name}: exit {worst}")
 
 
-def prepare_tasks(requests: list[Request], workspace: Workspace, quiet: bool) -> Iterator[dict]:
+def prepare_tasks(requests: list[Request], workspace: Workspace) -> Iterator[dict]:
     for request in requests:
-        yield {"basename": "prepare", "name": request.label, "actions": [(phases.run_prepare, [request, workspace, quiet])],
+        yield {"basename": "prepare", "name": request.label, "actions": [(phases.run_prepare, [request, workspace])],
                "uptodate": [False], "verbosity": 2, "doc": f"{_doc('prepare')} for {request.label}"}
 
 
-def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch: bool) -> Iterator[dict]:
+def side_tasks(requests: list[Request], workspace: Workspace, batch: bool) -> Iterator[dict]:
     """base/head/report tasks, named by the keys prepare stored; a key shared by PRs is one task."""
     created: set[str] = set()
     for request in requests:
@@ -84,17 +86,17 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
             base, head = record["base_key"], record["head_key"]
             if f"base:{base}" not in created:
                 created.add(f"base:{base}")
-                yield {"basename": "base", "name": base, "actions": [(phases.run_side, [request, workspace, "base", quiet])],
+                yield {"basename": "base", "name": base, "actions": [(phases.run_side, [request, workspace, "base"])],
                        "uptodate": [(phases.base_done, [workspace, base])], "verbosity": 2,
                        "doc": f"{_doc('base')} for {request.label} (shared by every PR with this key)"}
             if f"head:{head}" not in created:
                 created.add(f"head:{head}")
-                yield {"basename": "head", "name": head, "actions": [(phases.run_side, [request, workspace, "head", quiet])],
+                yield {"basename": "head", "name": head, "actions": [(phases.run_side, [request, workspace, "head"])],
                        "task_dep": [f"base:{base}"], "uptodate": [False], "verbosity": 2,
                        "doc": f"{_doc('head')} for {request.label}"}
             report_deps = [f"head:{head}"]
         yield {"basename": "report", "name": request.label, "task_dep": report_deps, "uptodate": [False],
-               "actions": [(_publish, [request, workspace, quiet, not batch])], "verbosity": 2,
+               "actions": [(_publish, [request, workspace, not batch])], "verbosity": 2,
                "doc": f"compose, judge and publish the report for {request.label}"}
 
 
@@ -102,7 +104,7 @@ def side_tasks(requests: list[Request], workspace: Workspace, quiet: bool, batch
 REQUESTS = "KVTASKS_REQUESTS"
 
 
-def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool, batch_name: str | None = None,
+def loader_namespace(requests: list[Request], workspace: Workspace, batch_name: str | None = None,
                      one_pr: bool = False) -> dict:
     """The task creators for validating `requests` (one: validate; several: a batch, or with
     `one_pr` the targets of one PR, whose `validate` is that batch)."""
@@ -110,11 +112,11 @@ def loader_namespace(requests: list[Request], workspace: Workspace, quiet: bool,
     requests = [request.model_copy(update={"readonly": (str(workspace.root),)}) if request.sandbox else request
                 for request in requests]
     def task_prepare():
-        yield from prepare_tasks(requests, workspace, quiet)
+        yield from prepare_tasks(requests, workspace)
 
     @create_after(executed="prepare", creates=["base", "head", "report"])
     def task_sides():
-        yield from side_tasks(requests, workspace, quiet, batch=batch_name is not None)
+        yield from side_tasks(requests, workspace, batch=batch_name is not None)
 
     namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config(),
                  REQUESTS: requests}

@@ -39,7 +39,7 @@ def _keys(request: Request, results: list[StageResult]) -> dict:
             "head_key": keys.head_key(base, patch, request)}
 
 
-def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
+def run_prepare(request: Request, workspace: Workspace) -> None:
     """Prepare one PR: the prepare group, its evidence stored under the label, and the keys its
     base and head groups are stored under."""
     store = workspace.store
@@ -49,7 +49,7 @@ def run_prepare(request: Request, workspace: Workspace, quiet: bool) -> None:
         path.with_name("summary.md").unlink(missing_ok=True)
     (workspace.reports / request.label / pages.PAGE).unlink(missing_ok=True)
     scratch = store.scratch_dir("prepare", request.label)
-    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch, quiet=quiet,
+    ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
                   grid_secret=store.grid_secret(request.host.grid_secret), launcher=executor.launch)
     recovered = None
     try:
@@ -118,7 +118,7 @@ def _earlier(store: Store, kinds: list[tuple[str, str]]) -> dict[str, StageResul
     return {result.name: result for kind, key in kinds for result in store.read(kind, key)}
 
 
-def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> None:
+def run_side(request: Request, workspace: Workspace, kind: str) -> None:
     """Run the base or head group for one PR, given the earlier groups' stored results (for head
     also the base evidence other PRs against its base made, marked reused)."""
     store = workspace.store
@@ -132,7 +132,7 @@ def run_side(request: Request, workspace: Workspace, kind: str, quiet: bool) -> 
                             for result in _marked_if_reused(store, sensitivity.BASE_EVIDENCE, evidence_key, request.label,
                                                             record.get("prepared_at"))}
     ctx = Context(request=request, worktree=Worktree(request.repo, request.patch), run_dir=scratch,
-                  earlier=earlier, quiet=quiet, base_evidence=stored_base_evidence, launcher=executor.launch,
+                  earlier=earlier, base_evidence=stored_base_evidence, launcher=executor.launch,
                   phase_roots={"base": store.scratch_dir("base", record["base_key"]),
                                "head": store.scratch_dir("head", record["head_key"])})
     loaded = dict(ctx.earlier)
@@ -197,7 +197,7 @@ def _marked_if_reused(store: Store, kind: str, key: str, label: str, prepared_at
     return results
 
 
-def publish(request: Request, workspace: Workspace, quiet: bool, draw_index: bool) -> report.Report:
+def publish(request: Request, workspace: Workspace, draw_index: bool) -> report.Report:
     """Compose, judge and publish one PR's report (and its page; the index too unless a batch
     draws it once, after its last PR)."""
     store = workspace.store
@@ -207,15 +207,11 @@ def publish(request: Request, workspace: Workspace, quiet: bool, draw_index: boo
     report.publish(composed, paths)
     if draw_index:  # one PR's own run (a batch's PRs, or one PR's targets, are summed up after the last)
         comment.append_to_step_summary((paths[0].parent / comment.COMMENT).read_text())
-    page = pages.write_report_page(paths[0].parent)
+    pages.write_report_page(paths[0].parent)
     if draw_index:
         pages.write_index(workspace.reports)
     store.set_label(request.label, {"verdict": composed.verdict, "exit": composed.process_exit_code,
                                     "report": str(paths[0])})
-    if not quiet:
-        print(report.summary_markdown(composed))
-        print(f"report: {paths[-1]}")
-        print(f"page: {page}")
     return composed
 
 

@@ -150,4 +150,4 @@ def stage_context(base: dict[str, str], head: dict[str, str | None] | None = Non
     worktree = MemoryWorktree(base, head)
     request = Request(repo=str(worktree.path), target=target, patch=worktree.patch, **options)
     return Context(request=request, worktree=worktree, run_dir=run_dir or worktree.path / "run",
-                   earlier=dict(earlier or {}), quiet=True, launcher=launcher)
+                   earlier=dict(earlier or {}), launcher=launcher)

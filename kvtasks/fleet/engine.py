@@ -38,7 +38,7 @@ def connect():
     return ray
 
 
-def run_batch(requests: list[Request], workspace: Workspace, name: str, archs: list[str] | None, quiet: bool) -> int:
+def run_batch(requests: list[Request], workspace: Workspace, name: str, archs: list[str] | None) -> int:
     """Validate every PR on every arch on the cluster; return the batch's exit code."""
     wanted = archs or [None]
     scheduler = Scheduler(connect(), workspace, requests, wanted)

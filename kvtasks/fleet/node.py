@@ -127,7 +127,7 @@ def run_prepare(shipment: Shipment, arch: str | None) -> GroupRun:
     space = workspace()
     request = _request_here(shipment, arch, space)
     try:
-        phases.run_prepare(request, space, quiet=True)
+        phases.run_prepare(request, space)
     finally:
         picker.release_all()
     record = space.store.label(request.label) or {}
@@ -148,7 +148,7 @@ def run_side(shipment: Shipment, arch: str | None, kind: str, prepare: GroupRun,
                     base_oid=prepare.record.get("base_oid"))
     claim_again(prepare, request.host.gpu_reclaim_s)
     try:
-        phases.run_side(request, space, kind, quiet=True)
+        phases.run_side(request, space, kind)
     finally:
         picker.release_all()
     return _returned(space, kind, prepare.record[f"{kind}_key"], prepare.record)

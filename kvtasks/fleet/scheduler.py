@@ -268,7 +268,7 @@ class Scheduler:
     def _compose(self, chain: Chain) -> None:
         label = arch_label(chain.request.label, chain.arch)
         arch_request = chain.request.model_copy(update={"label": label, "out": None})
-        done = phases.publish(arch_request, self.workspace, quiet=True, draw_index=False)
+        done = phases.publish(arch_request, self.workspace, draw_index=False)
         path = str(self.workspace.report_paths(arch_request)[0])
         self._finish(chain, arch_report.arch_run(done, chain.node.name, chain.prepared.runtime_hash, path,
                                                  chain.retried), done)

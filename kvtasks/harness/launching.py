@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from kvtasks import cgroups, containment, processes
+from kvtasks import cgroups, containment, processes, progress
 from kvtasks.gpu import lease
 from kvtasks.request import Request
 from kvtasks.harness import environment, layout, receipts, runtime_probe, startup
@@ -23,7 +23,7 @@ def gpu_turn(request: Request, visible_devices: Mapping[str, str]):
     """Wait for this validator's other workers to finish with the device (at most two target
     timeouts), saying so, rather than run on a device another target is using."""
     return lease.turn(visible_devices, bound_s=2 * max(request.host.timeout, request.host.perf_timeout) + 60,
-                      say=lambda line: print(f"[kvtasks] {line}", file=sys.stderr, flush=True))
+                      say=progress.say)
 
 
 # what Python imports from its path at start-up, before anything kvtasks controls runs

@@ -13,7 +13,6 @@ runs when.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -21,7 +20,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from pydantic import BaseModel, SerializeAsAny, field_validator
 
-from kvtasks import sources
+from kvtasks import progress, sources
 from kvtasks.records import Facts, Selection, merged
 from kvtasks.report.model import Finding, Report, Severity, Stage, Status
 from kvtasks.request import Request
@@ -114,7 +113,6 @@ class Context:
     worktree: Worktree
     run_dir: Path
     earlier: dict[str, StageResult] = field(default_factory=dict)
-    quiet: bool = False
     # where each phase keeps its private caches, so timing shares them with that phase's runs
     phase_roots: dict[str, Path] = field(default_factory=dict)
     # the workspace's secret the default grid's drawn dimensions come from (Store.grid_secret)
@@ -214,6 +212,5 @@ class Context:
         return merged(Selection, (stage_result.selection for stage_result in self.earlier.values()))
 
     def say(self, line: str) -> None:
-        if not self.quiet:
-            print(f"[kvtasks] {line}", file=sys.stderr, flush=True)
+        progress.say(line)
 

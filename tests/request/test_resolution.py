@@ -70,6 +70,6 @@ def test_the_front_door_resolves_once_it_holds_the_worktree(repo, tmp_path, monk
     monkeypatch.setattr(front_doors, "resolve", lambda request: said.append(("resolved", request.repo)) or request)
     monkeypatch.setattr(graph, "loader_namespace", lambda requests, *args, **kwargs: {graph.REQUESTS: requests})
     workspace = Workspace(tmp_path / "home")
-    namespace = front_doors.validation(workspace, {"repo": str(repo), "target": "tests/test_scale.py"}, quiet=True)
+    namespace = front_doors.validation(workspace, {"repo": str(repo), "target": "tests/test_scale.py"})
     assert said == [("held", [str(repo)]), ("resolved", str(repo))]
     assert [type(request) for request in namespace[graph.REQUESTS]] == [Request]

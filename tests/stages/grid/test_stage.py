@@ -182,7 +182,7 @@ def test_axes_on_a_pytest_target_are_unusable():
 def test_shape_vars_without_a_grid_use_the_default_generator(tiled, tmp_path):
     request = build_request({"repo": str(tiled), "target": "tests/test_argnames.py", "shape_argnames": "M,N,dtype_str",
                              "expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"})
-    ctx = Context(request=request, worktree=Worktree(tiled, request.patch), run_dir=tmp_path / "run", quiet=True)
+    ctx = Context(request=request, worktree=Worktree(tiled, request.patch), run_dir=tmp_path / "run")
     ctx.earlier["selection"] = StageResult(name="selection", selection={"runner": "pytest"})
     selection = channel(ctx).selection.model_dump(mode="json")
     assert selection["grid_channel"] == "pytest"

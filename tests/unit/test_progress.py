@@ -1,0 +1,23 @@
+"""Progress and results are log records a front door shows or not, written to the standard streams
+as they are when said."""
+from kvtasks import progress
+
+
+def test_a_shown_door_says_progress_on_stderr_and_results_on_stdout(capsys):
+    progress.show(quiet=False)
+    progress.say("baseline_control: running base-repo")
+    progress.result("verdict BLOCK")
+    said = capsys.readouterr()
+    assert said.err == "[kvtasks] baseline_control: running base-repo\n" and said.out == "verdict BLOCK\n"
+
+
+def test_a_quiet_door_says_nothing_and_showing_twice_says_once(capsys):
+    progress.show(quiet=True)
+    progress.say("running")
+    progress.result("summary")
+    assert capsys.readouterr() == ("", "")
+    progress.show(quiet=False)
+    progress.show(quiet=False)
+    progress.say("running")
+    assert capsys.readouterr().err == "[kvtasks] running\n"
+    progress.show(quiet=True)
