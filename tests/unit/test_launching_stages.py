@@ -6,7 +6,7 @@ import pytest
 
 from kvtasks.harness.junit import CaseResult
 from kvtasks.records import Facts, Selection
-from kvtasks.stages import StageResult, base_oracle, baseline_control, repo_tests
+from kvtasks.stages import Context, StageResult, base_oracle, baseline_control, repo_tests
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.worktree import PatchRefused
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS
@@ -43,13 +43,23 @@ def failing(folder: Path, label: str, message: str = FAILED) -> object:
     return target_run(folder, label, exit=1, failures=1, log=message, cases=cases("passed", "failed", message=message))
 
 
-def validated(tmp_path: Path, runs: dict, head: dict | None = None, **options) -> tuple[list[StageResult], RecordingLauncher]:
-    """baseline_control then correctness_repo_tests over the recorded runs."""
-    launcher = RecordingLauncher(runs)
-    ctx = stage_context(BASE, head or HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE, **options)
-    base = baseline_control.run(ctx)
-    ctx.earlier[base.name] = base
-    return [base, repo_tests.run(ctx)], launcher
+def after_both_sides(tmp_path: Path, runs: dict, head: dict = HEAD, base: dict = BASE, earlier: dict | None = None,
+           **options) -> tuple[Context, RecordingLauncher]:
+    """A context once baseline_control and correctness_repo_tests ran over the recorded runs (base's
+    and head's repository runs passing unless `runs` makes them)."""
+    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
+                                  "head-repo": passing(tmp_path, "head-repo"), **runs})
+    ctx = stage_context(base, head, target=TARGET, earlier=earlier or ready(), launcher=launcher, **{**ROUTE, **options})
+    for stage in (baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    return ctx, launcher
+
+
+def validated(tmp_path: Path, runs: dict) -> tuple[list[StageResult], RecordingLauncher]:
+    """baseline_control's and correctness_repo_tests' results over the recorded runs."""
+    ctx, launcher = after_both_sides(tmp_path, runs)
+    return [ctx.earlier[baseline_control.NAME], ctx.earlier[repo_tests.NAME]], launcher
 
 
 def test_each_side_runs_in_its_own_lend_and_a_passing_head_passes(tmp_path):
@@ -124,13 +134,7 @@ ORACLE_HEAD = {**HEAD, TARGET: TESTS.replace("def test_scale(M, N):", "def test_
 
 def oracle(tmp_path: Path, oracle_made) -> tuple[StageResult, RecordingLauncher]:
     """base_oracle over a PR that changes the kernel and its test, base's run passing both tests."""
-    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
-                                  "head-repo": passing(tmp_path, "head-repo"),
-                                  "head-baseoracle": oracle_made})
-    ctx = stage_context(BASE, ORACLE_HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
-    for stage in (baseline_control, repo_tests):
-        produced = stage.run(ctx)
-        ctx.earlier[produced.name] = produced
+    ctx, launcher = after_both_sides(tmp_path, {"head-baseoracle": oracle_made}, head=ORACLE_HEAD)
     return base_oracle.run(ctx), launcher
 
 

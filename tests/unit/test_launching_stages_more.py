@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kvtasks.records import Axis, Facts, Plan
-from kvtasks.stages import StageResult, baseline_control, repo_tests
+from kvtasks.stages import StageResult
 from kvtasks.stages.grid import stage as grid
 from kvtasks.stages.grid.proof import AXIS_SENTINEL, SENTINEL, axis_probes
 from kvtasks.stages.perf import stage as perf
@@ -13,7 +13,7 @@ from kvtasks.stages.replay import stage as replay
 from kvtasks.stages.sensitivity import stage as sensitivity
 from tests.kit import RecordingLauncher, stage_context, target_run
 from tests.receipts import receipt
-from tests.unit.test_launching_stages import BASE, HEAD, ROUTE, TARGET, passing, ready
+from tests.unit.test_launching_stages import BASE, HEAD, TARGET, after_both_sides, passing, ready
 
 SEEN = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed": [], "tests_failed_count": 0, "tests_green": [],
         "tests_green_count": 0, "corrupted_outside_tests": 0}
@@ -26,12 +26,7 @@ def corrupted(folder: Path, label: str, exit: int, **seen) -> object:
 
 
 def sensitive(tmp_path: Path, head: dict, runs: dict) -> tuple[StageResult, RecordingLauncher]:
-    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
-                                  "head-repo": passing(tmp_path, "head-repo"), **runs})
-    ctx = stage_context(BASE, head, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
-    for stage in (baseline_control, repo_tests):
-        produced = stage.run(ctx)
-        ctx.earlier[produced.name] = produced
+    ctx, launcher = after_both_sides(tmp_path, runs, head=head)
     return sensitivity.run(ctx), launcher
 
 
@@ -75,17 +70,11 @@ def test_the_grid_rides_its_channel_proven_by_a_poisoned_run_and_is_judged_again
     plan = Plan(channel="env", rows=[["4", "16"], ["3", "13"]])
     earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan))}
     named = f"ValueError: invalid shape {SENTINEL}"
-    runs = {"base-repo": passing(tmp_path, "base-repo"), "head-repo": passing(tmp_path, "head-repo"),
-            "base-grid": passing(tmp_path, "base-grid"),
+    runs = {"base-grid": passing(tmp_path, "base-grid"),
             "base-grid-probe": target_run(tmp_path, "base-grid-probe", exit=1, log=named),
             "head-grid-probe": target_run(tmp_path, "head-grid-probe", exit=head_probe, log=named if head_probe else ""),
             "head-grid": target_run(tmp_path, "head-grid", exit=head_grid, failures=head_grid, log="E AssertionError")}
-    launcher = RecordingLauncher(runs)
-    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=earlier, launcher=launcher, shape_env="SHAPES",
-                        grid="4,16;3,13", shape_vars="M,N", **ROUTE)
-    for stage in (baseline_control, repo_tests):
-        produced = stage.run(ctx)
-        ctx.earlier[produced.name] = produced
+    ctx, launcher = after_both_sides(tmp_path, runs, earlier=earlier, shape_env="SHAPES", grid="4,16;3,13", shape_vars="M,N")
     judged = grid.head(ctx)
     assert judged.stage.status == status and [(finding.rule, finding.severity) for finding in judged.findings] == rules
     # the grid itself runs only once the poisoned run proved the channel
@@ -112,11 +101,7 @@ def test_an_axis_is_proven_only_by_refusing_an_invalid_value_by_name(tmp_path, p
 
 
 def test_a_replay_with_nothing_captured_launches_nothing_and_requires_nothing(tmp_path):
-    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"), "head-repo": passing(tmp_path, "head-repo")})
-    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=ready(), launcher=launcher, **ROUTE)
-    for stage in (baseline_control, repo_tests):
-        produced = stage.run(ctx)
-        ctx.earlier[produced.name] = produced
+    ctx, launcher = after_both_sides(tmp_path, {})
     replayed = replay.run(ctx)
     assert replayed.stage.status == "skip" and replayed.stage.required is False
     assert [asked.label for _, asked in launcher.asked] == ["base-repo", "head-repo"]
@@ -145,12 +130,7 @@ def test_perf_times_both_sides_in_interleaved_rounds_and_judges_the_rows(tmp_pat
     runs = {f"{side}-perf-{number}": timing(tmp_path, f"{side}-perf-{number}", head_cost if side == "head" else 1.0,
                                             rows, exit=1 if f"{side}-perf-{number}" == failed_round else 0)
             for number in (1, 2, 3) for side in ("base", "head")}
-    launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
-                                  "head-repo": passing(tmp_path, "head-repo"), **runs})
-    ctx = stage_context(BENCH_BASE, HEAD, target=TARGET, earlier=ready(), launcher=launcher, perf_args=BENCH_FILE)
-    for stage in (baseline_control, repo_tests):
-        produced = stage.run(ctx)
-        ctx.earlier[produced.name] = produced
+    ctx, launcher = after_both_sides(tmp_path, runs, base=BENCH_BASE, perf_args=BENCH_FILE)
     timed = perf.run(ctx)
     assert [(side, asked.label) for side, asked in launcher.asked[2:]] == \
         [(side, f"{side}-perf-{number}") for number in (1, 2, 3) for side in ("base", "head")]
