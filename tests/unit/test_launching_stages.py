@@ -44,7 +44,7 @@ def failing(folder: Path, label: str, message: str = FAILED) -> object:
 
 
 def after_both_sides(tmp_path: Path, runs: dict, head: dict = HEAD, base: dict = BASE, earlier: dict | None = None,
-           **options) -> tuple[Context, RecordingLauncher]:
+                     **options) -> tuple[Context, RecordingLauncher]:
     """A context once baseline_control and correctness_repo_tests ran over the recorded runs (base's
     and head's repository runs passing unless `runs` makes them)."""
     launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
