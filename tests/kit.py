@@ -106,11 +106,13 @@ class RecordingLauncher:
         self.probes = list(probes or [])
         self.pytest = pytest
         self.asked: list[tuple[str | None, Asked]] = []
+        self.kept_at_base: dict[str, tuple[str, ...]] = {}  # label -> the paths its lend held at base
 
     def __call__(self, ctx: Context, asked: Asked):
         lent = ctx.worktree.lent
         self.asked.append((lent[0] if lent else None, asked))
         if isinstance(asked, (Launch, Timing)):
+            self.kept_at_base[asked.label] = lent[1] if lent else ()
             if asked.label not in self.runs:
                 raise AssertionError(f"the stage launched {asked.label}, which the test made no run for")
             made = self.runs[asked.label]

@@ -140,7 +140,9 @@ def _validate_hiding(tmp_path, validate, hiding: str, kernel: str):
                                                     tmp_path / "pr.patch")), *flags)
 
 
-@pytest.mark.parametrize("hiding", list(HIDINGS))
+# each hiding's launches and blame over recorded runs: tests/unit/test_launching_stages_more.py; here the
+# renaming end to end, and the deletion's honest twin below
+@pytest.mark.parametrize("hiding", ["rename-loosened"])
 def test_a_tail_bug_hidden_by_xfail_deletion_or_renaming_fails_base_s_target_with_the_grid(tmp_path, validate, hiding):
     bug = _validate_hiding(tmp_path, validate, hiding, TILED_TAIL_BUG)
     oracle = bug.stage("correctness_base_oracle")

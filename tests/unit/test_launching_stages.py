@@ -44,12 +44,12 @@ def failing(folder: Path, label: str, message: str = FAILED) -> object:
 
 
 def after_both_sides(tmp_path: Path, runs: dict, head: dict = HEAD, base: dict = BASE, earlier: dict | None = None,
-                     **options) -> tuple[Context, RecordingLauncher]:
+                     target: str = TARGET, **options) -> tuple[Context, RecordingLauncher]:
     """A context once baseline_control and correctness_repo_tests ran over the recorded runs (base's
     and head's repository runs passing unless `runs` makes them)."""
     launcher = RecordingLauncher({"base-repo": passing(tmp_path, "base-repo"),
                                   "head-repo": passing(tmp_path, "head-repo"), **runs})
-    ctx = stage_context(base, head, target=TARGET, earlier=earlier or ready(), launcher=launcher, **{**ROUTE, **options})
+    ctx = stage_context(base, head, target=target, earlier=earlier or ready(), launcher=launcher, **{**ROUTE, **options})
     for stage in (baseline_control, repo_tests):
         produced = stage.run(ctx)
         ctx.earlier[produced.name] = produced

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kvtasks.records import Axis, Facts, Plan
-from kvtasks.stages import StageResult
+from kvtasks.stages import StageResult, base_oracle
 from kvtasks.stages.grid import stage as grid
 from kvtasks.stages.grid.proof import AXIS_SENTINEL, SENTINEL, axis_probes
 from kvtasks.stages.perf import stage as perf
@@ -13,7 +13,8 @@ from kvtasks.stages.replay import stage as replay
 from kvtasks.stages.sensitivity import stage as sensitivity
 from tests.kit import RecordingLauncher, stage_context, target_run
 from tests.receipts import receipt
-from tests.unit.test_launching_stages import BASE, HEAD, TARGET, after_both_sides, passing, ready
+from tests.kernel_repos import TESTS
+from tests.unit.test_launching_stages import BASE, HEAD, TARGET, after_both_sides, failing, passing, ready
 
 SEEN = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed": [], "tests_failed_count": 0, "tests_green": [],
         "tests_green_count": 0, "corrupted_outside_tests": 0}
@@ -82,6 +83,36 @@ def test_the_grid_rides_its_channel_proven_by_a_poisoned_run_and_is_judged_again
              if launched.label.startswith("head-grid")]
     assert asked == [("head", "head-grid-probe", (("SHAPES", f"{SENTINEL},{SENTINEL}"),))] + \
         ([("head", "head-grid", (("SHAPES", "4,16;3,13"),))] if head_probe else [])
+
+
+XFAILED = TESTS.replace("def test_scale(", "@pytest.mark.xfail(strict=False)\ndef test_scale(")
+RENAMED = "tests/test_renamed.py"
+
+
+@pytest.mark.parametrize("hiding, renamed", [({TARGET: XFAILED}, False), ({TARGET: None}, False),
+                                             ({TARGET: None, RENAMED: TESTS.replace("N)", "N)  # loosened")}, True)],
+                         ids=["xfail", "deletion", "renaming"])
+def test_a_target_the_pr_xfails_deletes_or_renames_is_judged_by_base_s_file_with_the_grid(tmp_path, hiding, renamed):
+    plan = Plan(channel="env", rows=[["4", "16"], ["3", "13"]])
+    earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan))}
+    runs = {"base-grid": passing(tmp_path, "base-grid"), "base-baseoracle": passing(tmp_path, "base-baseoracle"),
+            "base-baseoracle-grid": passing(tmp_path, "base-baseoracle-grid"),
+            "base-grid-probe": target_run(tmp_path, "base-grid-probe", exit=1, log=f"ValueError: {SENTINEL}"),
+            "head-baseoracle": failing(tmp_path, "head-baseoracle"),
+            "head-baseoracle-grid": failing(tmp_path, "head-baseoracle-grid")}
+    ctx, launcher = after_both_sides(tmp_path, runs, head={**HEAD, **hiding}, earlier=earlier, shape_env="SHAPES",
+                                     grid="4,16;3,13", shape_vars="M,N", target=RENAMED if renamed else TARGET)
+    judged = base_oracle.run(ctx)
+    assert judged.stage.status == "fail" and [finding.rule for finding in judged.findings] == ["oracle.regression"]
+    oracle_runs = [(side, asked.label, asked.target, asked.env) for side, asked in launcher.asked
+                   if "baseoracle" in asked.label]
+    cells = (("SHAPES", "4,16;3,13"),)
+    if renamed:  # base's file at base's path, run on base too, so each of its tests has a base outcome
+        assert oracle_runs == [("base", "base-baseoracle", TARGET, ()), ("base", "base-baseoracle-grid", TARGET, cells),
+                               ("head", "head-baseoracle", TARGET, ()), ("head", "head-baseoracle-grid", TARGET, cells)]
+    else:  # head's code under base's file, held at base in head's tree
+        assert oracle_runs == [("head", "head-baseoracle", None, ()), ("head", "head-baseoracle-grid", None, cells)]
+        assert TARGET in launcher.kept_at_base["head-baseoracle"]
 
 
 @pytest.mark.parametrize("probe_exit, log, proof, state", [
