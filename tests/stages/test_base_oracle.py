@@ -122,10 +122,8 @@ def test_on_an_environment_channel_base_s_outcomes_are_its_tests_never_its_poiso
 
 
 ARGNAMES_GRID = [*ARGNAMES, "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32", "--no-perf"]
-XFAILED = ARGNAMES_TEST.replace("def test_tiled(", "@pytest.mark.xfail(strict=False)\ndef test_tiled(")
 # what the PR does to its target: base's file, with the grid, still judges head's code
 HIDINGS = {
-    "xfail": ({"tests/test_argnames.py": XFAILED}, "tests/test_argnames.py"),
     "deletion": ({"tests/test_argnames.py": None}, "tests/test_argnames.py"),
     "rename-loosened": ({"tests/test_argnames.py": None,
                          "tests/test_renamed.py": ARGNAMES_TEST.replace("atol=1e-3", "atol=1e3")}, "tests/test_renamed.py"),
