@@ -232,8 +232,8 @@ def run_item(repo: Path, node: str) -> dict:
     else:
         with tempfile.TemporaryDirectory(prefix="tier-coverage-") as scratch:
             done = launching.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
-                               cpu_tier={"sparse_programs": request.cpu_sparse_grid,
-                                         "device_capability": request.cpu_device_capability})
+                                 cpu_tier={"sparse_programs": request.cpu_sparse_grid,
+                                           "device_capability": request.cpu_device_capability})
             outcomes = [case.model_dump() for case in done.cases]
             text = Path(done.log).read_text(errors="replace")
         crashes = ((done.receipt or {}).get("cpu_tier") or {}).get("crashes") or []

@@ -8,8 +8,7 @@ lent now, and never reads a stage's results.
 """
 from __future__ import annotations
 
-from kvtasks.harness import launching
-from kvtasks.harness import layout, replaying
+from kvtasks.harness import launching, layout, replaying
 from kvtasks.harness.environment import NO_DEVICE
 from kvtasks.harness.target_run import TargetRun
 from kvtasks.stages import Context, cpu_tier, gpu_claim
@@ -17,6 +16,7 @@ from kvtasks.stages.launches import Asked, ImportProbe, Launch, PytestCheck, Rep
 
 
 def launch(ctx: Context, asked: Asked):
+    """Launch what a stage asked for in the tree lent now (kvtasks.stages.launches.Launcher)."""
     if isinstance(asked, Launch):
         return _target_run(ctx, asked)
     if isinstance(asked, Timing):
@@ -25,7 +25,7 @@ def launch(ctx: Context, asked: Asked):
         return _replay(ctx, asked)
     if isinstance(asked, ImportProbe):
         return launching.probe_runtime(ctx.request, run_dir=asked.folder, module=asked.module, roots=list(asked.roots),
-                                     visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=asked.tier)
+                                       visible_devices=gpu_claim.visible_devices(ctx), cpu_tier=asked.tier)
     if isinstance(asked, PytestCheck):
         return launching.pytest_available(ctx.request, ctx.run_dir)
     raise TypeError(f"nothing launches a {type(asked).__name__}")
@@ -42,18 +42,18 @@ def devices_and_tier(ctx: Context) -> dict:
 def _target_run(ctx: Context, asked: Launch) -> TargetRun:
     request = ctx.request if asked.target is None else ctx.request.model_copy(update={"target": asked.target})
     return launching.run(request, runner=asked.runner or ctx.selection.runner, run_dir=ctx.run_dir, label=asked.label,
-                       **devices_and_tier(ctx), argv=list(asked.argv), env_extra=dict(asked.env),
-                       grid_argnames=list(asked.grid_argnames), grid_rows=[list(row) for row in asked.grid_rows],
-                       poisoned_row=list(asked.poisoned_row), sensitivity=asked.corruption, seen_as=asked.seen_as,
-                       scratch=asked.scratch)
+                         **devices_and_tier(ctx), argv=list(asked.argv), env_extra=dict(asked.env),
+                         grid_argnames=list(asked.grid_argnames), grid_rows=[list(row) for row in asked.grid_rows],
+                         poisoned_row=list(asked.poisoned_row), sensitivity=asked.corruption, seen_as=asked.seen_as,
+                         scratch=asked.scratch)
 
 
 def _timing(ctx: Context, asked: Timing) -> TargetRun:
     # a timing run shares its side's phase caches, so a JIT compile is not what gets timed
     phase_root = ctx.phase_roots.get(asked.side, ctx.run_dir)
     return launching.time_run(ctx.request, phase_root=phase_root, phase=asked.side, label=asked.label, file=asked.file,
-                            argv=list(asked.argv), visible_devices=gpu_claim.visible_devices(ctx),
-                            run_dir=ctx.run_dir)
+                              argv=list(asked.argv), visible_devices=gpu_claim.visible_devices(ctx),
+                              run_dir=ctx.run_dir)
 
 
 def _replay(ctx: Context, asked: Replay) -> str:

@@ -46,8 +46,8 @@ def test_one_session_runs_the_repo_tests_then_the_grid_then_the_poisoned_cell(tm
     })
     request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale"})
     run = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session",
-                      grid_argnames=["M", "N"], grid_rows=[["6", "7"], ["64", "7"], ["3", "2"]],
-                      poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
+                        grid_argnames=["M", "N"], grid_rows=[["6", "7"], ["64", "7"], ["3", "2"]],
+                        poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
     assert session.unusable(run) is None, session.unusable(run)
     # the mark's own ids (a list, pytest.param ids, a marked cell) are kept; the added cells get the ids pytest
     # makes for their values (made unique where a grid row equals a repository row); the repo's items run first
@@ -157,5 +157,5 @@ def test_what_the_repository_does_around_its_items_makes_a_session_stand_for_not
     })
     request = build_request({"repo": str(repo), "target": "tests/test_ops.py", "expected_route": "kern.ops:scale"})
     run = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="base-session",
-                      grid_argnames=["M", "N"], grid_rows=[["64", "7"]], poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
+                        grid_argnames=["M", "N"], grid_rows=[["64", "7"]], poisoned_row=["__VALIDATOR_INVALID_GRID__"] * 2)
     assert why in (session.unusable(run) or ""), session.unusable(run)

@@ -95,8 +95,8 @@ def test_a_corrupted_session_reads_the_same_as_the_session_it_repeats(tmp_path):
     grid = {"grid_argnames": ["M", "N"], "grid_rows": [["64", "7"]], "poisoned_row": ["__VALIDATOR_INVALID_GRID__"] * 2}
     ordinary = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-session", **grid)
     corrupted = launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-sensitivity-tail-session",
-                            **grid, sensitivity={"mode": "tail"}, seen_as="head-session",
-                            scratch=tmp_path / "run")
+                              **grid, sensitivity={"mode": "tail"}, seen_as="head-session",
+                              scratch=tmp_path / "run")
     views = sorted((tmp_path / "work").glob("seen-*.json"), key=lambda path: path.stat().st_mtime)
     assert len(views) == 2
     first, second = (json.loads(path.read_text()) for path in views)

@@ -19,7 +19,7 @@ def needs_triton():
 def _run(repo: Path, test: str, tmp_path: Path, cpu_tier=TIER, **grid):
     request = build_request({"repo": str(repo), "target": test})
     return launching.run(request, runner="pytest", run_dir=tmp_path / "run", label="head-tier", cpu_tier=cpu_tier,
-                      **grid)
+                         **grid)
 
 
 def test_the_sanitizer_names_kernel_argument_offset_and_extent(tmp_path):
@@ -132,7 +132,7 @@ def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path)
     repo = triton_repos.make_repo(tmp_path / "repo", {"queries.py": QUERIES_AND_LIBDEVICE})
     request = build_request({"repo": str(repo), "target": "queries.py"})
     run = launching.run(request, runner="script", run_dir=tmp_path / "run", label="head-tier",
-                     cpu_tier={**TIER, "device_capability": "9.0"})
+                        cpu_tier={**TIER, "device_capability": "9.0"})
     tier = run.receipt.cpu_tier
     assert run.exit == 0, Path(run.log).read_text()[-2000:]
     assert tier["device_capability"] == "9.0"
