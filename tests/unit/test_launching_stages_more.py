@@ -85,6 +85,44 @@ def test_the_grid_rides_its_channel_proven_by_a_poisoned_run_and_is_judged_again
         ([("head", "head-grid", (("SHAPES", "4,16;3,13"),))] if head_probe else [])
 
 
+@pytest.mark.parametrize("channel, probe_exit, base_state, rules, launched", [
+    ("env", 0, "hook-not-consumed", [("grid.channel-not-shown", "note")], ["base-grid-probe", "head-grid-probe"]),
+    ("", None, "no-channel-declared", [("grid.no-channel", "note")], []),
+], ids=["a target that ignores the grid", "no channel"])
+def test_a_grid_nothing_shows_reaching_the_target_runs_no_cells_and_never_passes(tmp_path, channel, probe_exit,
+                                                                                 base_state, rules, launched):
+    plan = Plan(channel=channel, reason="" if channel else "no channel flag was given", rows=[["4", "16"]])
+    earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan))}
+    runs = {label: target_run(tmp_path, label, exit=probe_exit) for label in ("base-grid-probe", "head-grid-probe")}
+    ctx, launcher = after_both_sides(tmp_path, runs, earlier=earlier, shape_env="SHAPES", grid="4,16", shape_vars="M,N")
+    judged = grid.head(ctx)
+    assert ctx.earlier["baseline_control"].stage.s1_grid["state"] == base_state
+    assert judged.stage.status == "skip" and [(finding.rule, finding.severity) for finding in judged.findings] == rules
+    assert [label for label in launcher.labels if "grid" in label] == launched
+
+
+@pytest.mark.parametrize("axis_exit, axis_log, argv, rules", [
+    (2, f"error: argument --mode: invalid choice: '{AXIS_SENTINEL}'", ("--shapes", "4,16", "--mode", "slow"), []),
+    (0, "done", ("--shapes", "4,16"), [("grid.axes-not-run", "note")]),
+], ids=["refused", "accepted"])
+def test_an_axis_rides_the_grid_run_only_once_it_refused_an_invalid_value(tmp_path, axis_exit, axis_log, argv, rules):
+    plan = Plan(channel="cli", rows=[["4", "16"]], axis_state="declared",
+                axes=[Axis(name="mode", flag="--mode", values=["slow"])])
+    earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan))}
+    named = f"error: argument --shapes: invalid {SENTINEL}"
+    runs = {"base-grid": passing(tmp_path, "base-grid"), "head-grid": passing(tmp_path, "head-grid"),
+            **{label: target_run(tmp_path, label, exit=2, log=named) for label in ("base-grid-probe", "head-grid-probe")},
+            "head-axisprobe-mode": target_run(tmp_path, "head-axisprobe-mode", exit=axis_exit, log=axis_log)}
+    ctx, launcher = after_both_sides(tmp_path, runs, earlier=earlier, shape_arg="--shapes", grid="4,16", shape_vars="M,N")
+    judged = grid.head(ctx)
+    assert launcher.launched("head-grid")[1].argv == argv and judged.stage.axis_argv == list(argv[2:])
+    assert [(finding.rule, finding.severity) for finding in judged.findings] == rules
+    if rules:  # the test selection says the axis was dropped, and why
+        assert "accepted __VALIDATOR_INVALID_AXIS__" in judged.findings[0].detail
+        assert judged.selection.axis_state == "hook-not-consumed" and "--mode" in judged.selection.axis_state_reason
+        assert judged.selection.axes[0].hook_proof == "accepted-invalid-value"
+
+
 XFAILED = TESTS.replace("def test_scale(", "@pytest.mark.xfail(strict=False)\ndef test_scale(")
 RENAMED = "tests/test_renamed.py"
 

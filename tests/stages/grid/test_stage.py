@@ -85,36 +85,12 @@ def test_cli_channel_on_a_script_target(tiled, validate, tmp_path):
     assert result.verdict == "BLOCK"
 
 
-def test_a_target_that_ignores_the_grid_is_skip_never_pass(tiled, validate, tmp_path):
-    ignoring = ENV_TEST.replace('    spec = os.environ.get("TILED_SHAPES")\n    if not spec:\n',
-                                '    spec = os.environ.get("TILED_SHAPES")\n    if True:\n')
-    git(tiled, "checkout", "-q", "-b", "ignoring")
-    (tiled / "tests/test_env.py").write_text(ignoring)
-    git(tiled, "commit", "-qam", "reads the variable, never uses it")
-    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "tests/test_env.py",
-                      "--shape-env", "TILED_SHAPES", "--grid", "garbage,shapes,here", *ROUTE)
-    grid = result.stage("correctness_grid")
-    assert grid["status"] == "skip" and "was not consumed" in grid["note"] and grid["hook_probe_exit"] == 0
-    assert result.stage("baseline_control")["s1_grid"]["state"] == "hook-not-consumed"
-    assert result.verdict == "INCONCLUSIVE"
-
-
 def test_a_grid_equal_to_the_defaults_is_a_duplicate(tiled, validate, tmp_path):
     result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
                       "--shape-arg", "--shapes", "--grid", "4,64,f32;8,128,f32", *ROUTE)
     assert result.report["test_selection"]["grid_independence"] == "duplicates-target-defaults"
     grid = result.stage("correctness_grid")
     assert grid["status"] == "skip" and "own defaults" in grid["note"]
-    assert result.verdict == "INCONCLUSIVE"
-
-
-def test_no_channel_is_repo_default_only_and_inconclusive(tiled, validate, tmp_path):
-    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "tests/test_env.py",
-                      "--grid", "64,2000,f32", *ROUTE)
-    grid = result.stage("correctness_grid")
-    assert grid["status"] == "skip" and grid["note"].endswith("coverage is repo-default-only")
-    assert "no channel flag" in result.report["test_selection"]["grid_channel_reason"]
-    assert result.stage("baseline_control")["s1_grid"]["state"] == "no-channel-declared"
     assert result.verdict == "INCONCLUSIVE"
 
 
@@ -131,6 +107,13 @@ def prepared_selection(head: dict, **options):
         produced = step(ctx)
         ctx.earlier[produced.name] = produced
     return ctx.selection
+
+
+# what the grid stage and the base side make of a target that ignores the grid, or of no channel, over
+# recorded runs: tests/unit/test_launching_stages_more.py
+def test_no_channel_flag_is_said_and_leaves_the_plan_without_one():
+    selected = prepared_selection({"README.md": "docs\n"}, target="tests/test_env.py", grid="64,2000,f32")
+    assert selected.grid_channel == "" and "no channel flag" in selected.grid_channel_reason
 
 
 def test_a_failed_channel_guess_is_explained():
@@ -157,16 +140,6 @@ def test_axis_reaches_the_public_api_assert_and_is_the_grids_one_independence(ti
     assert selection["grid_independence"] == "adds-coverage" and "num_heads" in selection["grid_independence_reason"]
     assert "grid_independence" not in grid
     assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
-
-
-def test_axis_that_accepts_garbage_is_dropped_and_named(tiled, validate, tmp_path):
-    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
-                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", "--axis", "mode=--mode:slow", *ROUTE)
-    selection = result.report["test_selection"]
-    assert selection["axis_state"] == "hook-not-consumed" and "--mode" in selection["axis_state_reason"]
-    assert selection["axes"][0]["hook_proof"] == "accepted-invalid-value"
-    assert result.stage("correctness_grid")["axis_argv"] == []
-    assert any("accepted __VALIDATOR_INVALID_AXIS__" in f["detail"] for f in result.findings("note"))
 
 
 def test_axis_flag_not_declared_is_hook_not_found():
