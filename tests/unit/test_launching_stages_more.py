@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks.records import Axis, Facts, Plan
+from kvtasks.records import Axis, Facts, Plan, Selection
 from kvtasks.stages import StageResult, base_oracle
 from kvtasks.stages.grid import stage as grid
 from kvtasks.stages.grid.proof import AXIS_SENTINEL, SENTINEL, axis_probes
@@ -121,6 +121,18 @@ def test_an_axis_rides_the_grid_run_only_once_it_refused_an_invalid_value(tmp_pa
         assert "accepted __VALIDATOR_INVALID_AXIS__" in judged.findings[0].detail
         assert judged.selection.axis_state == "hook-not-consumed" and "--mode" in judged.selection.axis_state_reason
         assert judged.selection.axes[0].hook_proof == "accepted-invalid-value"
+
+
+def test_a_grid_that_passes_on_the_target_s_own_defaults_alone_earns_no_pass(tmp_path):
+    plan = Plan(channel="env", rows=[["4", "16"]])
+    earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan), selection=Selection(
+        grid_independence="duplicates-target-defaults", grid_independence_reason="every cell is one of its defaults"))}
+    named = f"ValueError: {SENTINEL}"
+    runs = {"base-grid": passing(tmp_path, "base-grid"), "head-grid": passing(tmp_path, "head-grid"),
+            **{label: target_run(tmp_path, label, exit=1, log=named) for label in ("base-grid-probe", "head-grid-probe")}}
+    ctx, _ = after_both_sides(tmp_path, runs, earlier=earlier, shape_env="SHAPES", grid="4,16", shape_vars="M,N")
+    judged = grid.head(ctx)
+    assert judged.stage.status == "skip" and "every cell is one of the target's own defaults" in judged.stage.note
 
 
 XFAILED = TESTS.replace("def test_scale(", "@pytest.mark.xfail(strict=False)\ndef test_scale(")

@@ -85,15 +85,6 @@ def test_cli_channel_on_a_script_target(tiled, validate, tmp_path):
     assert result.verdict == "BLOCK"
 
 
-def test_a_grid_equal_to_the_defaults_is_a_duplicate(tiled, validate, tmp_path):
-    result = validate(tiled, "--patch", str(readme(tiled, tmp_path)), "--target", "bench/check_tiled.py",
-                      "--shape-arg", "--shapes", "--grid", "4,64,f32;8,128,f32", *ROUTE)
-    assert result.report["test_selection"]["grid_independence"] == "duplicates-target-defaults"
-    grid = result.stage("correctness_grid")
-    assert grid["status"] == "skip" and "own defaults" in grid["note"]
-    assert result.verdict == "INCONCLUSIVE"
-
-
 TILED_FILES = {"kernels/__init__.py": "", "kernels/tiled.py": TILED, "tests/test_env.py": ENV_TEST,
                "tests/test_argnames.py": ARGNAMES_TEST, "bench/check_tiled.py": CLI_SCRIPT}
 ROUTE_OPTIONS = {"expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"}
@@ -114,6 +105,12 @@ def prepared_selection(head: dict, **options):
 def test_no_channel_flag_is_said_and_leaves_the_plan_without_one():
     selected = prepared_selection({"README.md": "docs\n"}, target="tests/test_env.py", grid="64,2000,f32")
     assert selected.grid_channel == "" and "no channel flag" in selected.grid_channel_reason
+
+
+def test_a_grid_of_the_script_s_own_defaults_is_a_duplicate():
+    selected = prepared_selection({"README.md": "docs\n"}, target="bench/check_tiled.py", shape_arg="--shapes",
+                                  grid="4,64,f32;8,128,f32")
+    assert selected.grid_independence == "duplicates-target-defaults"
 
 
 def test_a_failed_channel_guess_is_explained():
