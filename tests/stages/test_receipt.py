@@ -45,20 +45,8 @@ def test_without_a_route_observed_work_is_null_and_the_receipt_skips(repo, valid
     assert result.report["arch_coverage"] == {"gfx-test": "runtime"}
 
 
-def test_route_without_shape_vars_cannot_pass(repo, validate, tmp_path):
-    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "tests/test_scale.py",
-                      "--expected-route", "kernels.scale:scale_rows")
-    receipt = result.stage("execution_receipt")
-    assert receipt["status"] == "skip" and "no --shape-vars were named" in receipt["note"]
-
-
-def test_wrong_route_is_named_in_the_skip(repo, validate, tmp_path):
-    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "tests/test_scale.py",
-                      "--expected-route", "kernels.scale:missing", "--shape-vars", "M,N")
-    note = result.stage("execution_receipt")["note"]
-    assert "expected route kernels.scale:missing, observed nothing" in note and "unresolvable" in note
-
-
+# a receipt without shape vars, or naming a route the target lacks, over recorded runs:
+# tests/unit/test_launching_stages_more.py (the probe's unresolved routes: tests/harness/test_probe.py)
 def test_a_forged_receipt_from_the_pr_is_not_believed(repo, validate, tmp_path):
     forging_conftest = '''import dataclasses
 import sys

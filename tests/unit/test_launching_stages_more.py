@@ -8,6 +8,7 @@ from kvtasks.records import Axis, Facts, Plan, Selection
 from kvtasks.stages import StageResult, base_oracle
 from kvtasks.stages.grid import stage as grid
 from kvtasks.stages.grid.proof import AXIS_SENTINEL, SENTINEL, axis_probes
+from kvtasks.stages import receipt as receipt_stage
 from kvtasks.stages.perf import stage as perf
 from kvtasks.stages.replay import stage as replay
 from kvtasks.stages.sensitivity import stage as sensitivity
@@ -133,6 +134,22 @@ def test_a_grid_that_passes_on_the_target_s_own_defaults_alone_earns_no_pass(tmp
     ctx, _ = after_both_sides(tmp_path, runs, earlier=earlier, shape_env="SHAPES", grid="4,16", shape_vars="M,N")
     judged = grid.head(ctx)
     assert judged.stage.status == "skip" and "every cell is one of the target's own defaults" in judged.stage.note
+
+
+@pytest.mark.parametrize("options, seen, said", [
+    ({"shape_vars": ""}, {"route": "kernels.scale:scale_rows", "kernel_symbols": ["kernels.scale:scale_rows"],
+                          "route_calls": {"kernels.scale:scale_rows": 2}},
+     "the route ran but no executed shape was captured: no --shape-vars were named"),
+    ({"expected_route": "kernels.scale:missing", "shape_vars": "M,N"},
+     {"route": "kernels.scale:missing", "unresolved_routes": ["kernels.scale:missing"]},
+     "expected route kernels.scale:missing, observed nothing; unresolvable in the target: kernels.scale:missing"),
+    ({"expected_route": ""}, None, "--expected-route was not supplied, so no route was watched"),
+], ids=["no shape vars", "a route the target does not have", "no route"])
+def test_a_receipt_without_the_route_and_its_shapes_earns_no_pass(tmp_path, options, seen, said):
+    head = target_run(tmp_path, "head-repo", receipt=receipt(**seen) if seen is not None else None)
+    ctx, _ = after_both_sides(tmp_path, {"head-repo": head}, **options)
+    read = receipt_stage.run(ctx)
+    assert read.stage.status == "skip" and read.stage.note == said
 
 
 XFAILED = TESTS.replace("def test_scale(", "@pytest.mark.xfail(strict=False)\ndef test_scale(")
