@@ -7,7 +7,8 @@ validation in its own process, and counts the distinct outcomes (exit code, verd
 stages and details) and the trees not handed back byte-identical. Prints one line per outcome with
 how often it came out, then `cpu tier repeat: N validations, K distinct outcomes, trees changed T`.
 Needs the triton-cpu extra. With --smoke, one validation (one round on one clone): a check that the
-bench runs, not a measurement.
+bench runs, not a measurement, and the run tests/stages/test_cpu_tier.py judges (--reports FOLDER
+keeps each validation's report there as report-<clone>-<round>.json).
 
     python bench/cpu_tier_repeat.py --rounds 5
 """
@@ -44,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--smoke", action="store_true", help="one round on one clone (overrides --rounds)")
+    parser.add_argument("--reports", type=Path, help="keep each validation's report in this folder")
     args = parser.parse_args()
     rounds_per_clone, clone_names = (1, ("a",)) if args.smoke else (args.rounds, ("a", "b"))
     triton_repos.require_triton_cpu()
@@ -62,9 +64,12 @@ def main() -> None:
             patch = make_patch(repo, {"softmax.py": triton_repos.SOFTMAX_UNMASKED}, work / f"unmask-{name}.patch")
             clones.append((repo, patch, snapshot(repo), {**base_env, "KVTASKS_HOME": str(work / f"home-{name}")}))
 
+        reports = args.reports or work
+        reports.mkdir(parents=True, exist_ok=True)
+
         def rounds(index: int) -> list[tuple]:
             repo, patch, _, env = clones[index]
-            return [outcome(repo, patch, env, work / f"report-{index}-{n}.json") for n in range(rounds_per_clone)]
+            return [outcome(repo, patch, env, reports / f"report-{index}-{n}.json") for n in range(rounds_per_clone)]
 
         with ThreadPoolExecutor(len(clones)) as pool:
             outcomes = Counter(result for batch in pool.map(rounds, range(len(clones))) for result in batch)

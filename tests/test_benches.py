@@ -16,7 +16,6 @@ LAST_LINES = {
     "batch_reuse": r"base-side launches: \d+ \(separate: \d+\)",
     "cpu_tier": rf"scale \d+x4096 float16 \({NUMBER} GiB of tensors\): sparse run {NUMBER} s whole process, \d+ of \d+ "
                 rf"programs, peak RSS \d+ MiB; the full grid at {NUMBER} ms a program would take \d+ min: \d+x",
-    "cpu_tier_repeat": r"cpu tier repeat: \d+ validations, 1 distinct outcomes, trees changed 0",
     "fleet": r"fleet: \d+\.\d{2}x speed-up on 1 nodes \(base runs: \d+ per arch, ideal 1\.00x\)",
     "killed_anywhere": r"killed anywhere: 1 points, handed back 1/1, reruns blocked \d+/1, whole reports left \d+",
     "overhead": rf"validator overhead: {NUMBER}x target wall; irreducible {NUMBER}x; launches cold \d+, warm \d+",
@@ -31,7 +30,7 @@ LAST_LINES = {
 
 
 # benches a test of their own runs whole, which its smoke run would only repeat
-RUN_WHOLE = {"installed_package": "tests/test_installed_package.py"}
+RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_repeat": "tests/stages/test_cpu_tier.py"}
 
 
 def test_every_bench_is_run_here_or_whole_elsewhere():
