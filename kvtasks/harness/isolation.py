@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 
-from kvtasks import cgroups
+from kvtasks import cgroups, variables
 from kvtasks.harness import environment
+from kvtasks.records import TargetEnvironment
 from kvtasks.request import Request
 
 
 def passed_through_values() -> dict[str, str]:
     """The host variables a target gets from the caller, with their values (never a credential)."""
-    return {name: os.environ[name] for name in environment.passed_through(os.environ)}
+    return {name: os.environ[name] for name in variables.passed_through(os.environ)}
 
 
 def isolation_facts(request: Request) -> dict:
@@ -39,7 +40,7 @@ def isolation_facts(request: Request) -> dict:
         "sandbox": sandbox,
         "reason": "targets run in the supplied worktree under a constructed environment with private per-phase "
                   "caches in a scratch folder outside the evidence store",
-        "target_environment": environment.TargetEnvironment(
-            passed_through=environment.passed_through(os.environ),
+        "target_environment": TargetEnvironment(
+            passed_through=variables.passed_through(os.environ),
             given=list(environment.given_pairs(request.env))).model_dump(),
     }

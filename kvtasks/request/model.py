@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 
+from kvtasks import variables
 from kvtasks.errors import UsageError
 from kvtasks.host import HostSettings
 from kvtasks.request.namespaces import PID_NAMESPACE, SANDBOX_SCRIPT
@@ -154,11 +155,9 @@ class Request(BaseModel):
             raise UsageError(f"--target {self.target!r} escapes the worktree")
         if self.sensitivity_error is not None and self.sensitivity_mode == "nan":
             raise UsageError("--sensitivity-error sizes the tail corruption; --sensitivity-mode nan makes no tail run")
-        from kvtasks.harness import environment  # the harness package imports this one's Request
-
         for pair in self.env:
             name, equals, _ = pair.partition("=")
-            why = environment.refusal(name) if equals else "is not NAME=VALUE"
+            why = variables.refusal(name) if equals else "is not NAME=VALUE"
             if why is None and name == self.shape_env:
                 why = "is --shape-env's: the grid sets it"
             if why:

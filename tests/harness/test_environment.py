@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+from kvtasks import variables
 from kvtasks.harness import environment
 
 CALLER = {
@@ -13,7 +14,7 @@ CALLER = {
 
 
 def test_only_allowlisted_non_credential_names_pass():
-    assert environment.passed_through(CALLER) == ["HIP_PLATFORM", "LANG", "PATH", "ROCM_PATH"]
+    assert variables.passed_through(CALLER) == ["HIP_PLATFORM", "LANG", "PATH", "ROCM_PATH"]
 
 
 def test_phase_caches_are_private_and_override_the_callers(tmp_path):
