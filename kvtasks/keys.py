@@ -72,7 +72,7 @@ def kvtasks_identity() -> str:
     run: a changed kvtasks is a changed base run, whatever its version string says."""
     return digest([tree_identity(str(_PACKAGE / "harness")), tree_identity(str(_PACKAGE / "stages")),
                    *(hashlib.sha256((_PACKAGE / module).read_bytes()).hexdigest()
-                     for module in ("processes.py", "executor.py"))])
+                     for module in ("processes.py", "executor.py", "variables.py"))])
 
 
 def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: BaseModel | None,

@@ -1,5 +1,6 @@
 """Every input that can change how a base run comes out changes the base key."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -88,6 +89,20 @@ def test_the_runtime_probe_reports_the_version_of_each_installed_distribution(tm
                         "/nowhere"], env={"PYTHONPATH": str(site)}, check=True)
         seen.append(json.loads(out.read_text())["distributions"])
     assert "kvtasks-marker==1.0" in seen[0] and "kvtasks-marker==2.0" in seen[1]
+
+
+@pytest.mark.parametrize("module", ["executor.py", "variables.py", "processes.py", "harness/launching.py",
+                                    "stages/baseline_control.py"])
+def test_kvtasks_identity_changes_with_the_code_that_launches_and_judges_a_base_run(tmp_path, monkeypatch, module):
+    copy = tmp_path / "kvtasks"
+    shutil.copytree(keys._PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "demo"))
+    monkeypatch.setattr(keys, "_PACKAGE", copy)
+    keys.kvtasks_identity.cache_clear()
+    before = keys.kvtasks_identity()
+    (copy / module).write_text((copy / module).read_text() + "\n# changed\n")
+    keys.kvtasks_identity.cache_clear()
+    assert keys.kvtasks_identity() != before
+    keys.kvtasks_identity.cache_clear()
 
 
 def test_kvtasks_identity_covers_launch_probe_and_environment_code():
