@@ -5,8 +5,9 @@ counts per parallel run: reports whose verdict differs from the sequential one, 
 `recovered_run` (a live worker mistaken for a dead one), base keys launched more than once, and
 whether the tree came back byte-identical. Prints those counts, the total mismatch count, and
 last the wall-time ratio of a parallel to the sequential batch, measured side by side in one run:
-`wall time -n 2 / sequential: R.RR (sequential S.Ss)`. With --smoke, one parallel batch of the
-tail-bug PR alone: a check that the bench runs, not a measurement.
+`wall time -n 2 / sequential: R.RR (sequential S.Ss)`. With --smoke, the five PRs of two base keys
+(tests/batches.py's FIVE) once sequentially and once with `-n 2`: the run tests/test_concurrency.py
+judges (--keep FOLDER keeps the repository and both workspaces there), not a measurement.
 """
 import argparse
 import json
@@ -18,22 +19,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.batches import base_runs_per_key, doit, eight_prs, reports, write_manifest  # noqa: E402
+from tests.batches import FIVE, base_runs_per_key, doit, eight_prs, reports, write_manifest  # noqa: E402
 from tests.conftest import FAKES, IDLE_AMD  # noqa: E402
 from tests.kernel_repos import snapshot, tiled_repo  # noqa: E402
 
 REPEATS = 5
-# --smoke: the PR with the fewest target runs (its BLOCK skips the sensitivity run)
-SMOKE_PR = "tail"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="one parallel batch of the tail-bug PR alone")
+    parser.add_argument("--smoke", action="store_true", help="five PRs of two base keys, one parallel batch")
+    parser.add_argument("--keep", type=Path, help="build and keep the repository and the workspaces here")
     args = parser.parse_args()
     repeats = 1 if args.smoke else REPEATS
     with tempfile.TemporaryDirectory() as folder:
-        work = Path(folder)
+        work = args.keep or Path(folder)
         fake = work / "amdsmi.json"
         fake.write_text(json.dumps({"devices": [IDLE_AMD]}))  # one GPU for two workers
         os.environ.update(KVTASKS_FAKE_AMDSMI=str(fake), KVTASKS_LOCK_DIR=str(work), KVTASKS_IDLE_SAMPLES="2",
@@ -42,20 +42,21 @@ def main() -> None:
         tiled = tiled_repo(work / "tiled")
         prs = eight_prs(tiled, work / "patches")
         if args.smoke:
-            prs = {SMOKE_PR: prs[SMOKE_PR]}
-        manifest = write_manifest(tiled, prs, work / "eight.json")
+            prs = {label: pr for label, pr in prs.items() if label in FIVE}
+        manifest = write_manifest(tiled, prs, work / "batch.json")
         supplied = snapshot(tiled)
 
         started = time.perf_counter()
-        doit(work / "sequential", "batch", f"manifest={manifest}")
+        in_turn = doit(work / "sequential", "batch", f"manifest={manifest}")
         sequential_s = time.perf_counter() - started
+        print(f"sequential: exit {in_turn.returncode}")
         expected = {label: report["verdict"] for label, report in reports(work / "sequential", prs).items()}
 
         mismatches, parallel_s = 0, []
         for repeat in range(1, repeats + 1):
             home = work / f"parallel-{repeat}"
             started = time.perf_counter()
-            doit(home, "-n", "2", "batch", f"manifest={manifest}")
+            done = doit(home, "-n", "2", "batch", f"manifest={manifest}")
             parallel_s.append(time.perf_counter() - started)
             got = reports(home, prs)
             verdicts = sum(got[label]["verdict"] != verdict for label, verdict in expected.items())
@@ -63,7 +64,7 @@ def main() -> None:
             repeated = sum(count - 1 for count in base_runs_per_key(home).values())
             tree = snapshot(tiled) != supplied
             mismatches += verdicts + recovered + repeated + tree
-            print(f"run {repeat}: verdict mismatches {verdicts}, recovered_run {recovered}, "
+            print(f"run {repeat}: exit {done.returncode}, verdict mismatches {verdicts}, recovered_run {recovered}, "
                   f"extra base runs {repeated}, tree changed {tree} ({parallel_s[-1]:.1f}s)")
         print(f"sequential verdicts: {expected}")
         print(f"mismatches over {repeats} parallel batches of {len(prs)} PRs: {mismatches}")

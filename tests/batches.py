@@ -37,6 +37,11 @@ def eight_prs(tiled: Path, folder: Path) -> dict[str, tuple[Path, dict]]:
     }
 
 
+# two base keys (another grid is another key), each shared by a clean and a buggy PR, and a PR that
+# weakens the suite: bench/parallel_batch.py's smoke run, which tests/test_concurrency.py judges
+FIVE = ("docs-1", "tail", "loose", "docs-wide", "tail-wide")
+
+
 def write_manifest(tiled: Path, prs: dict[str, tuple[Path, dict]], path: Path) -> Path:
     base = git(tiled, "rev-parse", "HEAD").strip()
     manifest = {"repo": str(tiled), "base": base, **SHARED,

@@ -19,7 +19,6 @@ LAST_LINES = {
     "fleet": r"fleet: \d+\.\d{2}x speed-up on 1 nodes \(base runs: \d+ per arch, ideal 1\.00x\)",
     "killed_anywhere": r"killed anywhere: 1 points, handed back 1/1, reruns blocked \d+/1, whole reports left \d+",
     "overhead": rf"validator overhead: {NUMBER}x target wall; irreducible {NUMBER}x; launches cold \d+, warm \d+",
-    "parallel_batch": r"wall time -n 2 / sequential: \d+\.\d{2} \(sequential \d+\.\ds\)",
     "perf_power": r"false alarms at 0%: \d+% \(best-of-3: \d+%\); detection at 10%: \d+% \(best-of-3: \d+%\)",
     "probe_overhead": rf"probe overhead: {NUMBER}x bare \(setprofile: {NUMBER}x\)",
     "replay": rf"replay cost: {NUMBER}x validation without replay",
@@ -30,7 +29,8 @@ LAST_LINES = {
 
 
 # benches a test of their own runs whole, which its smoke run would only repeat
-RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_repeat": "tests/stages/test_cpu_tier.py"}
+RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_repeat": "tests/stages/test_cpu_tier.py",
+             "parallel_batch": "tests/test_concurrency.py"}
 
 
 def test_every_bench_is_run_here_or_whole_elsewhere():

@@ -5,14 +5,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from kvtasks import worktree
 from kvtasks.gpu import lease, picker
 from kvtasks.store import Store
-from tests.batches import base_runs_per_key, doit, eight_prs, reports, write_manifest
-from tests.kernel_repos import ENV_TEST, TILED_TAIL_BUG, git, make_patch, snapshot, tiled_repo
+from tests.batches import FIVE, base_runs_per_key, reports
+from tests.kernel_repos import ENV_TEST, TILED_TAIL_BUG, git, make_patch, tiled_repo
 
 
 @pytest.fixture
@@ -20,31 +21,33 @@ def tiled(tmp_path):
     return tiled_repo(tmp_path / "tiled")
 
 
-# two base keys (another grid is another key), each shared by a clean and a buggy PR, and a PR that
-# weakens the suite: the eight-PR batch, five times over, is bench/parallel_batch.py
-FIVE = ("docs-1", "tail", "loose", "docs-wide", "tail-wide")
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "parallel_batch.py"
 
 
-def test_a_parallel_batch_on_one_gpu_matches_the_sequential_one(tiled, tmp_path, idle_gpu):
-    prs = {label: pr for label, pr in eight_prs(tiled, tmp_path / "patches").items() if label in FIVE}
-    manifest = write_manifest(tiled, prs, tmp_path / "nightly.json")
-    supplied = snapshot(tiled)
-    sequential, parallel = tmp_path / "sequential", tmp_path / "parallel"
-    in_turn = doit(sequential, "batch", f"manifest={manifest}")
-    done = doit(parallel, "-n", "2", "batch", f"manifest={manifest}")
-    assert snapshot(tiled) == supplied
-    one, two = reports(sequential, prs), reports(parallel, prs)
+def test_a_parallel_batch_on_one_gpu_matches_the_sequential_one(tmp_path):
+    # bench/parallel_batch.py's smoke run: tests/batches.py's FIVE PRs on one (fake) GPU, once in turn and once
+    # with `doit -n 2`, the repository and both workspaces kept here to judge
+    done = subprocess.run([sys.executable, str(BENCH), "--smoke", "--keep", str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "sequential: exit 1"
+    # the parallel batch's verdicts are the sequential one's, no worker took another's lend for a crash, no base
+    # key ran twice, and the tree came back byte-identical after both
+    assert lines[1].startswith("run 1: exit 1, verdict mismatches 0, recovered_run 0, extra base runs 0, "
+                               "tree changed False"), lines[1]
+    sequential, parallel = tmp_path / "sequential", tmp_path / "parallel-1"
+    one, two = reports(sequential, FIVE), reports(parallel, FIVE)
     assert not [f for f in one["docs-1"]["findings"] if f["severity"] in ("blocker", "should-fix")]
-    assert one["tail"]["verdict"] == "BLOCK" and one["loose"]["verdict"] == "BLOCK", in_turn.stdout[-2000:]
-    index = (sequential / "reports" / "nightly" / "index.md").read_text()
+    assert one["tail"]["verdict"] == "BLOCK" and one["loose"]["verdict"] == "BLOCK"
+    index = (sequential / "reports" / "batch" / "index.md").read_text()
     assert "| tail | BLOCK |" in index and "| loose | BLOCK |" in index
-    assert in_turn.returncode == 1 and done.returncode == 1
     assert {label: r["verdict"] for label, r in two.items()} == {label: r["verdict"] for label, r in one.items()}
-    assert two["tail"]["verdict"] == "BLOCK" and two["tail-wide"]["verdict"] == "BLOCK", done.stdout[-2000:]
-    assert all(r["recovered_run"] is None for r in two.values())  # no worker took another's lend for a crash
+    assert two["tail"]["verdict"] == "BLOCK" and two["tail-wide"]["verdict"] == "BLOCK"
+    assert all(r["recovered_run"] is None for r in two.values())
     assert all(r["stages"]["gpu_claim"]["status"] == "pass" for r in two.values())  # one GPU, shared, never none
     for workspace in (sequential, parallel):
-        keys = {Store(workspace / "cache").label(label)["base_key"] for label in prs}
+        keys = {Store(workspace / "cache").label(label)["base_key"] for label in FIVE}
         assert len(keys) == 2 and base_runs_per_key(workspace) == {key: 1 for key in keys}
 
 
