@@ -6,7 +6,7 @@ import pytest
 
 from kvtasks.harness.junit import CaseResult
 from kvtasks.records import Facts, Selection
-from kvtasks.stages import Context, StageResult, base_oracle, baseline_control, repo_tests
+from kvtasks.stages import Context, StageResult, base_oracle, baseline_control, repo_tests, runtime_compat
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.worktree import PatchRefused
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS
@@ -157,3 +157,29 @@ def test_an_oracle_failure_that_is_no_wrong_value_is_an_api_change(tmp_path):
 def test_an_oracle_run_that_passes_where_base_passed_passes(tmp_path):
     stage, _ = oracle(tmp_path, passing(tmp_path, "head-baseoracle"))
     assert stage.stage.status == "pass" and stage.findings == [] and stage.stage.kept_at_base == [TARGET]
+
+
+SEEN = {"error": "", "traceback": "", "inside_roots": True, "module_path": "/checkout/kernels/__init__.py",
+        "module_version": None, "python_executable": "/usr/bin/python3", "python_version": "3.11.7",
+        "native_artifacts": [], "pytest": "site-packages/pytest/__init__.py", "distributions": ["numpy==2.0"],
+        "editable": {}}
+BROKEN = {**SEEN, "error": "ImportError: cannot import name 'TILE' from 'kernels.scale'",
+          "traceback": "Traceback (most recent call last):\nImportError: cannot import name 'TILE'"}
+
+
+@pytest.mark.parametrize("probes, status, rules", [
+    ([SEEN], "pass", []),
+    ([BROKEN, SEEN], "fail", [("runtime.import-broken", "blocker")]),
+    ([BROKEN, BROKEN], "skip", [("runtime.compat-not-established", "note")]),
+    ([None], "skip", [("runtime.compat-not-established", "note")]),
+], ids=["imports", "the PR breaks the import", "broken on both sides", "the probe died"])
+def test_the_runtime_is_probed_on_head_and_base_is_asked_only_when_head_s_import_fails(probes, status, rules):
+    launcher = RecordingLauncher(probes=[(seen, "probe log") for seen in probes])
+    earlier = {"gpu_claim": ready()["gpu_claim"]}
+    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=earlier, launcher=launcher, runtime_module="kernels")
+    probed = runtime_compat.run(ctx)
+    assert probed.stage.status == status and [(finding.rule, finding.severity) for finding in probed.findings] == rules
+    asked = [(side, launched.module, launched.folder.name) for side, launched in launcher.asked]
+    assert asked == [("head", "kernels", "run"), ("base", "kernels", "base")][:len(probes)]
+    if status == "pass":
+        assert probed.facts.runtime_identity.module == "kernels" and probed.facts.pytest_module == SEEN["pytest"]
