@@ -5,25 +5,24 @@ import json
 import os
 import secrets
 import shutil
-import sys
 from pathlib import Path
 from typing import Mapping
 
-from kvtasks import cgroups, containment, processes, progress
+from kvtasks import containment, progress
 from kvtasks.gpu import lease
 from kvtasks.request import Request
-from kvtasks.harness import environment, layout, receipts, runtime_probe, startup
+from kvtasks.harness import environment, receipts, runtime_probe, startup
 from kvtasks.harness.environment import NO_DEVICE
 from kvtasks.harness.layout import python_path
-from kvtasks.harness.launch import TargetRun, launch, pytest_runnable
-
+from kvtasks.harness.launch import launch, pytest_runnable
+from kvtasks.harness.target_run import TargetRun
 
 
 def gpu_turn(request: Request, visible_devices: Mapping[str, str]):
     """Wait for this validator's other workers to finish with the device (at most two target
     timeouts), saying so, rather than run on a device another target is using."""
     return lease.turn(visible_devices, bound_s=2 * max(request.host.timeout, request.host.perf_timeout) + 60,
-                      say=progress.say)
+                      say=progress.notice)
 
 
 # what Python imports from its path at start-up, before anything kvtasks controls runs
@@ -183,4 +182,4 @@ def pytest_available(request: Request, run_dir: Path) -> str | None:
     return None
 
 
-__all__ = ["TargetRun", "adopt", "run", "time_run", "probe_runtime", "pytest_available", "isolation_facts", "NO_DEVICE"]
+__all__ = ["run", "time_run", "probe_runtime", "pytest_available", "target_env"]

@@ -52,10 +52,12 @@ class Request(BaseModel):
     shape_env: Annotated[str, Option("env var the target reads its shapes from", keys="base")] = ""
     shape_arg: Annotated[str, Option("the target's own CLI flag that accepts shapes", dash_led=True, keys="base")] = ""
     shape_argnames: Annotated[str, Option("pytest parameter names the grid replaces", keys="base")] = ""
-    grid: Annotated[str, Option('shape rows "c1,c2,c3;c1,c2,c3"', keys="base")] = ""
+    # the grid and the runner reach the base key as the selection resolved them (its cells, its runner), so
+    # two spellings of the same cells, or a forced runner equal to the one found, share base evidence
+    grid: Annotated[str, Option('shape rows "c1,c2,c3;c1,c2,c3"', keys="neither")] = ""
     axis: Annotated[tuple[str, ...], Option("repeatable NAME=--flag:v1;v2", repeated=True, joined_by="|",
                                             dash_led=True, keys="base")] = ()
-    runner: Annotated[Literal["pytest", "script"] | None, Option("force pytest or script", keys="base")] = None
+    runner: Annotated[Literal["pytest", "script"] | None, Option("force pytest or script", keys="neither")] = None
     tol_table: Annotated[str, Option('reference tolerances "f32=1e-5,f16=2e-3"', keys="head")] = ""
     runtime_module: Annotated[str, Option("module the runtime probe imports (default: by repository layout)",
                                           keys="base")] = ""
