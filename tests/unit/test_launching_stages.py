@@ -6,7 +6,8 @@ import pytest
 
 from kvtasks.harness.junit import CaseResult
 from kvtasks.records import Facts, Selection
-from kvtasks.stages import Context, StageResult, base_oracle, baseline_control, repo_tests, runtime_compat
+from kvtasks.stages import (Context, StageResult, base_oracle, baseline_control, gpu_requirement, repo_tests,
+                            runtime_compat)
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.worktree import PatchRefused
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS
@@ -183,3 +184,20 @@ def test_the_runtime_is_probed_on_head_and_base_is_asked_only_when_head_s_import
     assert asked == [("head", "kernels", "run"), ("base", "kernels", "base")][:len(probes)]
     if status == "pass":
         assert probed.facts.runtime_identity.module == "kernels" and probed.facts.pytest_module == SEEN["pytest"]
+
+
+@pytest.mark.parametrize("head_made, requirement, rules", [
+    (passing, "not-required", ["gpu.ran-without-gpu"]),
+    (lambda folder, label: target_run(folder, label, exit=1, failures=1, log="E AssertionError: no GPU visible"),
+     "required", []),
+    (lambda folder, label: target_run(folder, label, executed=0, skipped=2), "required", []),
+], ids=["passes without one", "fails without one", "skips everything without one"])
+def test_with_no_gpu_claimed_the_head_run_without_a_device_says_whether_the_target_needs_one(
+        tmp_path, head_made, requirement, rules):
+    launcher = RecordingLauncher({"head-repo": head_made(tmp_path, "head-repo")})
+    earlier = {**ready(), "gpu_claim": StageResult(name="gpu_claim", stage=GpuClaim(status="skip"))}
+    ctx = stage_context(BASE, HEAD, target=TARGET, earlier=earlier, launcher=launcher, **ROUTE)
+    amended = gpu_requirement.run(ctx)
+    assert amended.selection.gpu_requirement == requirement and [f.rule for f in amended.findings] == rules
+    # the run was made on head with no device, and is kept for correctness_repo_tests to adopt
+    assert launcher.asked[0][0] == "head" and [run.label for run in amended.runs] == ["head-repo"]
