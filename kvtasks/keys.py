@@ -111,7 +111,7 @@ def keyed(request: Request, key: str) -> dict:
     options = {option.field: getattr(request, option.field) for option in declared_options() if option.option.keys == key}
     fields = {name: getattr(request, name) for name, keyed_as in REQUEST_FIELDS.items() if keyed_as == key}
     host = {name: getattr(request.host, name) for name in HostSettings.model_fields if HOST_SETTINGS[name] == key}
-    return json.loads(json.dumps({"options": {**options, **fields}, "host": host}, default=str))
+    return {"options": {**options, **fields}, "host": host}
 
 
 def base_key(request: Request, base_oid: str, selection: Selection, runtime: str,
