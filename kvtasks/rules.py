@@ -5,8 +5,11 @@ wording, which changes: a rule id, once published, keeps its meaning; a finding 
 new gets a new id. `python -m kvtasks.doc_tables` writes this table into docs/rules.md, and a test
 holds the page to it and every finding kvtasks emits to a rule listed here.
 """
+from kvtasks.sources.trust_rules import TRUST_RULES
 
-RULES: dict[str, str] = {
+# the rules decided at run time and by stages other than test_policy; test_policy's trust rules, each
+# with its examples, are kvtasks.sources.trust_rules's registry
+_DECIDED_ELSEWHERE: dict[str, str] = {
     # baseline
     'baseline.dirty-after-base': 'the base run did not leave a clean worktree, so head failures cannot be attributed',
     'baseline.run-unusable': 'the base run cannot stand as evidence',
@@ -67,23 +70,9 @@ RULES: dict[str, str] = {
     'perf.not-compared': 'no perf comparison was made',
     'perf.slower': 'head is slower than base on the same locked GPU',
     # policy
-    'policy.comparison-weakened': 'a comparison weakened without a number moving',
-    'policy.pr-supplies-answer-key': 'the PR adds the target and its comparisons take every side from code the PR supplies',
     'policy.effective-tolerance-looser': 'a comparison received a looser tolerance on head than on base, wherever it was spelt',
     'policy.judging-call-vanished': "a judging call base's passing test made is gone from head's",
-    'policy.compiled-module': 'the PR adds or changes compiled code Python can import (an extension module, sourceless bytecode)',
-    'policy.shadows-stdlib': 'the PR adds or changes a file named like a standard-library module',
-    'policy.shape-rows-commented-out': 'more shape rows commented out than on base',
     'policy.skipif-not-taken': "a skipif the PR adds did not skip here: the test ran on head and passed",
-    'policy.startup-code': 'the PR adds or changes interpreter start-up code',
-    'policy.tampers-with-judges': 'code outside the tests reaches into what judges it',
-    'policy.target-deleted': 'the PR deletes the target test',
-    'policy.tolerance-above-table': 'the suite accepts error above the loosest --tol-table reference',
-    'policy.tolerance-added': 'a tolerance added where base passed none',
-    'policy.tolerance-uncomparable': "a tolerance cannot be compared with base's",
-    'policy.tolerance-widened-test-only': 'a test-only change widens tolerances',
-    'policy.tolerance-widened-with-kernel': 'a tolerance widened alongside a kernel change; needs numerical justification',
-    'policy.weakened-and-widened': 'a test-only change both weakens the suite and widens its tolerances',
     # receipt
     'receipt.arguments-written': "head's route writes into arguments base's route left unchanged",
     'receipt.judged-by-checkout': "head's run judged with functions bound to the checkout's code, which base's runs did not",
@@ -132,6 +121,8 @@ RULES: dict[str, str] = {
     'tests.run-unusable': 'the run cannot stand as evidence (its receipt or session is unusable)',
     'tests.runner-executed-nothing': 'the chosen runner executed nothing; the runner choice is in doubt',
 }
+
+RULES: dict[str, str] = dict(sorted({**_DECIDED_ELSEWHERE, **{rule.id: rule.meaning for rule in TRUST_RULES}}.items()))
 
 
 def known(rule: str) -> str:

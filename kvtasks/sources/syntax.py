@@ -6,11 +6,16 @@ Owns nothing about what a name means; it must never import another reader of thi
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from typing import Any
 
 
+# a file's text is read by several readers in one policy read (its tolerances, its tampering, its
+# references, its configuration, the modules it imports): one parse serves them all; no reader
+# changes a tree it is given
+@functools.lru_cache(maxsize=256)
 def parse(text: str | None) -> ast.Module | None:
     try:
         return ast.parse(text or "")

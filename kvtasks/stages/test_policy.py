@@ -26,6 +26,7 @@ from kvtasks.stages.payloads import BaselineControl, TestPolicy
 from kvtasks.stages.policy.criteria import (COMPILED_MODULES, drawn_dimensions, parse_tol_table, shadows_stdlib,
                                             weakens_nothing)
 from kvtasks.stages.policy.files import read_followed, renamed_from, supplied_modules, target_deleted
+from kvtasks.sources.trust_rules import TRUST_RULES
 from kvtasks.stages.sides import KERNEL_SUFFIXES, is_startup_code, is_test_path
 
 NAME = "test_policy"
@@ -129,51 +130,9 @@ def run(ctx: Context) -> StageResult:
     stage = result(NAME, "fail" if failed else "pass", note, **fields)
     stage.selection.set(loaded_files=split.loaded, route_side=split.route, test_side=split.test,
                         sides_basis=split.basis)
-    if fields.get("reference_from_pr"):
-        stage.finding("policy.pr-supplies-answer-key", "note", f"the PR adds the target, and its comparisons take every side from code the PR "
-                              f"supplies: {'; '.join(fields['reference_from_pr'][:3])}; nothing independent of the PR "
-                              "says what the kernel should compute, so PASS is out of reach")
-    for tampered in fields["tampering"]:
-        stage.finding("policy.tampers-with-judges", "blocker", f"code outside the tests reaches into what judges it: {tampered}; the kernel's "
-                                 "result must be judged by the tests, not shape them")
-    for path in fields["startup_files"]:
-        stage.finding("policy.startup-code", "blocker", f"the PR adds or changes interpreter start-up code ({path}): Python would run it in "
-                                 "a target before anything kvtasks controls, which could change what judges the "
-                                 "kernel; targets never load a checkout's start-up modules")
-    for path in fields["compiled_modules"]:
-        stage.finding("policy.compiled-module", "blocker", f"the PR adds or changes {path}, compiled code Python can import: it runs in the "
-                                 "process that judges the kernel, and no reader can see what it does there")
-    for path in fields["stdlib_shadows"]:
-        stage.finding("policy.shadows-stdlib", "blocker", f"the PR adds or changes {path}, named like a standard-library module: the checkout "
-                                 "is on the path ahead of the standard library, so it would stand in for that module "
-                                 "in every target process, kvtasks' own probe included")
-    widened = ", ".join(f"{item['where']} {item['base']:g} -> {item['head']:g}"
-                        + (f" ({item['basis']})" if item.get("basis") else "") for item in loosened)
-    if loosened and kernel_changed:
-        stage.finding("policy.tolerance-widened-with-kernel", "should-fix", f"tolerance widened alongside a kernel change; needs numerical justification: "
-                                    f"{widened}")
-    elif loosened:
-        stage.finding("policy.tolerance-widened-test-only", "blocker", f"test-only change widens tolerances, so the suite can no longer fail: {widened}")
-    for uncomparable in fields["not_literal"]:
-        stage.finding("policy.tolerance-uncomparable", "should-fix", f"tolerance cannot be compared with base: {uncomparable}")
-    if fields["exceeds_reference"]:
-        stage.finding("policy.tolerance-above-table", "should-fix", f"the suite accepts error above the loosest --tol-table reference ({ceiling:g}): "
-                                    f"{', '.join(f'{v:g}' for v in fields['exceeds_reference'])}")
-    if fields["newly_commented_rows"]:
-        stage.finding("policy.shape-rows-commented-out", "should-fix", f"{fields['commented_out_shape_rows_added']} more shape rows commented out: "
-                                    f"{'; '.join(fields['newly_commented_rows'][:5])}")
-    if fields["target_deleted"]:
-        stage.finding("policy.target-deleted", "should-fix", f"the PR deletes the target test: {fields['target_deleted']}; head has nothing "
-                                    "of it to run, so the PR is judged without it")
-    for weakening in fields["weakened"]:
-        stage.finding("policy.comparison-weakened", "should-fix", f"comparison weakened without a number moving: {weakening}")
-    for unknown in fields["added_with_unknown_default"]:
-        stage.finding("policy.tolerance-added", "note", f"tolerance added where base passed none: {unknown}")
-    weakened_too = fields["weakened"] or fields["newly_commented_rows"]
-    if not kernel_changed and weakened_too and (loosened or fields["not_literal"]):
-        stage.finding("policy.weakened-and-widened", "blocker", "a test-only change both weakens the suite and widens its tolerances: "
-                                 f"{len(weakened_too)} weakenings with {len(loosened) + len(fields['not_literal'])} "
-                                 "widened or uncomparable tolerances")
+    for rule in TRUST_RULES:
+        for detail in rule.finds(stage.stage):
+            stage.finding(rule.id, rule.severity, detail)
     return stage
 
 
