@@ -5,7 +5,8 @@ with the route's output corrupted) three times in one workspace, and reads both 
 from the stored head evidence of each validation, so the two are measured side by side in the same
 validation. Prints each round, and last `sensitivity cost: R.RRx head grid run` (the median ratio).
 With --smoke, one round, its pytest without the hypothesis plugin: a check that the bench runs,
-not a measurement.
+not a measurement. With --home DIR the validations are made in DIR's workspace, which is kept (its
+report read after: tests/test_dodo.py runs the smoke whole that way) instead of a temporary one.
 """
 import argparse
 import os
@@ -37,6 +38,7 @@ def run_seconds(home: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="one round, without the hypothesis pytest plugin")
+    parser.add_argument("--home", type=Path, help="validate in this workspace and keep it")
     args = parser.parse_args()
     rounds = 1 if args.smoke else ROUNDS
     env = dict(os.environ)
@@ -46,7 +48,7 @@ def main() -> None:
         env.setdefault("PYTEST_ADDOPTS", "-p no:hypothesispytest")
     ratios = []
     with tempfile.TemporaryDirectory() as folder:
-        home = Path(folder)
+        home = args.home or Path(folder)
         for round_number in range(1, rounds + 1):
             validate(home, env)
             seconds = run_seconds(home)

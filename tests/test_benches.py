@@ -22,7 +22,6 @@ LAST_LINES = {
     "perf_power": r"false alarms at 0%: \d+% \(best-of-3: \d+%\); detection at 10%: \d+% \(best-of-3: \d+%\)",
     "probe_overhead": rf"probe overhead: {NUMBER}x bare \(setprofile: {NUMBER}x\)",
     "replay": rf"replay cost: {NUMBER}x validation without replay",
-    "sensitivity": rf"sensitivity cost: {NUMBER}x head grid run",
     "soak": r"soak: 1 runs, \d+ signals, trees handed back (\d+)/\1, orphans 0, fabricated 0, survivors 0",
     "tier_coverage": rf"tier coverage: {NUMBER}% of \d+ items reached a test outcome \(tier crashes 0\)",
 }
@@ -30,7 +29,7 @@ LAST_LINES = {
 
 # benches a test of their own runs whole, which its smoke run would only repeat
 RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_repeat": "tests/stages/test_cpu_tier.py",
-             "parallel_batch": "tests/test_concurrency.py"}
+             "parallel_batch": "tests/test_concurrency.py", "sensitivity": "tests/test_dodo.py"}
 
 
 def test_every_bench_is_run_here_or_whole_elsewhere():

@@ -1,6 +1,7 @@
 """The doit front door: `doit validate` on the embedded demo and with explicit variables."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,12 @@ def test_demo_hostile_helper_blocks_naming_the_helpers_constant_and_the_base_ora
 
 
 def test_demo_clean_fix_has_nothing_to_fix(demo_home):
-    report = demo_report(demo_home, "clean-fix")
+    # bench/sensitivity.py's smoke run makes this validation (so the bench is checked by this test)
+    done = subprocess.run([sys.executable, str(PROJECT / "bench" / "sensitivity.py"), "--smoke", "--home", str(demo_home)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and re.fullmatch(r"sensitivity cost: \d+\.\d+x head grid run",
+                                                 done.stdout.strip().splitlines()[-1]), done.stdout + done.stderr
+    report = json.loads((demo_home / "reports" / "demo-clean-fix" / "validation_report.json").read_text())
     assert not [f for f in report["findings"] if f["severity"] in ("blocker", "should-fix")]
     assert report["stages"]["correctness_repo_tests"]["status"] == "pass"
     # its suite goes red when the route's output is wrong, and the summary says so
