@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
 
-from kvtasks.records import Survivor
-
 if TYPE_CHECKING:
+    # an annotation only: the helpers that import this module (the GPU lease owner, the guardian's
+    # recovery) start in a fresh interpreter, and the records' pydantic models would add most of
+    # their start-up time
     from kvtasks.containment import Watch
+    from kvtasks.records import Survivor
 
 KILL_GRACE_S = 5.0
 SIGNAL_SLICE_S = 0.5  # the longest a wait of ours stays out of Python, where signal handlers run
