@@ -1,4 +1,4 @@
-"""doit entry point: the front doors of kvtasks.front_doors, run from this source tree.
+"""doit entry point: the front doors of kvtasks.front.front_doors, run from this source tree.
 
     doit validate                       the embedded demo (demo=NAME picks another demo PR)
     doit validate repo=W patch=P head_sha=H target=T [label=L out=F ...]
@@ -17,8 +17,9 @@ from pathlib import Path
 
 from doit import get_var
 
-from kvtasks import errors, front_doors, graph, worktree
-from kvtasks.workspace import Workspace
+from kvtasks import errors, worktree
+from kvtasks.front import front_doors, graph
+from kvtasks.evidence.workspace import Workspace
 
 # cache/ and reports/ beside this file, unless KVTASKS_HOME puts them elsewhere
 worktree.forget_callers_repository()  # run from a git hook, git's variables name the caller's repository

@@ -15,9 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvtasks import demo, phases
-from kvtasks.workspace import Workspace
-from kvtasks.store import Store
+from kvtasks import demo
+from kvtasks.run import phases
+from kvtasks.evidence.workspace import Workspace
+from kvtasks.evidence.store import Store
 
 PROJECT = Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvtasks.store import Store  # noqa: E402
+from kvtasks.evidence.store import Store  # noqa: E402
 from tests.batches import PROJECT, doit  # noqa: E402
 from tests.fleet_cluster import COMMON_ENV, SimulatedFleet, fake_gpus, fakes_path  # noqa: E402
 from tests.kernel_repos import (KERNEL, KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, make_patch,  # noqa: E402

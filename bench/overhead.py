@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kvtasks  # noqa: E402
 from kvtasks import demo  # noqa: E402
 from kvtasks.harness import environment  # noqa: E402
-from kvtasks.store import KINDS, Store  # noqa: E402
+from kvtasks.evidence.store import KINDS, Store  # noqa: E402
 from tests.kernel_repos import PYTEST_HEADER, TILED, check, git, make_repo  # noqa: E402
 
 SLOW_MODULE = '''import time

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 PROJECT = Path(__file__).resolve().parent.parent
 ROUNDS = 3

@@ -1,5 +1,5 @@
 """A soak under signals: validations of small built repositories, each sent SIGINT, SIGTERM or
-SIGKILL at a random fault point (kvtasks.faults) or left alone, and checked after each.
+SIGKILL at a random fault point (kvtasks.system.faults) or left alone, and checked after each.
 
 Runs are single validations (`python -m kvtasks`), `doit -n 2` batches of three PRs and, one run
 in RAY_EVERY, a `doit batch engine=ray` of two PRs on a local Ray runtime; all share one
@@ -39,9 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvtasks import faults, phases  # noqa: E402
-from kvtasks.store import Store  # noqa: E402
-from kvtasks.workspace import Workspace  # noqa: E402
+from kvtasks.run import phases
+from kvtasks.system import faults  # noqa: E402
+from kvtasks.evidence.store import Store  # noqa: E402
+from kvtasks.evidence.workspace import Workspace  # noqa: E402
 from kvtasks.worktree import Worktree  # noqa: E402
 from tests.batches import PROJECT, eight_prs, write_manifest  # noqa: E402
 from tests.conftest import FAKES, IDLE_AMD  # noqa: E402

@@ -1,6 +1,6 @@
 """How much of real Triton repositories' test suites the CPU tier runs: pinned commits of three public
 repositories, a fixed list of test items each, every item run under the tier as a validation's base
-run would (`kvtasks.check`, one run per item), and classified.
+run would (`kvtasks.run.check`, one run per item), and classified.
 
     python bench/tier_coverage.py --attorch DIR --liger DIR --fla DIR [--repos attorch,fla] [--limit N]
         [--timeout S] [--json FILE] [--kvtasks SOURCE_TREE]
@@ -61,7 +61,7 @@ from kvtasks.harness import launching  # noqa: E402
 from kvtasks.request import build_request  # noqa: E402
 
 try:
-    from kvtasks import check  # noqa: E402
+    from kvtasks.run import check  # noqa: E402
 except ImportError:  # a kvtasks from before `check`
     check = None
 

@@ -1,5 +1,5 @@
 import sys
 
-from kvtasks.cli import main
+from kvtasks.front.cli import main
 
 sys.exit(main())

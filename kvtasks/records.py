@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
 
 
+# the docstring is the published report schema's description (tests/report_schemas/3.json), kept as
+# published: its kvtasks.containment is the module kvtasks.system.containment now
 class Survivor(BaseModel):
     """A process of a launch that was alive once the launch's leader had exited (kvtasks.containment)."""
 

@@ -2,7 +2,7 @@
 
 A report's consumer (a bot, a dashboard, a CI gate) matches findings by `rule`, never by their
 wording, which changes: a rule id, once published, keeps its meaning; a finding that means something
-new gets a new id. `python -m kvtasks.doc_tables` writes this table into docs/rules.md, and a test
+new gets a new id. `python -m kvtasks.front.doc_tables` writes this table into docs/rules.md, and a test
 holds the page to it and every finding kvtasks emits to a rule listed here.
 """
 from kvtasks.sources.trust_rules import TRUST_RULES

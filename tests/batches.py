@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from kvtasks.store import Store
+from kvtasks.evidence.store import Store
 from tests.kernel_repos import ENV_TEST, TILED, TILED_TAIL_BUG, git, make_patch
 
 PROJECT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks import cli
+from kvtasks.front import cli
 from tests.kernel_repos import Bystander, kernel_repo, snapshot
 
 FAKES = Path(__file__).parent / "fakes"

@@ -79,8 +79,8 @@ def guardians(tree: Path) -> list[int]:
 
 
 def wait_for_marker(marker: Path, process: subprocess.Popen, bound_s: float = 60) -> int:
-    """The pid that stopped at a fault point (kvtasks.faults), once its marker says so."""
-    from kvtasks import faults
+    """The pid that stopped at a fault point (kvtasks.system.faults), once its marker says so."""
+    from kvtasks.system import faults
 
     deadline = time.monotonic() + bound_s
     while (reached := faults.reached(marker)) is None:

@@ -4,7 +4,7 @@ reused), then in another workspace after another PR stored that base's evidence,
 report but for the fields kvtasks.report.model.RUN_SPECIFIC declares."""
 import json
 
-from kvtasks import cli
+from kvtasks.front import cli
 from kvtasks.report.model import comparable
 from tests.kernel_repos import ARGNAMES_TEST, TILED, make_patch, snapshot, tiled_repo
 

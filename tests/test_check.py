@@ -1,7 +1,8 @@
 """validate-kernel-pr check: one run of the checkout as a base run would, and what a PR could reach."""
 import json
 
-from kvtasks import check, cli
+from kvtasks.front import cli
+from kvtasks.run import check
 from kvtasks.request import build_request
 from tests import triton_repos
 

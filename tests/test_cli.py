@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks import cli
+from kvtasks.front import cli
 from tests.kernel_repos import git, make_patch, snapshot
 from tests.processes import alive
 

@@ -7,8 +7,10 @@ import subprocess
 
 import pytest
 
-from kvtasks import cli, clones, locks
-from kvtasks.clone_collection import Collected, collect
+from kvtasks.front import cli
+from kvtasks.system import locks
+from kvtasks.worktree import clones
+from kvtasks.worktree.clone_collection import Collected, collect
 from kvtasks.worktree import Worktree, state_dir
 from tests.batches import base_runs_per_key, doit
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, kernel_repo, make_patch, snapshot, write_files

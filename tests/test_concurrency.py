@@ -11,7 +11,7 @@ import pytest
 
 from kvtasks import worktree
 from kvtasks.gpu import lease, picker
-from kvtasks.store import Store
+from kvtasks.evidence.store import Store
 from tests.batches import FIVE, base_runs_per_key, reports
 from tests.kernel_repos import ENV_TEST, TILED_TAIL_BUG, git, make_patch, tiled_repo
 
@@ -69,7 +69,8 @@ def test_a_timed_out_base_is_inconclusive_and_never_a_baseline(tiled, validate, 
 
 
 def test_a_timed_out_baseline_under_the_same_key_is_run_again(tiled, validate, home, tmp_path):
-    from kvtasks import phases, workspace as workspaces
+    from kvtasks.evidence import workspace as workspaces
+    from kvtasks.run import phases
     from kvtasks.stages import baseline_control
 
     patch = make_patch(tiled, {"README.md": "docs\n"}, tmp_path / "docs.patch")
@@ -176,9 +177,9 @@ def test_a_crashing_group_still_writes_a_report_and_a_crashed_base_is_not_reused
                                                                                   monkeypatch):
     from dataclasses import replace
 
-    from kvtasks import phases
-    from kvtasks.pipeline import PIPELINE
-    from kvtasks.workspace import Workspace
+    from kvtasks.run import phases
+    from kvtasks.run.pipeline import PIPELINE
+    from kvtasks.evidence.workspace import Workspace
 
     def crash(ctx):
         raise RuntimeError("simulated defect")

@@ -3,7 +3,8 @@ the table lists (and every listed rule is one kvtasks emits)."""
 import re
 from pathlib import Path
 
-from kvtasks import doc_tables, rules
+from kvtasks import rules
+from kvtasks.front import doc_tables
 from kvtasks.sources.trust_rules import TRUST_RULES
 
 PACKAGE = Path(rules.__file__).resolve().parent

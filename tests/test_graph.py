@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks.store import Store
+from kvtasks.evidence.store import Store
 from tests.conftest import IDLE_AMD
 from tests.kernel_repos import ENV_TEST, TILED_TAIL_BUG, make_patch, tiled_repo
 

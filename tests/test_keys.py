@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from kvtasks import gpu, keys, worktree
+from kvtasks import gpu, worktree
+from kvtasks.evidence import keys
 from kvtasks.harness import isolation
 from kvtasks.host import HostSettings
 from kvtasks.request import Request, declared_options
@@ -91,7 +92,7 @@ def test_the_runtime_probe_reports_the_version_of_each_installed_distribution(tm
     assert "kvtasks-marker==1.0" in seen[0] and "kvtasks-marker==2.0" in seen[1]
 
 
-@pytest.mark.parametrize("module", ["executor.py", "variables.py", "processes.py", "harness/launching.py",
+@pytest.mark.parametrize("module", ["run/executor.py", "variables.py", "system/processes.py", "harness/launching.py",
                                     "stages/baseline_control.py"])
 def test_kvtasks_identity_changes_with_the_code_that_launches_and_judges_a_base_run(tmp_path, monkeypatch, module):
     copy = tmp_path / "kvtasks"

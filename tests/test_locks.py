@@ -1,7 +1,7 @@
 """One lock helper: an exclusive flock, taken at once or waited for, released when its fd closes."""
 import os
 
-from kvtasks import locks
+from kvtasks.system import locks
 
 
 def test_a_held_lock_is_refused_at_once_and_free_again_when_its_holder_lets_go(tmp_path):

@@ -13,7 +13,9 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from kvtasks import demo, pages, pipeline, report
+from kvtasks import demo, report
+from kvtasks.report import pages
+from kvtasks.run import pipeline
 from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.scrape import scrape
 from kvtasks.stages.perf.stats import METHOD, compare

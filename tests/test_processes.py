@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kvtasks import processes
+from kvtasks.system import processes
 from kvtasks.gpu import picker
 from tests.processes import alive
 
@@ -27,7 +27,7 @@ def test_a_timeout_kills_the_whole_group_and_says_so(tmp_path):
 def test_a_child_dies_with_the_process_that_started_it(tmp_path):
     pid_file = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom kvtasks import processes\n"
+        "import sys, time\nfrom kvtasks.system import processes\n"
         "child = processes.popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(60)\n")])
     deadline = time.monotonic() + 30

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from kvtasks import cli, repo_config
+from kvtasks.front import cli
+from kvtasks.request import repo_config
 from kvtasks.errors import UsageError
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_repo, write_files
 

@@ -1,6 +1,7 @@
 import pytest
 
-from kvtasks import pipeline, report
+from kvtasks import report
+from kvtasks.run import pipeline
 from kvtasks.harness import receipts
 from kvtasks.stages import Finding, Stage, StageResult, result
 
@@ -123,7 +124,7 @@ def test_stage_objects_keep_their_own_fields():
 
 
 def test_the_schema_lists_every_stage_and_its_fields():
-    from kvtasks.pipeline import REPORTED
+    from kvtasks.run.pipeline import REPORTED
     from kvtasks.stages import PAYLOADS
 
     schema = pipeline.REPORT.json_schema()

@@ -1,7 +1,7 @@
 """The evidence store: concurrent writers lose nothing; evidence of another schema is never a crash."""
 import os
 
-from kvtasks.store import Store
+from kvtasks.evidence.store import Store
 
 
 def test_concurrent_writers_to_one_index_entry_lose_no_label(tmp_path):
@@ -23,8 +23,8 @@ def test_concurrent_writers_to_one_index_entry_lose_no_label(tmp_path):
 
 
 def test_evidence_of_another_schema_is_ignored_said_and_its_base_runs_again(tmp_path, capsys):
-    from kvtasks import phases
-    from kvtasks.workspace import Workspace
+    from kvtasks.run import phases
+    from kvtasks.evidence.workspace import Workspace
 
     workspace = Workspace(tmp_path)
     store = workspace.store
@@ -51,5 +51,5 @@ def test_evidence_of_another_schema_is_ignored_said_and_its_base_runs_again(tmp_
 
 
 def store_schema() -> int:
-    from kvtasks.store import EVIDENCE_SCHEMA
+    from kvtasks.evidence.store import EVIDENCE_SCHEMA
     return EVIDENCE_SCHEMA

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kvtasks import processes
+from kvtasks.system import processes
 from kvtasks.worktree import GitFailed, Interrupted, PatchRefused, Worktree
 from tests.kernel_repos import make_patch, make_repo, snapshot
 

@@ -10,7 +10,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from kvtasks import locks
+from kvtasks.system import locks
 from kvtasks.worktree import GitFailed, Worktree, WorktreeBusy, held_by_a_validator, run_git
 
 SOURCES = Path(__file__).parent / "repo"

@@ -4,9 +4,11 @@ arch, and the worst verdict. It runs nothing and reads no evidence (the driver h
 """
 from __future__ import annotations
 
-from kvtasks import pages, phases, report
+from kvtasks import report
+from kvtasks.report import pages
+from kvtasks.run import phases
 from kvtasks.report import EXIT_CODES, ArchRun, Finding, Report, Retry
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 # the PR's verdict is the worst of its archs' in this order; PASS needs every requested arch
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")

@@ -10,14 +10,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtasks import phases
+from kvtasks.run import phases
 from kvtasks.fleet import node
 from kvtasks.fleet.resources import ARCH_RESOURCE, arch_label
 from kvtasks.report import Retry
 from kvtasks.request import Request
 from kvtasks.stages import StageResult
-from kvtasks.store import Store
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.store import Store
+from kvtasks.evidence.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 

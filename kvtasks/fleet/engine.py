@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
-from kvtasks import batch, pages, report
+from kvtasks import report
+from kvtasks.report import pages
+from kvtasks.run import batch
 from kvtasks.fleet import arch_report
 from kvtasks.fleet.resources import arch_label, arch_resources, require_ray
 from kvtasks.fleet.scheduler import Scheduler
 from kvtasks.request import Request
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 
 def connect():

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kvtasks import clones, phases
+from kvtasks.run import phases
+from kvtasks.worktree import clones
 from kvtasks.errors import InfrastructureError
 from kvtasks.gpu import picker
 from kvtasks.request import Request
 from kvtasks.stages import StageResult, gpu_claim
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 # a run log larger than this comes back cut to it, and the cut is recorded beside it
 LOG_CAP_BYTES = 1 << 20

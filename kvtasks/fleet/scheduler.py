@@ -14,13 +14,14 @@ from __future__ import annotations
 import sys
 from collections import defaultdict, deque
 
-from kvtasks import phases, report
+from kvtasks import report
+from kvtasks.run import phases
 from kvtasks.fleet import arch_report, node
 from kvtasks.fleet.chains import Base, Chain, FleetNode, fleet_nodes, shipment, store_run
 from kvtasks.fleet.resources import arch_label
 from kvtasks.report import Retry
 from kvtasks.request import Request
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 ATTEMPTS = 3  # lost runs of one (PR, arch) before its arch is INCONCLUSIVE as an infrastructure failure
 

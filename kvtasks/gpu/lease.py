@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from kvtasks import locks, processes
+from kvtasks.system import locks, processes
 
 _OWNER: dict = {}  # {"name": abstract socket name, "process": Popen, "pid": starter}; inherited by forked workers
 _TURN_POLL_S = 0.2

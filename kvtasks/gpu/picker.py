@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from kvtasks import faults, locks, processes
+from kvtasks.system import faults, locks, processes
 from kvtasks.gpu import lease
 from kvtasks.gpu import device_nodes_present, open_backends
 from kvtasks.gpu.backend import Backend, BackendUnavailable, Device

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from kvtasks import cgroups, variables
+from kvtasks import variables
+from kvtasks.system import cgroups
 from kvtasks.harness import environment
 from kvtasks.records import TargetEnvironment
 from kvtasks.request import Request

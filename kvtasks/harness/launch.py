@@ -1,6 +1,6 @@
 """Launch one target run and read back what it did: exit status, JUnit counts, its log.
 
-Every launch gets its own process group (kvtasks.processes); a timeout, an interrupt of the
+Every launch gets its own process group (kvtasks.system.processes); a timeout, an interrupt of the
 validator or the end of the run kills the whole group, grandchildren included; the target dies
 with its validator, and the group is journalled so a killed validator's leftovers are killed.
 """
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Literal, Mapping
 
-from kvtasks import containment, faults, processes
+from kvtasks.system import containment, faults, processes
 from kvtasks.harness.capped_log import DEFAULT_CEILING, CappedLog
 from kvtasks.harness.junit import PYTEST_USAGE_ERROR, pytest_cases, pytest_stats, script_stats
 from kvtasks.harness.target_run import NOT_FOUND, TargetRun

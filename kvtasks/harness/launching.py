@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Mapping
 
-from kvtasks import containment, progress
+from kvtasks.system import containment, progress
 from kvtasks.gpu import lease
 from kvtasks.request import Request
 from kvtasks.harness import environment, receipts, runtime_probe, startup

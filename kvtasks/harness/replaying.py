@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Mapping
 
-from kvtasks import containment, processes
+from kvtasks.system import containment, processes
 from kvtasks.harness import environment
 from kvtasks.harness.in_target import replay as replay_format
 from kvtasks.request import Request

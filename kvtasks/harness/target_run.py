@@ -43,7 +43,7 @@ class TargetRun(BaseModel):
     scratch: str | None = None
     # how it died after reaching the route, and in which test (kvtasks.harness.receipts.death); None: it ended
     died: str | None = None
-    # what was still alive once its leader had exited, and was ended (kvtasks.containment)
+    # what was still alive once its leader had exited, and was ended (kvtasks.system.containment)
     survivors: list[Survivor] = []
     # what it wrote to its output, and how much of that the log's ceiling left out (kvtasks.harness.capped_log)
     log_written_bytes: int = 0

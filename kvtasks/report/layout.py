@@ -1,7 +1,7 @@
 """A pipeline's report layout: which stage objects a report has, in what order, typed by each
 stage's payload; which of them the verdict needs passing; what each stage requires of a PASS.
 
-The pipeline (kvtasks.pipeline) makes its one Layout from its rows; the report package knows no
+The pipeline (kvtasks.run.pipeline) makes its one Layout from its rows; the report package knows no
 stage by name, so a new stage is one module and one row there.
 """
 from __future__ import annotations

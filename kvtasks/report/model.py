@@ -85,7 +85,7 @@ class Isolation(BaseModel):
     container: bool
     network: str = ""
     sandbox: str = ""  # whether targets could write the evidence store (--sandbox: read-only mount)
-    processes: str = ""  # what ends every process a launch started (kvtasks.containment)
+    processes: str = ""  # what ends every process a launch started (kvtasks.system.containment)
     reason: str = ""
     target_environment: TargetEnvironment | None = None
 
@@ -101,6 +101,8 @@ class LogCut(BaseModel):
     cut_bytes: int  # what was left out between its first and last parts
 
 
+# the docstring is the published schema's description (tests/report_schemas/3.json), kept as published:
+# its kvtasks.containment is the module kvtasks.system.containment now
 class Containment(BaseModel):
     """What the launches left alive once their leaders had exited (every one ended before the tree
     was handed back; kvtasks.containment), and whose output passed the log ceiling."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvtasks import faults
+from kvtasks.system import faults
 from kvtasks.report import comment
 from kvtasks.report.chart import perf_chart
 from kvtasks.report.markdown import summary_markdown
 from kvtasks.report.model import Report
-from kvtasks.files import write_atomic
+from kvtasks.system.files import write_atomic
 
 
 def _beside(path: Path, name: str) -> Path:

@@ -9,6 +9,8 @@ is held; `resolved` says whether it ran.
 """
 from __future__ import annotations
 
+import hashlib
+
 import os
 import re
 from pathlib import Path
@@ -200,6 +202,10 @@ class Request(BaseModel):
 
     def patch_bytes(self) -> bytes:
         return Path(self.patch).read_bytes() if self.patch else b""
+
+    def patch_sha256(self) -> str | None:
+        """The exact patch bytes' digest (what the head key holds of the patch); None without one."""
+        return hashlib.sha256(self.patch_bytes()).hexdigest() if self.has_patch else None
 
     def launch_prefix(self, writable: list[str] | tuple[str, ...] = (), left: str = "") -> tuple[str, ...]:
         """What a target command runs under: the sandbox's mount namespace (the `readonly` folders

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from kvtasks import processes
+from kvtasks.system import processes
 from kvtasks.errors import UsageError
 
 # Runs first inside the mount and PID namespaces, as the namespace's first process: read-only binds,

@@ -31,7 +31,7 @@ class Option:
     joined_by: str = ""
     dash_led: bool = False
     path: bool = False
-    # which content key the option is part of (kvtasks.keys): "base" (how base's runs come out, so every
+    # which content key the option is part of (kvtasks.evidence.keys): "base" (how base's runs come out, so every
     # PR against the base shares it), "head" (only how head's evidence is made or judged), "neither"
     # (where things are, what they are called, or what reaches the keys through what it decides)
     keys: str = ""

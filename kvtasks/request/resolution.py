@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtasks import clones
+from kvtasks.worktree import clones
 from kvtasks.errors import UsageError
 from kvtasks.request.model import Request
 from kvtasks.request.namespaces import mount_namespace, network_namespace

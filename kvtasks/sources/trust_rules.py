@@ -3,7 +3,7 @@
 A rule has its stable id (kvtasks.rules lists it with the run-time rules), its meaning, its severity,
 what it finds in the readings (the stage's typed TestPolicy payload, read once per file) and two
 examples beside it: a PR it must blame and its honest twin it must not. tests/unit/test_trust_rules.py
-runs every example through the stage; `python -m kvtasks.doc_tables` writes the rules page from this
+runs every example through the stage; `python -m kvtasks.front.doc_tables` writes the rules page from this
 table. A new rule is one row here (and, where it needs a reading no rule has yet, that reading in
 kvtasks.sources).
 """

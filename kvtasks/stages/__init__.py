@@ -1,7 +1,7 @@
 """Stages: each stage module declares a StageSpec, whose entry point returns a StageResult; none
 writes the report.
 
-A spec says, checked when the pipeline is built (kvtasks.pipeline) and as the stage runs: the
+A spec says, checked when the pipeline is built (kvtasks.run.pipeline) and as the stage runs: the
 stage's name, its payload model (the stage object the report shows; extra fields forbidden), the
 records it reads (`ctx.get(GpuClaim)`, `ctx.get(Plan)`: by type, never by stage name) and the
 typed records it sets in the run's facts, its entry point, and what PASS requires of it.
@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from pydantic import BaseModel, SerializeAsAny, field_validator
 
-from kvtasks import progress, sources
+from kvtasks import sources
+from kvtasks.system import progress
 from kvtasks.records import Facts, Selection, merged
 from kvtasks.report.model import Finding, Report, Severity, Stage, Status
 from kvtasks.request import Request
@@ -121,7 +122,7 @@ class Context:
     base_evidence: dict[str, StageResult] = field(default_factory=dict)
     # the stage running now: what it reads must be among what its spec declares
     running: StageSpec | None = None
-    # what runs the launches a stage asks for (kvtasks.executor; a recording one in unit tests)
+    # what runs the launches a stage asks for (kvtasks.run.executor; a recording one in unit tests)
     launcher: Launcher | None = None
 
     def launch(self, asked: Asked):

@@ -3,7 +3,7 @@
 A stage decides; it never starts a process. It says what it wants run as a `Launch` (or a `Timing`,
 or a `Replay`) through `ctx.launch(...)`, inside the side its lend holds, and judges the `TargetRun`
 (or the replay's outcome) that comes back. The launcher behind `ctx.launch` is the run's executor
-(kvtasks.executor: the GPU claim, the CPU tier and the scratch folders applied in one place), or in
+(kvtasks.run.executor: the GPU claim, the CPU tier and the scratch folders applied in one place), or in
 unit tests a recording launcher (tests/kit.py) that hands back runs the test made.
 """
 from __future__ import annotations

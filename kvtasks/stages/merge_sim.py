@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pydantic import ConfigDict
 
-from kvtasks import keys
 from kvtasks.stages import Context, Stage, StageResult, StageSpec, result
 from kvtasks.records import Repo
 from kvtasks.worktree import GitFailed
@@ -34,7 +33,7 @@ def run(ctx: Context) -> StageResult:
         "base": base,
         "head": request.head_sha,
         "kind": worktree.kind(),
-        "patch_sha256": keys.patch_sha256(request.patch_bytes()) if request.has_patch else None,
+        "patch_sha256": request.patch_sha256(),
         # given by refs: the worktree is kvtasks' private checkout of the base ref's tip in a clone of `source`
         "source": request.source,
         "base_ref": request.base_ref,

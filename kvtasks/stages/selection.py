@@ -6,7 +6,8 @@ a failure). `--runner` overrides, and the report keeps what the structure said n
 """
 from __future__ import annotations
 
-from kvtasks import repo_config, sources
+from kvtasks import sources
+from kvtasks.request import repo_config
 from kvtasks.sources.structure import argv_parsed_at_import, has_main_guard, test_definitions
 from kvtasks.stages import Context, Report, StageResult, StageSpec
 from kvtasks.records import Selection

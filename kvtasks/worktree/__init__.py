@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
-from kvtasks import faults, locks, processes
+from kvtasks.system import faults, locks, processes
 from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_exclusively, open_lock,
                                         release_exclusive)
 from kvtasks.worktree.git_commands import (GitFailed, PatchRefused, forget_callers_repository, git_environment, run_git,

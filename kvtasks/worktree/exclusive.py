@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from kvtasks import locks, processes
+from kvtasks.system import locks, processes
 from kvtasks.worktree.git_commands import GitFailed, state_dir
 
 _VALIDATOR_LOCKS: dict[str, int] = {}

@@ -9,7 +9,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from kvtasks import processes
+from kvtasks.system import processes
 
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
 _GIT_TIMEOUT_S = 600  # a status with --ignored on a large checkout is the slowest call

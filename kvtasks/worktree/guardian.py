@@ -31,7 +31,7 @@ _POLL_S = 0.05
 
 
 def _alive(pid: int, started: int | None) -> bool:
-    # the same reading as kvtasks.processes.alive, without importing the package to make it
+    # the same reading as kvtasks.system.processes.alive, without importing the package to make it
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

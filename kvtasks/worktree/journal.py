@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvtasks import cgroups, processes
+from kvtasks.system import cgroups, processes
 from kvtasks.worktree.exclusive import WorktreeBusy
 from kvtasks.worktree.git_commands import toplevel_is
 

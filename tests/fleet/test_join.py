@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from kvtasks import cli, pipeline
+from kvtasks.front import cli
+from kvtasks.run import pipeline
 from kvtasks.fleet import arch_report
 from kvtasks.gpu import picker
 from kvtasks.host import IdleSettings

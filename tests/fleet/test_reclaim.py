@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kvtasks import locks
+from kvtasks.system import locks
 from kvtasks.errors import InfrastructureError
 from kvtasks.fleet import node
 from kvtasks.gpu import picker

@@ -98,7 +98,7 @@ def test_a_lock_taken_by_another_process_is_not_granted(private_gpu_locks):
 
 
 def test_importing_kvtasks_never_imports_vendor_libraries():
-    code = ("import sys, kvtasks, kvtasks.cli, kvtasks.graph, kvtasks.gpu.picker, kvtasks.stages.gpu_claim\n"
+    code = ("import sys, kvtasks, kvtasks.front.cli, kvtasks.front.graph, kvtasks.gpu.picker, kvtasks.stages.gpu_claim\n"
             "print(sorted(m for m in ('amdsmi', 'pynvml') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

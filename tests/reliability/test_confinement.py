@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from kvtasks import demo, locks
+from kvtasks import demo
+from kvtasks.system import locks
 from kvtasks.worktree import GitFailed, Worktree, hold_exclusively, release_exclusive, run_git
 from tests.kernel_repos import make_patch, make_repo, snapshot
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvtasks import cgroups, cli, containment
+from kvtasks.front import cli
+from kvtasks.system import cgroups, containment
 from kvtasks.harness.launch import launch
 from kvtasks.worktree import run_git
 from tests.kernel_repos import DAEMON_AT_IMPORT, KERNEL, TESTS, kernel_repo, make_patch, snapshot

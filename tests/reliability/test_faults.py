@@ -163,7 +163,7 @@ def test_a_parallel_batch_killed_anywhere_hands_everything_back_and_resumes(tmp_
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_the_picker_ends_the_validator_at_once_and_leaves_nothing(sig, repo, home, tmp_path, idle_gpu,
                                                                                   private_gpu_locks):
-    from kvtasks import locks
+    from kvtasks.system import locks
     from kvtasks.worktree import held_by_a_validator
     from tests.processes import alive, children, wait_for_marker
 

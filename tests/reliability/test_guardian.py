@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kvtasks import processes
+from kvtasks.system import processes
 from kvtasks.worktree import Worktree, guardian_start
 from tests.kernel_repos import KERNEL_TAIL_BUG, late_writer_pr, make_patch, snapshot, wait_past_the_late_write
 from tests.processes import alive, guardians, wait_for_marker

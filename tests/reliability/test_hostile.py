@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvtasks import cli
+from kvtasks.front import cli
 from tests.kernel_repos import git, kernel_repo, make_patch, snapshot
 
 

@@ -1,7 +1,7 @@
 """build_request: every declared option reaches its field, whichever front door spells it."""
 import pytest
 
-from kvtasks import cli
+from kvtasks.front import cli
 from kvtasks.request import UsageError, build_request, declared_options
 from kvtasks.request import resolution
 from tests.kernel_repos import git, make_patch

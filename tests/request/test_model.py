@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from kvtasks import cli
+from kvtasks.front import cli
 from kvtasks.host import HostSettings
 from kvtasks.request import declared_options, doit_variables
 

@@ -2,9 +2,11 @@
 resolves only once it holds the worktree."""
 import pytest
 
-from kvtasks import clones, front_doors, graph, processes
+from kvtasks.front import front_doors, graph
+from kvtasks.system import processes
+from kvtasks.worktree import clones
 from kvtasks.request import Request, UsageError, locate, resolution, resolve, validate_request
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 
 @pytest.fixture

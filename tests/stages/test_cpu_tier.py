@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvtasks import cli
+from kvtasks.front import cli
 from kvtasks.stages import cpu_tier, result, target_runs
 from kvtasks.records import RuntimeFingerprint
 from kvtasks.harness.in_target.cpu_state import BF16_REASON

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from kvtasks import cli
+from kvtasks.front import cli
 from tests.conftest import FAKES, IDLE_AMD
 from tests.kernel_repos import git, make_patch
 from tests.processes import lock_held_elsewhere
@@ -131,7 +131,7 @@ def test_picker_override_is_used_and_its_index_is_mapped_back(repo, validate, mo
 
 def test_on_this_host_a_cpu_suite_is_not_required_and_still_inconclusive(repo, home, tmp_path):
     from tests.conftest import Validation
-    from kvtasks import cli
+    from kvtasks.front import cli
 
     out = tmp_path / "r.json"
     code = cli.main(["--repo", str(repo), "--patch", str(readme_patch(repo, tmp_path)),
@@ -151,7 +151,7 @@ def test_on_this_host_a_cpu_suite_is_not_required_and_still_inconclusive(repo, h
 @pytest.mark.parametrize("suite", [GPU_ONLY_TEST, SKIPIF_GUARDED])
 def test_on_this_host_a_gpu_suite_is_required_and_correctness_is_skipped(repo, home, tmp_path, suite):
     from tests.conftest import Validation
-    from kvtasks import cli
+    from kvtasks.front import cli
 
     (repo / "tests/test_gpu.py").write_text(suite)
     git(repo, "add", "-A")

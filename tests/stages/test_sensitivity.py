@@ -6,12 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvtasks import cli, keys, pipeline
+from kvtasks.evidence import keys
+from kvtasks.front import cli
+from kvtasks.run import pipeline
 from kvtasks.request import build_request
 from kvtasks.stages import sensitivity
 from kvtasks.harness.junit import ExecutionStats
 from kvtasks.harness.target_run import TargetRun
-from kvtasks.store import Store
+from kvtasks.evidence.store import Store
 from tests.batches import doit, reports
 from tests.kernel_repos import make_patch
 from tests.receipts import receipt

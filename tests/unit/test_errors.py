@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvtasks import cli, errors, front_doors, graph
+from kvtasks import errors
+from kvtasks.front import cli, front_doors, graph
 from kvtasks.errors import CRASH_LOG, InfrastructureError, UsageError
 
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from kvtasks import progress
+from kvtasks.system import progress
 
 
 def test_a_shown_door_says_progress_on_stderr_and_results_on_stdout(capsys):
@@ -32,7 +32,7 @@ def test_a_quiet_door_says_only_notices_and_showing_twice_says_once(capsys):
 def test_a_worker_started_afresh_shows_what_its_door_decided():
     for quiet in (True, False):
         progress.show(quiet)
-        done = subprocess.run([sys.executable, "-c", "from kvtasks import progress\nprogress.say('running')\n"
+        done = subprocess.run([sys.executable, "-c", "from kvtasks.system import progress\nprogress.say('running')\n"
                                "progress.result('summary')"], capture_output=True, text=True, env={**os.environ})
         assert (done.stdout, done.stderr) == (("", "") if quiet else ("summary\n", "[kvtasks] running\n"))
     progress.show(quiet=True)

@@ -8,7 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from kvtasks.pipeline import REPORT
+from kvtasks.run.pipeline import REPORT
 from kvtasks.report import SCHEMA_VERSION
 
 SNAPSHOTS = Path(__file__).parent.parent / "report_schemas"

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from pydantic import ConfigDict
 
-from kvtasks import pipeline
-from kvtasks.pipeline import PIPELINE, ROWS, Row, run_row
+from kvtasks.run import pipeline
+from kvtasks.run.pipeline import PIPELINE, ROWS, Row, run_row
 from kvtasks.records import CpuTier, Facts, Plan, Selection
 from kvtasks.report import Entry, Layout, Stage
 from kvtasks.stages import StageResult, StageSpec, result

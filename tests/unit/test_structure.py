@@ -62,7 +62,7 @@ def test_a_stage_that_imports_the_executor_breaks_its_contract(tmp_path):
     shutil.copytree(ROOT / "kvtasks", tmp_path / "kvtasks", ignore=shutil.ignore_patterns("__pycache__", "demo"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     stage = tmp_path / "kvtasks" / "stages" / "nonfinite.py"
-    stage.write_text(stage.read_text() + "\nfrom kvtasks import executor  # a stage that launches\n")
+    stage.write_text(stage.read_text() + "\nfrom kvtasks.run import executor  # a stage that launches\n")
     done = lint_imports(tmp_path)
     assert done.returncode == 1 and "Stages decide and never launch" in done.stdout and "BROKEN" in done.stdout
-    assert "kvtasks.stages.nonfinite -> kvtasks.executor" in done.stdout
+    assert "kvtasks.stages.nonfinite -> kvtasks.run.executor" in done.stdout

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvtasks import cli
-from kvtasks.store import Store
+from kvtasks.front import cli
+from kvtasks.evidence.store import Store
 from tests.kernel_repos import ARGNAMES_TEST, TILED, TILED_TAIL_BUG, git, make_patch, snapshot, tiled_repo
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]

@@ -4,7 +4,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from kvtasks import pipeline
+from kvtasks.run import pipeline
 from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.stage import Perf
 from kvtasks.stages.perf.stats import compare

@@ -18,9 +18,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from kvtasks import executor, worktree
+from kvtasks import worktree
+from kvtasks.run import executor
 from kvtasks.harness.target_run import TargetRun
-from kvtasks.pipeline import PIPELINE, run_row
+from kvtasks.run.pipeline import PIPELINE, run_row
 from kvtasks.request import UsageError, build_request
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, cpu_tier, grid, runtime_compat
@@ -30,7 +31,7 @@ from kvtasks.stages.grid.proof import poisoned, proves_channel
 from kvtasks.stages.grid.runs import run_grid
 from kvtasks.stages.target_runs import gate
 from kvtasks.worktree import Worktree
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 def request_of(workspace: Workspace, given: dict):
     """The Request a check runs: the options given, on the embedded demo's checkout when no repo is."""

@@ -12,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from kvtasks import batch, cache_commands, check, demo, graph, pages, pr_targets, progress
+from kvtasks import demo
+from kvtasks.front import cache_commands, graph, pr_targets
+from kvtasks.report import pages
+from kvtasks.run import batch, check
+from kvtasks.system import progress
 from kvtasks.fleet.resources import require_ray
 from kvtasks.request import Request, UsageError, doit_variables, locate, resolve, validate_request
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 Namespace = dict[str, object]
 
@@ -161,7 +165,7 @@ LISTED = ("batch", "cache", "cache-gc", "check", "report", "validate")
 def namespace(command: str, workspace: Workspace, given: dict[str, str], quiet: bool) -> Namespace:
     """The task creators of `command` with the variables `given`; a command that is no front door
     (doit's own list, help, info, forget, ...) gets the catalogue, which builds and takes nothing.
-    Progress and results are shown unless `quiet` (kvtasks.progress)."""
+    Progress and results are shown unless `quiet` (kvtasks.system.progress)."""
     progress.show(quiet)
     door = FRONT_DOORS.get(command)
     if door is None:

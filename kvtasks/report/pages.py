@@ -20,11 +20,11 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader
 
-from kvtasks import faults
-from kvtasks.page_views import (SEVERITIES, VERDICTS, arch_rows, arch_verdicts, finding_counts, grid_view,
+from kvtasks.system import faults
+from kvtasks.report.page_views import (SEVERITIES, VERDICTS, arch_rows, arch_verdicts, finding_counts, grid_view,
                                 perf_view, rank, repo_fields, sanitizer_violations)
 from kvtasks.report import tier_line
-from kvtasks.files import write_atomic
+from kvtasks.system.files import write_atomic
 
 REPORT = "validation_report.json"
 PAGE = "index.html"
@@ -38,7 +38,7 @@ _environment.globals["tier_line"] = tier_line
 
 
 def _css() -> str:
-    return (Path(__file__).parent / "templates" / "pages.css").read_text()
+    return (Path(__file__).parents[1] / "templates" / "pages.css").read_text()
 
 
 def _render(template: str, path: Path, **context: Any) -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 import diskcache
 from pydantic import BaseModel, ValidationError
 
-from kvtasks.files import write_atomic
+from kvtasks.system.files import write_atomic
 from kvtasks.stages import StageResult
 
 # the shape of stored stage results; a change to it bumps this, and older evidence runs again

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtasks import locks
-from kvtasks.clones import PLAIN_GIT
+from kvtasks.system import locks
+from kvtasks.worktree.clones import PLAIN_GIT
 from kvtasks.worktree import in_use, run_git
 
 

@@ -1,4 +1,4 @@
-"""A cgroup v2 per launch, where the host delegates one to the validator (kvtasks.containment).
+"""A cgroup v2 per launch, where the host delegates one to the validator (kvtasks.system.containment).
 
 Every process of a launch is in its cgroup whatever it does to its session, environment or
 working directory, and `cgroup.kill` ends them all at once; the journal keeps the cgroup's path,

@@ -1,4 +1,4 @@
-"""Which targets validate a PR, from the kernel repository's configuration (kvtasks.repo_config), and
+"""Which targets validate a PR, from the kernel repository's configuration (kvtasks.request.repo_config), and
 the PR's own report when there are several: one report per target and, beside them, the worst
 verdict with each target's, as a fleet PR has per architecture.
 
@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvtasks import __version__, clones
-from kvtasks.pipeline import REPORT
+from kvtasks import __version__
+from kvtasks.worktree import clones
+from kvtasks.run.pipeline import REPORT
 from kvtasks.report import EXIT_CODES, comment
-from kvtasks.repo_config import RepoConfig, load
+from kvtasks.request.repo_config import RepoConfig, load
 from kvtasks.request import patch_paths
-from kvtasks.files import write_atomic
+from kvtasks.system.files import write_atomic
 from kvtasks.errors import UsageError
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 PR_REPORT = "pr_report.json"
 # worst first, as a fleet PR's archs are merged

@@ -4,9 +4,9 @@ and run no stage.
 """
 from __future__ import annotations
 
-from kvtasks import clone_collection
+from kvtasks.worktree import clone_collection
 from kvtasks.errors import UsageError
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 
 def list_cache(workspace: Workspace, base_oid: str | None = None) -> None:

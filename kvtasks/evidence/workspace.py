@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from kvtasks import pages
+from kvtasks.report import pages
 from kvtasks.request import Request
-from kvtasks.store import Store
+from kvtasks.evidence.store import Store
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Workspace:
 
     @property
     def clones(self) -> Path:
-        """kvtasks' private clones of repositories validated by refs (kvtasks.clones), apart from
+        """kvtasks' private clones of repositories validated by refs (kvtasks.worktree.clones), apart from
         the evidence: deleting them loses no evidence."""
         return self.root / "clones"
 

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from kvtasks import faults, report
+from kvtasks import report
+from kvtasks.system import faults
 from kvtasks.report import Entry, Layout, Report, Stage
 from kvtasks.stages.coverage import arch_coverage
 from kvtasks.stages import (Context, StageResult, StageSpec, base_oracle, baseline_control, cpu_tier, gpu_activity, gpu_claim,
@@ -39,7 +40,7 @@ class Row:
 
 
 PIPELINE: dict[str, tuple[Row, ...]] = {
-    # always runs; computes the content keys from what it learned (phases.py, kvtasks.keys)
+    # always runs; computes the content keys from what it learned (phases.py, kvtasks.evidence.keys)
     "prepare": (
         Row(run_facts.STAGE),
         Row(merge_sim.STAGE, "required"),  # halts the PR when the tree is dirty or the patch does not apply

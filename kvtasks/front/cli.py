@@ -21,12 +21,15 @@ import os
 import sys
 from pathlib import Path
 
-from kvtasks import __version__, check, errors, front_doors, graph, progress, report, worktree
+from kvtasks import __version__, errors, report, worktree
+from kvtasks.front import front_doors, graph
+from kvtasks.run import check
+from kvtasks.system import progress
 from kvtasks.errors import UsageError
-from kvtasks.pipeline import REPORT
+from kvtasks.run.pipeline import REPORT
 from kvtasks.report import comment
 from kvtasks.request import declared_options
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 
 DEFAULT_OUT = "validation_report.json"
 # the verdicts from least to most severe; --fail-on X fails the gate at X and every verdict above it

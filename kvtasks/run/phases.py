@@ -12,16 +12,19 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtasks import executor, keys, pages, report
-from kvtasks.pipeline import compose as compose_report, run_group
+from kvtasks import report
+from kvtasks.evidence import keys
+from kvtasks.report import pages
+from kvtasks.run import executor
+from kvtasks.run.pipeline import compose as compose_report, run_group
 from kvtasks.report import comment
 from kvtasks.request import Request
 from kvtasks.report import ReusedEvidence
 from kvtasks.stages import Context, StageResult, baseline_control, gpu_claim, run_facts, sensitivity
 from kvtasks.records import Facts, Repo, Selection, merged
 from kvtasks.harness import isolation
-from kvtasks.store import Store
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.store import Store
+from kvtasks.evidence.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 

@@ -1,9 +1,9 @@
-"""The doit task graph: it turns the pipeline's groups (kvtasks.pipeline) into tasks and runs a
-front door's task creators (kvtasks.front_doors) in this process through doit's Python API; the
+"""The doit task graph: it turns the pipeline's groups (kvtasks.run.pipeline) into tasks and runs a
+front door's task creators (kvtasks.front.front_doors) in this process through doit's Python API; the
 work of every task is another module's (phases, batch, cache_commands).
 
 Per PR (label L):  prepare:L -> base:<base key> -> head:<head key> -> report:L
-- prepare:L always runs; it computes the content keys (kvtasks.keys).
+- prepare:L always runs; it computes the content keys (kvtasks.evidence.keys).
 - base:<key> is up to date when evidence of a completed baseline for that key exists, so PRs
   against the same base, target and runtime share one base run, across runs and in a batch.
 - head:<key> and report:L always run. The base/head/report tasks are created by a delayed creator
@@ -23,12 +23,16 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import batch, pages, phases, pr_targets, processes, progress, report, worktree
+from kvtasks import report, worktree
+from kvtasks.front import pr_targets
+from kvtasks.report import pages
+from kvtasks.run import batch, phases
+from kvtasks.system import processes, progress
 from kvtasks.errors import UsageError
 from kvtasks.gpu import lease, picker
-from kvtasks.pipeline import PIPELINE
+from kvtasks.run.pipeline import PIPELINE
 from kvtasks.request import Request
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 from kvtasks.worktree import signals
 
 

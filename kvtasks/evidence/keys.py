@@ -41,15 +41,11 @@ from kvtasks.host import HostSettings
 from kvtasks.request import Request, declared_options
 from kvtasks.records import CpuTier, RuntimeFingerprint, Selection
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def digest(document: object) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def patch_sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def tree_identity(root: str | None) -> str | None:
@@ -72,7 +68,7 @@ def kvtasks_identity() -> str:
     run: a changed kvtasks is a changed base run, whatever its version string says."""
     return digest([tree_identity(str(_PACKAGE / "harness")), tree_identity(str(_PACKAGE / "stages")),
                    *(hashlib.sha256((_PACKAGE / module).read_bytes()).hexdigest()
-                     for module in ("processes.py", "executor.py", "variables.py"))])
+                     for module in ("system/processes.py", "run/executor.py", "variables.py"))])
 
 
 def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: BaseModel | None,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     # an annotation only: the helpers that import this module (the GPU lease owner, the guardian's
     # recovery) start in a fresh interpreter, and the records' pydantic models would add most of
     # their start-up time
-    from kvtasks.containment import Watch
+    from kvtasks.system.containment import Watch
     from kvtasks.records import Survivor
 
 KILL_GRACE_S = 5.0
@@ -49,7 +49,7 @@ class Finished:
     timed_out: bool
     timeout_s: float
     duration_s: float
-    survivors: list[Survivor] = field(default_factory=list)  # a contained run's (kvtasks.containment)
+    survivors: list[Survivor] = field(default_factory=list)  # a contained run's (kvtasks.system.containment)
 
     @property
     def ok(self) -> bool:
@@ -90,7 +90,7 @@ def _die_with_parent(parent: int, cgroup: Path | None = None) -> Callable[[], No
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(137)
-        if cgroup is not None:  # its launch's cgroup, entered before it execs (kvtasks.containment)
+        if cgroup is not None:  # its launch's cgroup, entered before it execs (kvtasks.system.containment)
             try:
                 with open(cgroup / "cgroup.procs", "w") as procs:
                     procs.write("0")
@@ -250,7 +250,7 @@ def run(argv: Sequence[str], *, timeout_s: float, cwd: str | os.PathLike | None 
         errors: str = "surrogateescape", stdin_bytes: bytes | None = None,
         outlives_us_harmlessly: bool = False) -> Finished:
     """Run to completion or to `timeout_s`; either way the whole group is gone afterwards (a run of
-    the checkout's code is `kvtasks.containment.run`, which also ends what left the group).
+    the checkout's code is `kvtasks.system.containment.run`, which also ends what left the group).
 
     `stdin_bytes` is what it reads on its standard input (nothing otherwise)."""
     started = time.monotonic()

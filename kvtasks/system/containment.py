@@ -42,7 +42,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from kvtasks import cgroups, processes
+from kvtasks.system import cgroups, processes
 from kvtasks.records import Survivor
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvtasks import clones, pages, phases
+from kvtasks.report import pages
+from kvtasks.run import phases
+from kvtasks.worktree import clones
 from kvtasks.errors import UsageError
 from kvtasks.gpu import picker
 from kvtasks.request import Request, path_variables
 from kvtasks.stages import run_facts
-from kvtasks.workspace import Workspace
+from kvtasks.evidence.workspace import Workspace
 from kvtasks.worktree import Worktree
 
 

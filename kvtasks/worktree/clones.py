@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from kvtasks import locks, processes
+from kvtasks.system import locks, processes
 from kvtasks.worktree import GitFailed, Worktree, git_environment, held_by_a_validator, run_git
 
 _OID = re.compile(r"[0-9a-fA-F]{7,40}")

@@ -1,0 +1,3 @@
+"""What every layer uses of the operating system: processes and their containment (cgroups),
+locks, whole-file writes, fault points, progress lines.
+"""
