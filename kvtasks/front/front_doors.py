@@ -15,7 +15,7 @@ from typing import Callable
 from kvtasks import demo
 from kvtasks.front import cache_commands, graph, pr_targets
 from kvtasks.report import pages
-from kvtasks.run import batch, check
+from kvtasks.run import batch, check, session
 from kvtasks.system import progress
 from kvtasks.fleet.resources import require_ray
 from kvtasks.request import Request, UsageError, doit_variables, locate, resolve, validate_request
@@ -40,7 +40,7 @@ def located(options: dict, workspace: Workspace) -> Request:
 def held_and_resolved(requests: list[Request]) -> list[Request]:
     """Take each request's worktree for this validator, then resolve the requests (what they read
     of a worktree is read while no other validator has it)."""
-    graph.hold_worktrees(requests)
+    session.hold_worktrees(requests)
     return [resolve(request) for request in requests]
 
 

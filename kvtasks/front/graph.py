@@ -14,7 +14,6 @@ fail = 1, INCONCLUSIVE error = 2), so `doit validate` exits with the verdict's c
 """
 from __future__ import annotations
 
-import multiprocessing.util
 import sys
 from typing import Iterator
 
@@ -23,13 +22,12 @@ from doit.cmd_base import ModuleTaskLoader
 from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
-from kvtasks import report, worktree
+from kvtasks import report
 from kvtasks.front import pr_targets
 from kvtasks.report import pages
-from kvtasks.run import batch, phases
-from kvtasks.system import processes, progress
+from kvtasks.run import batch, phases, session
+from kvtasks.system import progress
 from kvtasks.errors import UsageError
-from kvtasks.gpu import lease, picker
 from kvtasks.run.pipeline import PIPELINE
 from kvtasks.request import Request
 from kvtasks.evidence.workspace import Workspace
@@ -137,47 +135,6 @@ def loader_namespace(requests: list[Request], workspace: Workspace, batch_name: 
     return namespace
 
 
-class _Workers:
-    """doit -n workers are multiprocessing forks: each dies with the validator, as its targets die
-    with it, so a killed validator leaves no worker holding its locks or running its stages."""
-
-    def __init__(self):
-        multiprocessing.util.register_after_fork(self, _Workers.forked)
-
-    @staticmethod
-    def forked(_self) -> None:
-        processes.die_with_parent()
-
-
-_WORKERS: _Workers | None = None
-
-
-_HELD: list = []  # the worktrees this validator holds, released when its run ends
-
-
-def hold_worktrees(requests: list[Request]) -> None:
-    """Take each worktree for this validator before anything runs (a busy one is refused at
-    once), and start the validator's GPU lease owner before any worker forks."""
-    global _WORKERS
-    for repo in dict.fromkeys(request.repo for request in requests):
-        try:
-            worktree.hold_exclusively(repo)
-        except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
-            release_held()
-            raise UsageError(str(exc)) from None
-        _HELD.append(repo)
-    _WORKERS = _WORKERS or _Workers()
-    signals.install()
-    lease.start(picker.lock_dir())
-
-
-def release_held() -> None:
-    picker.release_all()  # the claim is held until the report is written, and no longer
-    lease.stop()
-    while _HELD:
-        worktree.release_exclusive(_HELD.pop())
-
-
 def execute(build_namespace, command: str, quiet: bool = False, verbose: bool = False) -> int:
     """Run one front door's task graph in this process through doit's Python API (its loader over
     the namespace `build_namespace()` returns, built under the run's signal handlers); return
@@ -193,7 +150,7 @@ def execute(build_namespace, command: str, quiet: bool = False, verbose: bool = 
                       "and the run stopped", file=sys.__stderr__)
             raise
         finally:
-            release_held()
+            session.release_held()
     return code if code in (0, 1, 2) else 2
 
 

@@ -3,6 +3,7 @@ resolves only once it holds the worktree."""
 import pytest
 
 from kvtasks.front import front_doors, graph
+from kvtasks.run import session
 from kvtasks.system import processes
 from kvtasks.worktree import clones
 from kvtasks.request import Request, UsageError, locate, resolution, resolve, validate_request
@@ -68,7 +69,7 @@ def test_resolve_reads_what_validation_left(repo, tmp_path, monkeypatch):
 
 def test_the_front_door_resolves_once_it_holds_the_worktree(repo, tmp_path, monkeypatch):
     said = []
-    monkeypatch.setattr(graph, "hold_worktrees", lambda requests: said.append(("held", [r.repo for r in requests])))
+    monkeypatch.setattr(session, "hold_worktrees", lambda requests: said.append(("held", [r.repo for r in requests])))
     monkeypatch.setattr(front_doors, "resolve", lambda request: said.append(("resolved", request.repo)) or request)
     monkeypatch.setattr(graph, "loader_namespace", lambda requests, *args, **kwargs: {graph.REQUESTS: requests})
     workspace = Workspace(tmp_path / "home")
