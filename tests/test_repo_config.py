@@ -3,11 +3,16 @@ by refs with no --target gets the targets its changed files map to, one report e
 with the worst verdict; a PR touching no mapped file is the usage error; base's configuration is the
 one used, and a PR that changes it is told so."""
 import json
+import subprocess
+import sys
 
 import pytest
 
+from kvtasks.evidence.workspace import Workspace
 from kvtasks.front import cli
-from kvtasks.request import repo_config
+from kvtasks.run import check
+from kvtasks.request import repo_config, validate_request
+from kvtasks.stages.policy.criteria import parse_tol_table
 from kvtasks.errors import UsageError
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_repo, write_files
 
@@ -113,7 +118,11 @@ def test_flags_win_over_the_configuration(configured, home, idle_gpu, tmp_path):
 
 @pytest.mark.parametrize("text,said", [
     ('[tool.kvtasks]\nrepo = "elsewhere"\n', "sets 'repo'"),
-    ('[tool.kvtasks.targets.a]\nrunner = "pytest"\n', "target 'a' names no `target`"),
+    ('[tool.kvtasks.targets.a]\nrunner = "pytest"\n', "[tool.kvtasks.targets.a] names no 'target'"),
+    ('[tool.kvtasks]\ntol_table = ["f32", 1e-5]\n', "[tool.kvtasks] tol_table must be a table of dtype = tolerance"),
+    ('[tool.kvtasks.targets.a]\ntarget = "t.py"\nshape_env = {M = 1}\n',
+     "[tool.kvtasks.targets.a] shape_env must be a string (or a bare number); it is dict"),
+    ('[tool.kvtasks]\ncpu_sparse_grid = "many"\n', "cpu_sparse_grid must be an integer; it is str 'many'"),
     ('[tool.kvtasks.targets.a]\ntarget = "t.py"\n[tool.kvtasks.map]\n"k/*" = ["b"]\n', "'b', which is no named target"),
 ])
 def test_a_configuration_mistake_is_a_usage_error_naming_the_file(text, said, tmp_path):
@@ -126,7 +135,53 @@ def test_a_configuration_mistake_is_a_usage_error_naming_the_file(text, said, tm
             raise
 
 
+def test_the_toml_a_person_writes_reaches_the_options_as_the_command_line_gives_them(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.kvtasks]\ntol_table = {f32 = 1e-5, f16 = 2e-3}\nno_network = true\n'
+        '[tool.kvtasks.targets.a]\ntests = "t.py"\nshape_vars = ["M", "N"]\ngrid = [[64, 2000, "f32"], "7,4097,f16"]\n'
+        'env = ["A=1", "B=2"]\ncpu_sparse_grid = 4096\ncpu_device_capability = 9.0\n')
+    config = repo_config.load(tmp_path)
+    assert config.defaults == {"tol_table": "f32=1e-05,f16=0.002", "no_network": "1"}
+    assert config.options("a") == {**config.defaults, "target": "t.py", "shape_vars": "M,N",
+                                   "grid": "64,2000,f32;7,4097,f16", "env": ["A=1", "B=2"],
+                                   "cpu_sparse_grid": "4096", "cpu_device_capability": "9.0"}
+    request = validate_request({**config.options("a"), "repo": str(tmp_path)})
+    assert request.tol_table == "f32=1e-05,f16=0.002" and parse_tol_table(request.tol_table) == {"f32": 1e-5,
+                                                                                                   "f16": 2e-3}
+
+
+def test_the_configuration_s_json_schema_names_every_option_and_its_forms():
+    schema = json.loads(subprocess.run([sys.executable, "-m", "kvtasks", "schema", "--config"], capture_output=True,
+                                       text=True, check=True).stdout)
+    assert schema["title"] == "KvtasksTable" and schema["additionalProperties"] is False
+    assert {"tol_table", "grid", "shape_vars", "targets", "map"} <= set(schema["properties"])
+    assert "table of dtype = tolerance" in schema["properties"]["tol_table"]["description"]
+
+
 def test_kvtasks_toml_is_read_at_its_top_level(tmp_path):
     (tmp_path / "kvtasks.toml").write_text('[targets.a]\ntarget = "t.py"\n[map]\n"k/**" = ["a"]\n')
     config = repo_config.load(tmp_path)
     assert config.file == "kvtasks.toml" and config.targets_for(["k/x/y.py", "README.md"]) == ["a"]
+
+
+def test_check_reads_the_configuration_and_a_named_target_is_its_options(configured, tmp_path):
+    workspace = Workspace(tmp_path / "home")
+    request = check.request_of(workspace, {"repo": str(configured), "target": "double"})
+    assert request.target == "tests/test_double.py" and request.runner == "pytest" and request.no_perf
+    by_path = check.request_of(workspace, {"repo": str(configured), "target": "tests/test_scale.py"})
+    assert by_path.target == "tests/test_scale.py" and by_path.no_perf and by_path.runner is None
+
+
+@pytest.mark.parametrize("command", [["check"], ["validate"]])
+def test_an_unknown_target_name_is_a_usage_error_naming_the_configured_ones(configured, command, capsys, tmp_path):
+    code = cli.main([*command, "--repo", str(configured), "--target", "softmax", "--out", str(tmp_path / "r.json")])
+    assert code == 64 and not (tmp_path / "r.json").exists()
+    assert "--target 'softmax' is neither a target named in base's pyproject.toml (scale, double) nor a file of the " \
+           "checkout" in capsys.readouterr().err
+
+
+def test_check_has_its_own_help(capsys):
+    assert cli.main(["check", "--help"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("usage: validate-kernel-pr check") and "--json FILE" in said
+    assert "what a PR against a checkout could reach" in said and "0 the target reached a test outcome" in said

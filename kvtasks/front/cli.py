@@ -3,7 +3,8 @@
     validate-kernel-pr validate [FLAGS | name=value ...]   one PR (no --repo: the embedded demo)
     validate-kernel-pr --repo W --target T ...              the same, the flag form
     validate-kernel-pr batch --manifest FILE | report | serve | cache | cache-gc --older 30d
-    validate-kernel-pr schema | fleet-node | --version
+    validate-kernel-pr check [--target T | NAME ...] [--json FILE]   run a target once, as a base run would
+    validate-kernel-pr schema [--config] | fleet-node | --version
 
 Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE (or kvtasks crashed: its traceback is in
 crash.log beside the report), 64 a usage error (no report written);
@@ -27,6 +28,7 @@ from kvtasks.run import check
 from kvtasks.system import progress
 from kvtasks.errors import UsageError
 from kvtasks.run.pipeline import REPORT
+from kvtasks.request.config_model import KvtasksTable
 from kvtasks.report import comment
 from kvtasks.request import declared_options
 from kvtasks.evidence.workspace import Workspace
@@ -70,10 +72,11 @@ def _output_options(p: argparse.ArgumentParser) -> None:
                         "report's page under it")
 
 
-def parser(demo: bool = False) -> argparse.ArgumentParser:
+def parser(demo: bool = False, prog: str = "validate-kernel-pr", description: str = "",
+           epilog: str = EXIT_CODES_HELP) -> argparse.ArgumentParser:
     """The flags, derived from the options the Request declares, plus the front door's own."""
-    p = Parser(prog="validate-kernel-pr", description=__doc__.split("\n\nExit codes")[0],
-                epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=prog, description=description or __doc__.split("\n\nExit codes")[0],
+                epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     for declared in declared_options():
         option = declared.option
         if option.switch:
@@ -182,11 +185,12 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace, sit
     return code
 
 
-def parse_validation(argv: list[str], demo: bool = False) -> tuple[dict, dict]:
+def parse_validation(argv: list[str], demo: bool = False,
+                     flags: argparse.ArgumentParser | None = None) -> tuple[dict, dict]:
     """A validation's options (the Request's fields, and `demo`) and the front door's output
     options, from flags or doit words."""
     variables = {**_request_variables(), "demo": ("--demo", False), "quiet": ("--quiet", True)}
-    flags = parser(demo)
+    flags = flags or parser(demo)
     options = vars(flags.parse_args(_normalise(argv, variables, flags)))
     return options, {name: options.pop(name) for name in OUTPUT_OPTIONS}
 
@@ -211,14 +215,15 @@ def _validate(argv: list[str], demo: bool, workspace: Workspace, site: errors.Cr
 def _check(argv: list[str], workspace: Workspace) -> int:
     """`validate-kernel-pr check`: the validation's flags (the checkout as it is, so no patch or
     refs; no --repo: the embedded demo) and --json FILE."""
-    extra = Parser(prog="validate-kernel-pr check", add_help=False)
-    extra.add_argument("--json", dest="json_out")
-    known, rest = extra.parse_known_args(argv)
-    options, output = parse_validation(rest)
+    description, _, exits = check.__doc__.partition("Exit codes:")
+    flags = parser(prog="validate-kernel-pr check", description=description.strip(), epilog="Exit codes:" + exits)
+    flags.add_argument("--json", dest="json_out", metavar="FILE", help="also write what was found as JSON to FILE")
+    options, output = parse_validation(argv, flags=flags)
+    json_out = options.pop("json_out")
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
     request = check.request_of(workspace, given)
     progress.show(output["quiet"])
-    return check.said(request, known.json_out, workspace.store.grid_secret(request.host.grid_secret))
+    return check.said(request, json_out, workspace.store.grid_secret(request.host.grid_secret))
 
 
 def _door(command: str, argv: list[str], workspace: Workspace, site: errors.CrashSite) -> int:
@@ -238,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--version"]:
         print(f"validate-kernel-pr {__version__} (report schema {report.SCHEMA_VERSION})")
         return 0
-    if argv[:1] == ["schema"]:
-        print(json.dumps(REPORT.json_schema(), indent=2))
+    if argv[:1] == ["schema"]:  # the report's JSON Schema, or with --config the repository configuration's
+        schema = KvtasksTable.model_json_schema() if argv[1:2] == ["--config"] else REPORT.json_schema()
+        print(json.dumps(schema, indent=2))
         return 0
     workspace = Workspace(workspace_root())
     site = errors.CrashSite(workspace.reports)

@@ -55,11 +55,8 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
     config = load(tree) if tree.is_dir() else None
     if config is None:
         return [given]
-    named = given.get("target")
-    if named in config.targets:
-        return [{**config.options(named), **{key: value for key, value in given.items() if key != "target"}}]
-    if named or given.get("tests") or changed is None:
-        return [{**config.defaults, **given}]
+    if given.get("target") or given.get("tests") or changed is None:
+        return [config.chosen(given, tree)]
     return _mapped(config, changed, given)
 
 

@@ -11,7 +11,8 @@ kvtasks.toml (its top level, or its own [tool.kvtasks]).
     "kernels/softmax*.py" = ["softmax"]
 
 Only base's configuration is read (a PR cannot choose how it is validated); options given on the
-command line win over it. It reads files of the base tree and runs nothing.
+command line win over it. Values are typed (kvtasks.request.config_model): a tolerance table may be a
+TOML table, names and grid rows arrays. It reads files of the base tree and runs nothing.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtasks.request import doit_variables
 from kvtasks.errors import UsageError
+from kvtasks.request import config_model
 
 try:
     import tomllib
@@ -29,8 +30,6 @@ except ModuleNotFoundError:  # Python 3.10
 
 # where the configuration lives, in the order they are looked for
 FILES = ("kvtasks.toml", "pyproject.toml")
-# what a repository's configuration cannot set: where the PR comes from and where reports go are the caller's
-CALLERS_OPTIONS = ("repo", "base_ref", "head_ref", "patch", "head_sha", "out", "label")
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,19 @@ class RepoConfig:
     def options(self, name: str) -> dict[str, object]:
         """A named target's options over the defaults, as doit variables."""
         return {**self.defaults, **self.targets[name]}
+
+    def chosen(self, given: dict, tree: Path) -> dict[str, object]:
+        """The options for a target the caller named: a configured name gives its options (the
+        caller's other options win), a path of the checkout the defaults under it; a word that is
+        neither is a usage error naming the configured targets."""
+        named = given.get("target") or given.get("tests")
+        if named in self.targets:
+            return {**self.options(named), **{key: value for key, value in given.items() if key not in ("target", "tests")}}
+        path = str(named or "").split("::", 1)[0]
+        if named and self.targets and not (tree / path).exists():
+            raise UsageError(f"--target {named!r} is neither a target named in base's {self.file} "
+                             f"({', '.join(self.targets)}) nor a file of the checkout")
+        return {**self.defaults, **given}
 
     def targets_for(self, changed: list[str]) -> list[str]:
         """The targets whose globs match a changed file, in the order the targets are declared."""
@@ -94,38 +106,14 @@ def changed_by(changes: dict[str, str], base_text, head_text) -> list[str]:
 
 
 def _checked(file: str, table: dict) -> RepoConfig:
-    table = dict(table)
-    targets, globs = table.pop("targets", {}), table.pop("map", {})
-    known = set(doit_variables()) - set(CALLERS_OPTIONS)
-
-    def options(where: str, given: dict) -> dict[str, object]:
-        unknown = sorted(set(given) - known)
-        if unknown:
-            raise UsageError(f"{file}: {where} sets {unknown[0]!r}, which is no option a repository may set; "
-                             f"it may set {', '.join(sorted(known))}")
-        return {key: _flag_value(value) for key, value in given.items()}
-
-    if not isinstance(targets, dict) or not all(isinstance(value, dict) for value in targets.values()):
-        raise UsageError(f"{file}: [tool.kvtasks.targets] holds one table per named target")
-    named = {name: options(f"target {name!r}", given) for name, given in targets.items()}
-    for name, chosen in named.items():
-        if "target" not in chosen:
-            raise UsageError(f"{file}: target {name!r} names no `target` (the test file or node to run)")
+    parsed = config_model.parse(file, table)
+    named = {name: config_model.options(given) for name, given in parsed.targets.items()}
     mapped: dict[str, list[str]] = {}
-    for pattern, names in globs.items():
+    for pattern, names in parsed.map.items():
         names = [names] if isinstance(names, str) else names
         unknown = [name for name in names if name not in named]
         if unknown:
             raise UsageError(f"{file}: the map sends {pattern!r} to {unknown[0]!r}, which is no named target "
                              f"(the targets are {', '.join(named) or 'none'})")
         mapped[pattern] = list(names)
-    return RepoConfig(file=file, defaults=options("[tool.kvtasks]", table), targets=named, map=mapped)
-
-
-def _flag_value(value: object) -> object:
-    """TOML's true/false as a switch is written on the command line (1 or nothing); lists stay lists."""
-    if value is True:
-        return "1"
-    if value is False:
-        return ""
-    return value if isinstance(value, list) else str(value)
+    return RepoConfig(file=file, defaults=config_model.options(parsed), targets=named, map=mapped)

@@ -7,8 +7,10 @@ and says: the runner, whether the route was observed, whether the grid channel w
 tier's crashes with their cause, and what would keep a PR short of PASS. A maintainer onboards a
 repository with it; bench/tier_coverage.py classifies its items with it.
 
-It takes the validation's flags (no patch: the checkout as it is), writes no report and stores no
-evidence; `--json FILE` writes what it found for a program to read.
+It takes the validation's flags (no patch: the checkout as it is) and reads the repository's
+`[tool.kvtasks]` as a validation does (`--target NAME` a configured target, its options under the
+flags given), writes no report and stores no evidence; `--json FILE` writes what it found for a
+program to read.
 Exit codes: 0 the target reached a test outcome, 1 it did not (a tier crash, nothing executed, no
 run), 64 a usage error.
 """
@@ -22,7 +24,7 @@ from kvtasks import worktree
 from kvtasks.run import executor
 from kvtasks.harness.target_run import TargetRun
 from kvtasks.run.pipeline import PIPELINE, run_row
-from kvtasks.request import UsageError, build_request
+from kvtasks.request import UsageError, build_request, repo_config
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import Context, cpu_tier, grid, runtime_compat
 from kvtasks.stages.grid.plan import plan_of
@@ -40,6 +42,10 @@ def request_of(workspace: Workspace, given: dict):
     options = {name: value for name, value in given.items() if name not in ("demo", "quiet", "json")}
     if "repo" not in options:
         options = {**demo_options(workspace.store.root), **options}
+    else:  # the repository's own configuration, as a validation reads base's: its named targets and defaults
+        tree = Path(str(options["repo"])).expanduser()
+        config = repo_config.load(tree) if tree.is_dir() else None
+        options = config.chosen(options, tree) if config is not None else options
     return build_request(options, clones_root=workspace.clones)
 
 

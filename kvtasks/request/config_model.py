@@ -1,0 +1,136 @@
+"""`[tool.kvtasks]` typed: pydantic models made from the Request's declared options, so every option a
+repository may set is a field with the type a person writes in TOML (a table for a tolerance table,
+arrays for names and grid rows, true/false for a switch, as well as the strings the command line
+takes), unknown keys are refused, a wrong type names its key and the type it needed, and
+`validate-kernel-pr schema --config` prints the JSON Schema. A value is handed on as the doit
+variable the command line would give (kvtasks.request.repo_config).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from kvtasks.errors import UsageError
+from kvtasks.request.model import declared_options
+from kvtasks.request.options import DeclaredOption
+
+# what a repository's configuration cannot set: where the PR comes from and where reports go are the caller's
+CALLERS_OPTIONS = ("repo", "base_ref", "head_ref", "patch", "head_sha", "out", "label")
+Scalar = Union[str, int, float]
+# the TOML forms an option takes beyond its command-line string, and how they are said
+RICHER: dict[str, tuple[Any, str]] = {
+    "tol_table": (Union[str, dict[str, float]],
+                  'a table of dtype = tolerance ({f32 = 1e-5, f16 = 2e-3}) or a string "f32=1e-5,f16=2e-3"'),
+    "shape_vars": (Union[str, list[str]], 'an array of names (["M", "N"]) or a string "M,N"'),
+    "shape_argnames": (Union[str, list[str]], 'an array of names (["M", "N"]) or a string "M,N"'),
+    "grid": (Union[str, list[Union[str, list[Scalar]]]],
+             'an array of rows ([[64, 2000, "f32"], [7, 4097, "f16"]] or ["64,2000,f32", ...]) or a string '
+             '"64,2000,f32;7,4097,f16"'),
+}
+
+
+def _typed(declared: DeclaredOption) -> tuple[Any, str]:
+    """The type a configuration value of this option has, and how an error says it."""
+    if declared.field in RICHER:
+        return RICHER[declared.field]
+    option = declared.option
+    if option.switch:
+        return Union[bool, str], 'true or false (or the command line\'s "1" and "")'
+    if option.repeated:
+        return Union[str, list[str]], "a string or an array of strings"
+    if declared.choices:
+        return Literal[declared.choices], "one of " + ", ".join(repr(choice) for choice in declared.choices)
+    annotation = declared.info.annotation
+    plain = [arg for arg in get_args(annotation) if arg is not type(None)] if get_origin(annotation) is Union \
+        else [annotation]
+    if plain == [int]:
+        return int, "an integer"
+    if plain == [float]:
+        return float, "a number"
+    return Scalar, "a string (or a bare number)"
+
+
+def _fields(required_target: bool) -> dict[str, Any]:
+    fields = {}
+    for declared in declared_options():
+        if declared.field in CALLERS_OPTIONS:
+            continue
+        kind, said = _typed(declared)
+        required = required_target and declared.field == "target"
+        aliases = AliasChoices(*declared.variables) if len(declared.variables) > 1 else None
+        fields[declared.field] = (kind if required else kind | None,
+                                  Field(... if required else None, validation_alias=aliases,
+                                        description=f"{declared.option.help}; {said}"))
+    return fields
+
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+RepositoryOptions = create_model("RepositoryOptions", __config__=_STRICT, **_fields(False))
+RepositoryOptions.__doc__ = "Options for every target: any option of a validation but where the PR comes from and where reports go."
+NamedTarget = create_model("NamedTarget", __config__=_STRICT, **_fields(True))
+NamedTarget.__doc__ = "A named target: its test (`target`, required) and any per-target option."
+
+
+class KvtasksTable(RepositoryOptions):
+    """`[tool.kvtasks]` of a kernel repository's pyproject.toml, or kvtasks.toml."""
+
+    targets: dict[str, NamedTarget] = Field({}, description="the named targets, one table each")
+    map: dict[str, Union[str, list[str]]] = Field(
+        {}, description="source globs -> the named targets a change there needs")
+
+
+def said(declared: str) -> str:
+    """How an option's expected type is said (the end of its field's description)."""
+    return KvtasksTable.model_fields[declared].description.rsplit("; ", 1)[-1]
+
+
+def parse(file: str, table: dict) -> KvtasksTable:
+    """The table, checked; a UsageError names the first wrong key, where it is and what it needed."""
+    try:
+        return KvtasksTable.model_validate(table)
+    except ValidationError as exc:
+        raise UsageError(_first_error(file, exc)) from None
+
+
+def _first_error(file: str, exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    location = [str(part) for part in error["loc"]]
+    if location[:1] == ["targets"] and len(location) >= 3:
+        where, key = f"[tool.kvtasks.targets.{location[1]}]", location[2]
+    else:
+        where, key = "[tool.kvtasks]", location[0]
+    if error["type"] == "extra_forbidden":
+        allowed = sorted(RepositoryOptions.model_fields)
+        return (f"{file}: {where} sets {key!r}, which is no option a repository may set; it may set "
+                f"{', '.join(allowed)}")
+    if error["type"] == "missing":
+        return f"{file}: {where} names no {key!r} (the test file or node to run)"
+    if key in RepositoryOptions.model_fields:
+        value = error.get("input")
+        return f"{file}: {where} {key} must be {said(key)}; it is {type(value).__name__} {value!r}"
+    return f"{file}: {where} {key}: {error['msg']}"
+
+
+def as_variable(field: str, value: Any) -> object:
+    """A configuration value as the doit variable the command line gives: a switch 1 or nothing, a
+    table or an array in the option's own text form."""
+    if value is True:
+        return "1"
+    if value is False:
+        return ""
+    if isinstance(value, dict):  # a tolerance table
+        return ",".join(f"{dtype}={tolerance!r}" for dtype, tolerance in value.items())
+    if isinstance(value, list):
+        if field == "grid":
+            return ";".join(row if isinstance(row, str) else ",".join(str(cell) for cell in row) for row in value)
+        if field in RICHER:
+            return ",".join(value)
+        return value  # a repeated option: one value each
+    return str(value)
+
+
+def options(given: BaseModel) -> dict[str, object]:
+    """The options a model sets, as doit variables."""
+    return {key: as_variable(key, value) for key, value in given.model_dump(exclude_unset=True).items()
+            if key in RepositoryOptions.model_fields}
