@@ -53,6 +53,11 @@ def test_nothing_a_pr_supplies_is_active_in_its_comment(repo, validate, tmp_path
     assert text.startswith("## kvtasks: **BLOCK**")
     assert text.splitlines()[2].startswith("**Decided by:** 2 blocker rules: `target.regression`")
     assert text.index("### Blockers") < text.index("### Notes")
+    assert "**Target:** `tests/test_scale.py`" in text
+    # the failing assertion's line, as pytest's E line says it, copies out whole: nothing invisible was
+    # put into it
+    assert not re.search("[\u200b-\u200f\u2060\ufeff]", text)
+    assert "AssertionError: @someone #1 GH-2 [x](https://evil.example/a)" in text
     parsed = tokens(text)
     assert [t.type for t in parsed if t.type in ("link_open", "image", "html_inline")] == []
     assert [t.content for t in parsed if t.type == "html_block" and OUR_HTML.sub("", t.content).strip()] == []

@@ -48,7 +48,7 @@ def publish(reports: Path, composed: report.Report, **extra) -> Path:
     if extra:
         path = folder / pages.REPORT
         path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
-    pages.write_report_page(folder)
+    pages.write_report_page(folder, composed.required_stages())
     return folder
 
 
@@ -131,6 +131,20 @@ def test_a_report_page_shows_the_sides_and_what_base_loaded(tmp_path):
     assert "pkg/checks.py" in test_side and "tests/&lt;i&gt;x&lt;/i&gt;.py" in test_side and "observed: base-repo" in test_side
     loaded = html.split('id="loaded-files"')[1].split("</dd>")[0]
     assert "3 checkout modules" in loaded and "<code>pkg/_impl.py</code> (route-import)" in loaded
+
+
+def test_an_inconclusive_page_says_why_and_every_finding_carries_its_rule(tmp_path):
+    # runtime_compat never ran, so a required stage is short of pass: INCONCLUSIVE, and the banner says which
+    folder = publish(tmp_path, compose("short", result("merge_sim", "pass", "patch applies cleanly"),
+                                       result("baseline_control", "pass", "base ran"),
+                                       result("test_policy", "pass", "1 file compared").finding(
+                                           "policy.tolerance-added", "note", "atol=1e-3 added")))
+    html = (folder / pages.PAGE).read_text()
+    assert 'class="banner verdict-INCONCLUSIVE"' in html
+    decided = html.split('id="decided-by">')[1].split("</p>")[0]
+    assert "required stages short of pass:" in decided and "runtime_compat" in decided
+    assert "<td><code>policy.tolerance-added</code></td>" in html
+    assert "other (neither aiter nor FlyDSL)" in html and "<dd class=\"mono\">unknown</dd>" not in html
 
 
 def test_a_report_page_says_what_did_not_run(tmp_path):

@@ -112,7 +112,11 @@ def test_summary_lists_every_stage_and_finding():
     stage = result("merge_sim", "fail", "patch | conflict")
     stage.finding("merge.patch-does-not-apply", "blocker", "does not apply")
     text = report.summary_markdown(pipeline.compose("x", results(stage, halt="the patch does not apply")))
-    assert "**BLOCK**" in text and "patch \\| conflict" in text and "- **blocker** (merge_sim): does not apply" in text
+    assert "**BLOCK**" in text and "patch \\| conflict" in text
+    assert "- **blocker** `merge.patch-does-not-apply` (merge_sim): does not apply" in text
+    # the comment's order: the verdict, what decided it, the findings, then the stages
+    assert text.index("**Decided by:** 1 blocker rule: `merge.patch-does-not-apply`") < text.index("### Findings") \
+        < text.index("| stage | status | reason |")
     for name in pipeline.REPORT.names:
         assert f"| {name} |" in text
 

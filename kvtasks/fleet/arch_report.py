@@ -74,5 +74,5 @@ def regenerate(workspace: Workspace, label: str, fleet: dict) -> None:
     merged = merge(label, composed, runs)
     folder = workspace.reports / label
     report.publish(merged, [folder / pages.REPORT])
-    pages.write_report_page(folder)
+    pages.write_report_page(folder, merged.required_stages())
     print(f"{label}: {merged.verdict}")

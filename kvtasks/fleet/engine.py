@@ -67,7 +67,7 @@ def publish_batch(requests: list[Request], workspace: Workspace, name: str, want
             continue
         paths = workspace.report_paths(request)
         report.publish(merged, paths)
-        pages.write_report_page(paths[0].parent)
+        pages.write_report_page(paths[0].parent, merged.required_stages())
         workspace.store.set_label(label, {"fleet": {
             "archs": {arch: arch_label(label, arch) if arch in composed[label] else None for arch in archs},
             "runs": {arch: run.model_dump(mode="json") for arch, run in runs[label].items()}}})

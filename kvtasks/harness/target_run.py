@@ -13,6 +13,8 @@ from kvtasks.records import Survivor
 from kvtasks.harness.junit import PYTEST_USAGE_ERROR, CaseResult, ExecutionStats
 from kvtasks.harness.receipts import StampedReceipt
 
+# the header pytest writes above each failing test's traceback: `____ test_name[cell] ____`
+_SECTION = re.compile(r"(?m)^_{3,} (\S.*?) _{3,}$")
 # pytest's exit-4 message when the target node is not in the file
 NOT_FOUND = re.compile(r"not found|no match in any of", re.IGNORECASE)
 
@@ -72,11 +74,18 @@ class TargetRun(BaseModel):
             return 0
 
     def log_tail(self, lines: int = 4, width: int = 220) -> str:
+        """What the log says of how the run ended, in one line: pytest's `E` lines (the failing
+        assertion or exception, the first `lines` of them) where it wrote any, else its last
+        `lines` lines; cut at the end, never mid-way into what it says first."""
         try:
             text = Path(self.log).read_text(errors="replace")
         except OSError:
             return ""
-        return " | ".join(text.strip().splitlines()[-lines:])[-width:]
+        failing = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
+        said = " | ".join(failing[:lines] if failing else text.strip().splitlines()[-lines:])
+        first = _SECTION.search(text) if failing else None  # the test the first E lines belong to
+        said = f"{first.group(1)}: {said}" if first else said
+        return said if len(said) <= width else said[:width - 1] + "…"
 
 
 def adopt(runs: list[TargetRun], folder: Path, made_by: str) -> list[TargetRun]:

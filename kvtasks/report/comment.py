@@ -3,9 +3,10 @@
 The verdict and what decided it come first, then the findings (blocker, should-fix, note), then
 the stages and the long texts (logs, tracebacks) folded in <details>. Everything a pull request or
 its runs can put into a report (test ids, failure messages, file names and contents, notes) is
-neutralised for GitHub Markdown before it lands here: no @mention, #123 or GH-123 reference, link,
-autolink, image, raw HTML or code fence can come out of it. The only HTML is the <details> and
-<summary> tags this module writes, around kvtasks' own words.
+written as a code span or a fenced block: no @mention, #123 or GH-123 reference, link, autolink,
+image, raw HTML or code fence can come out of it, and it copies as it was (a test id pastes into
+pytest; no invisible character is ever inserted). The only HTML is the <details> and <summary> tags
+this module writes, around kvtasks' own words.
 """
 from __future__ import annotations
 
@@ -20,26 +21,23 @@ REPORT_URL_VARIABLE = "KVTASKS_REPORT_URL"
 # a detail longer than this is cut in the list and shown whole in a <details> block
 SHORT = 300
 _SEVERITIES = (("blocker", "Blockers"), ("should-fix", "Should fix"), ("note", "Notes"))
-_ZERO_WIDTH = "\u200b"
-# Markdown's inline punctuation: escaped, so none of it starts emphasis, a link, an image, a code
-# span, a table cell or a heading
-_ESCAPED = re.compile(r"([\\`*_\[\]()!#|~{}])")
-# what GitHub turns into a link or a notification in plain text: a zero-width space breaks each
-_ACTIVE = [re.compile(r"@(?=\w)"), re.compile(r"#(?=\w)"), re.compile(r"(?i)\bgh-(?=\d)"),
-           re.compile(r"(?i)\b(?:https?|ftp|file|mailto|javascript|data)(?=:)"), re.compile(r"(?i)\bwww(?=\.)"),
-           re.compile(r"(?i)(?<=\w)\.(?=[a-z]{2,}\b)")]
 
 
-def inline(text: object) -> str:
-    """One line of text from a PR or its runs, inert in GitHub Markdown: whitespace collapsed,
-    HTML characters as entities, Markdown punctuation escaped, mentions, references and autolinks
-    broken with a zero-width space."""
+def inline(text: object, in_table: bool = False) -> str:
+    """One line of text from a PR or its runs, inert in GitHub Markdown and copyable as it is: a code
+    span (whitespace collapsed), whose delimiter is longer than any run of backticks inside it.
+    GitHub makes no mention, reference, link, autolink, emphasis or HTML inside a code span, and
+    nothing is inserted into the text; in a table row a `|` is escaped, as GitHub's tables need
+    even inside code."""
     flat = " ".join(str(text).split())
-    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    flat = _ESCAPED.sub(r"\\\1", flat)
-    for pattern in _ACTIVE:
-        flat = pattern.sub(lambda match: match.group(0) + _ZERO_WIDTH, flat)
-    return flat
+    if not flat:
+        return ""
+    if in_table:
+        flat = flat.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    delimiter = "`" * (longest + 1)
+    padded = f" {flat} " if flat.startswith("`") or flat.endswith("`") else flat
+    return f"{delimiter}{padded}{delimiter}"
 
 
 def block(text: str) -> str:
@@ -78,6 +76,9 @@ def markdown(report: dict, required: Iterable[str], page_url: str | None = None)
     """The comment for one report (its JSON form)."""
     lines = [f"## kvtasks: **{report['verdict']}** for {inline(report['label'])}", "",
              f"**Decided by:** {decided_by(report, required)}", ""]
+    target = (report.get("test_selection") or {}).get("target")
+    if target:
+        lines += [f"**Target:** {inline(target)}", ""]
     if page_url:
         lines += [f"[The full report]({_url(page_url)})", ""]
     repo = report.get("repo", {})
@@ -100,7 +101,8 @@ def markdown(report: dict, required: Iterable[str], page_url: str | None = None)
         lines += ["No findings.", ""]
     stages = [(name, stage) for name, stage in report["stages"].items() if stage]
     lines += ["<details><summary>Stages</summary>", "", "| stage | status | reason |", "| --- | --- | --- |",
-              *(f"| {name} | {stage['status']} | {inline(stage.get('note', ''))} |" for name, stage in stages),
+              *(f"| {name} | {stage['status']} | {inline(stage.get('note', ''), in_table=True)} |"
+                for name, stage in stages),
               "", "</details>", ""]
     for name, stage in stages:
         for field, value in stage.items():

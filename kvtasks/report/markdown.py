@@ -1,12 +1,21 @@
 """summary.md: the report as a Markdown summary for a terminal or a CI job's page."""
 from __future__ import annotations
 
+from kvtasks.report import comment
 from kvtasks.report.model import Report
+
+SEVERITIES = ("blocker", "should-fix", "note")
 
 
 def summary_markdown(report: Report) -> str:
-    lines = [
-        f"## kvtasks validation: **{report.verdict}** (exit {report.process_exit_code})",
+    """In the comment's order: the verdict, what decided it, the findings (blockers first, each by its
+    rule id), then what was validated, the stages and the timings."""
+    posted = report.model_dump(mode="json")
+    lines = [f"## kvtasks validation: **{report.verdict}** (exit {report.process_exit_code})", "",
+             f"**Decided by:** {comment.decided_by(posted, report.required_stages())}", "", "### Findings", ""]
+    ordered = [f for severity in SEVERITIES for f in report.findings if f.severity == severity]
+    lines += [f"- **{f.severity}** `{f.rule}` ({f.stage}): {_cell(f.detail)}" for f in ordered] or ["- none"]
+    lines += [
         "",
         f"- label: `{report.label}`",
         f"- base: `{report.repo.base}`",
@@ -41,11 +50,6 @@ def summary_markdown(report: Report) -> str:
             lines.append(f"| {_cell(name)} | {column['median_ratio']:.3f} | {_span(column['interval'])} | "
                          f"{'-' if confidence is None else f'{confidence:.1%}'} | {column['noise_floor']:.3f} | "
                          f"{column['samples']} | {column['eligible']} |")
-    lines += ["", "### Findings", ""]
-    if report.findings:
-        lines += [f"- **{f.severity}** ({f.stage}): {_cell(f.detail)}" for f in report.findings]
-    else:
-        lines.append("- none")
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,8 @@ def repo_fields(report: dict) -> list[tuple[str, Any]]:
     repo = dict(report.get("repo") or {})
     if "head" in repo and repo["head"] is None:
         repo["head"] = "null (not matched to a remote PR head)"
+    if repo.get("kind") == "unknown":  # neither of the layouts kvtasks knows by name: no fault of the repository's
+        repo["kind"] = "other (neither aiter nor FlyDSL)"
     return list(repo.items())
 
 

@@ -23,7 +23,7 @@ from jinja2 import Environment, PackageLoader
 from kvtasks.system import faults
 from kvtasks.report.page_views import (SEVERITIES, VERDICTS, arch_rows, arch_verdicts, finding_counts, grid_view,
                                 perf_view, rank, repo_fields, sanitizer_violations)
-from kvtasks.report import tier_line
+from kvtasks.report import comment, tier_line
 from kvtasks.system.files import write_atomic
 
 REPORT = "validation_report.json"
@@ -49,12 +49,14 @@ def _render(template: str, path: Path, **context: Any) -> Path:
 
 # -- one report ------------------------------------------------------------------------------------
 
-def write_report_page(folder: Path) -> Path:
-    """folder/index.html from folder/validation_report.json."""
+def write_report_page(folder: Path, required: list[str]) -> Path:
+    """folder/index.html from folder/validation_report.json (`required`: the stages its verdict
+    needed passing, so the banner says what decided it, as the comment does)."""
     faults.point("page")
     report = json.loads((folder / REPORT).read_text())
     stages = report.get("stages") or {}
     return _render("report.html.j2", folder / PAGE, report=report,
+                   decided=comment.decided_by(report, required).replace("`", ""),
                    stages=[(name, stage) for name, stage in stages.items() if stage is not None],
                    findings=sorted(report.get("findings") or [], key=lambda f: rank(SEVERITIES, f.get("severity"))),
                    counts=finding_counts(report), repo_fields=repo_fields(report),

@@ -210,7 +210,7 @@ def publish(request: Request, workspace: Workspace, draw_index: bool) -> report.
     report.publish(composed, paths)
     if draw_index:  # one PR's own run (a batch's PRs, or one PR's targets, are summed up after the last)
         comment.append_to_step_summary((paths[0].parent / comment.COMMENT).read_text())
-    pages.write_report_page(paths[0].parent)
+    pages.write_report_page(paths[0].parent, composed.required_stages())
     if draw_index:
         pages.write_index(workspace.reports)
     store.set_label(request.label, {"verdict": composed.verdict, "exit": composed.process_exit_code,
@@ -223,7 +223,7 @@ def regenerate(workspace: Workspace, label: str) -> None:
     composed = compose(workspace, label)
     folder = workspace.reports / label
     report.publish(composed, [folder / pages.REPORT])
-    pages.write_report_page(folder)
+    pages.write_report_page(folder, composed.required_stages())
     print(f"{label}: {composed.verdict}")
 
 
