@@ -1,13 +1,15 @@
 """gpu_requirement: without a claimed GPU, ask the head target whether it needs one.
 
-It runs the head target once with no visible device: `not-required` only when it passes and
-executes at least one test. That run is the head run correctness_repo_tests would make on such a
+It runs the head target once with no visible device: `not-required` when it passes and executes
+at least one test, or when pytest collects no test at all (then nothing says a GPU is needed, and
+correctness_repo_tests says what it is: no tests collected). That run is the head run correctness_repo_tests would make on such a
 host (`repo_tests.launch_head`: a merged session on the argnames channel), which adopts it instead
 of repeating it. Such a target still runs its correctness stages, but earns no architecture and no
 PASS. It amends gpu_claim's result (the pipeline table says so); it never claims.
 """
 from __future__ import annotations
 
+from kvtasks.harness.junit import PYTEST_NOTHING_COLLECTED
 from kvtasks.stages import Context, StageResult, StageSpec, cpu_tier, gpu_claim, repo_tests, runtime_compat
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.worktree import PatchRefused
@@ -42,6 +44,10 @@ def run(ctx: Context) -> StageResult | None:
         updated.stage.requirement_note = f"target does not need a GPU: {basis}; correctness runs, no arch is credited"
         updated.finding("gpu.ran-without-gpu", "note", f"the target ran without a GPU ({basis}); its correctness evidence is CPU-only "
                                 "and PASS stays unreachable without a claimed GPU")
+    elif run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED:
+        # no test to run says nothing of a GPU: correctness_repo_tests says what it is (no tests collected)
+        updated.selection.set(gpu_requirement="not-required", gpu_requirement_basis=(
+            "not asked: pytest collected no tests from the target (exit 5), so no run says it needs a GPU"))
     else:
         updated.selection.set(gpu_requirement="required",
                                  gpu_requirement_basis=f"with no visible device: exit {run.exit}, {executed} executed, "

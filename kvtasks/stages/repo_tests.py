@@ -98,7 +98,11 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
         stage = result(NAME, "fail", f"the run died: {run.died}", **fields)
     elif run.exit == 0 and executed > 0:
         return result(NAME, "pass", f"{executed} executed, all passed", **fields)
-    elif run.exit == 0 or (run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED):
+    elif run.runner == "pytest" and run.exit == PYTEST_NOTHING_COLLECTED:
+        stage = result(NAME, "skip", "no tests collected: pytest found no test in the target (exit 5)", **fields)
+        return stage.finding("tests.executed-nothing", "note", f"no tests collected: pytest found no test in "
+                             f"{ctx.request.target} on head (exit 5); no correctness claim is made")
+    elif run.exit == 0:
         stage = result(NAME, "skip", "target completed with no executed tests", **fields)
         return stage.finding("tests.executed-nothing", "note", "the head target executed no test; no correctness claim is made")
     else:

@@ -174,6 +174,11 @@ def _resolve_both(clone: Path, location: str, base_ref: str, head_ref: str) -> t
     return _resolve(clone, location, base_ref, "base"), _resolve(clone, location, head_ref, "head")
 
 
+# what git says when the source has no such ref (a remote's, or a local branch asked of a clone)
+_NO_SUCH_REF = re.compile(r"couldn't find remote ref|not our ref|unknown revision|invalid refspec|bad revision",
+                          re.IGNORECASE)
+
+
 def _resolve(clone: Path, location: str, ref: str, side: str) -> str:
     """The commit `ref` names in the source: fetched on demand (pull/N/head included) and pinned
     under refs/kvtasks/ while this preparation uses it."""
@@ -187,7 +192,10 @@ def _resolve(clone: Path, location: str, ref: str, side: str) -> str:
         if oid:
             _git(clone, "update-ref", pinned, oid)
             return oid
-    raise RefsError(f"unknown --{side}-ref {ref!r} in {shown(location)}: {shown(_said(done))}")
+    said = _said(done)
+    if _NO_SUCH_REF.search(said):  # git's words for a name the source does not have
+        raise RefsError(f"--{side}-ref {ref!r}: no such branch, tag or commit in {shown(location)}")
+    raise RefsError(f"--{side}-ref {ref!r} could not be fetched from {shown(location)}: {shown(said)}")
 
 
 def _write_patch(clone: Path, folder: Path, merge_base: str, head_oid: str, head_ref: str) -> Path:

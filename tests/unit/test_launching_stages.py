@@ -84,6 +84,9 @@ def test_each_side_runs_in_its_own_lend_and_a_passing_head_passes(tmp_path):
      "fail", "target.base-timed-out", "note", "the base run timed out"),
     (passing, lambda folder, label: target_run(folder, label, executed=0, skipped=2),
      "skip", "tests.executed-nothing", "note", "executed no test"),
+    (passing, lambda folder, label: target_run(folder, label, exit=5, executed=0, log="no tests ran in 0.01s"),
+     "skip", "tests.executed-nothing", "note", "no tests collected: pytest found no test in tests/test_scale.py on "
+                                               "head (exit 5)"),
 ])
 def test_who_is_blamed_for_head_s_run_follows_base_s_same_run(tmp_path, base_made, head_made, status, rule,
                                                                severity, said):
@@ -191,7 +194,9 @@ def test_the_runtime_is_probed_on_head_and_base_is_asked_only_when_head_s_import
     (lambda folder, label: target_run(folder, label, exit=1, failures=1, log="E AssertionError: no GPU visible"),
      "required", []),
     (lambda folder, label: target_run(folder, label, executed=0, skipped=2), "required", []),
-], ids=["passes without one", "fails without one", "skips everything without one"])
+    (lambda folder, label: target_run(folder, label, exit=5, executed=0, log="no tests ran in 0.01s"),
+     "not-required", []),
+], ids=["passes without one", "fails without one", "skips everything without one", "collects no test"])
 def test_with_no_gpu_claimed_the_head_run_without_a_device_says_whether_the_target_needs_one(
         tmp_path, head_made, requirement, rules):
     launcher = RecordingLauncher({"head-repo": head_made(tmp_path, "head-repo")})
