@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from kvtasks.errors import UsageError
 from kvtasks.request.model import declared_options
@@ -51,10 +51,10 @@ def _typed(declared: DeclaredOption) -> tuple[Any, str]:
     return Scalar, "a string (or a bare number)"
 
 
-def _fields(required_target: bool) -> dict[str, Any]:
+def _fields(required_target: bool, callers: bool = False) -> dict[str, Any]:
     fields = {}
     for declared in declared_options():
-        if declared.field in CALLERS_OPTIONS:
+        if declared.field in CALLERS_OPTIONS and not callers:
             continue
         kind, said = _typed(declared)
         required = required_target and declared.field == "target"
@@ -80,9 +80,56 @@ class KvtasksTable(RepositoryOptions):
         {}, description="source globs -> the named targets a change there needs")
 
 
+ManifestOptions = create_model("ManifestOptions", __config__=_STRICT, **_fields(False, callers=True))
+ManifestOptions.__doc__ = "Options a batch manifest gives: any option of a validation, shared at its top or per PR."
+
+
+class ManifestPR(ManifestOptions):
+    """One PR of a batch: its label, and its patch or head ref, over the manifest's shared options."""
+
+    label: str = Field(description="the PR's run name, unique in the batch")
+
+    @model_validator(mode="after")
+    def _named(self) -> "ManifestPR":
+        if not (self.patch or self.head_ref):
+            raise ValueError("a PR of `prs` needs `patch` or `head_ref`")
+        return self
+
+
+class Manifest(ManifestOptions):
+    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`."""
+
+    engine: Any = Field(None, description="where the batch runs: local or ray")
+    archs: Any = Field(None, description="the architectures every PR is validated on (engine ray)")
+    base: str | None = Field(None, description="the worktree's HEAD the batch is made against, checked")
+    prs: list[ManifestPR] = Field(min_length=1, description="one entry per PR")
+
+
 def said(declared: str) -> str:
     """How an option's expected type is said (the end of its field's description)."""
-    return KvtasksTable.model_fields[declared].description.rsplit("; ", 1)[-1]
+    return ManifestOptions.model_fields[declared].description.rsplit("; ", 1)[-1]
+
+
+def manifest(path: str, data: dict) -> Manifest:
+    """A manifest's contents, checked; a UsageError names the first wrong key and where it is."""
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        location = [str(part) for part in error["loc"]]
+        where = f"prs[{location[1]}]" if location[:1] == ["prs"] and len(location) > 1 else "the top level"
+        key = location[2] if where != "the top level" and len(location) > 2 else location[0]
+        if error["type"] == "extra_forbidden":
+            raise UsageError(f"manifest {path!r}: {where} sets {key!r}, which is no option") from None
+        if key in ManifestOptions.model_fields and error["type"] != "missing":
+            value = error.get("input")
+            raise UsageError(f"manifest {path!r}: {where} {key} must be {said(key)}; it is "
+                             f"{type(value).__name__} {value!r}") from None
+        if key == "prs" and where == "the top level":
+            raise UsageError(f"manifest {path!r} has no `prs` list") from None
+        if error["type"] == "missing":
+            raise UsageError(f"manifest {path!r}: {where} needs {key!r}") from None
+        raise UsageError(f"manifest {path!r}: {where}: {error['msg'].removeprefix('Value error, ')}") from None
 
 
 def parse(file: str, table: dict) -> KvtasksTable:
@@ -130,7 +177,7 @@ def as_variable(field: str, value: Any) -> object:
     return str(value)
 
 
-def options(given: BaseModel) -> dict[str, object]:
-    """The options a model sets, as doit variables."""
+def options(given: BaseModel, fields: type[BaseModel] = RepositoryOptions) -> dict[str, object]:
+    """The options a model sets (of `fields`), as doit variables."""
     return {key: as_variable(key, value) for key, value in given.model_dump(exclude_unset=True).items()
-            if key in RepositoryOptions.model_fields}
+            if key in fields.model_fields}

@@ -12,7 +12,7 @@ from kvtasks.run import phases
 from kvtasks.worktree import clones
 from kvtasks.errors import UsageError
 from kvtasks.gpu import picker
-from kvtasks.request import Request, path_variables
+from kvtasks.request import Request, config_model, path_variables
 from kvtasks.stages import run_facts
 from kvtasks.evidence.workspace import Workspace
 from kvtasks.worktree import Worktree
@@ -58,22 +58,16 @@ def _load(path: str) -> dict:
 
 
 def manifest_requests(path: str, build) -> tuple[str, list[Request]]:
-    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`."""
+    """A batch manifest (TOML or JSON): shared options at the top, one entry per PR under `prs`,
+    typed as `[tool.kvtasks]` is (kvtasks.request.config_model: a table for a tolerance table, arrays
+    for names and grid rows); a path is relative to the manifest."""
     manifest = Path(path).expanduser().resolve()
-    data = _load(path)
-    for batch_setting in ("engine", "archs"):  # the batch's, not a PR's (manifest_engine)
-        data.pop(batch_setting, None)
-    prs = data.pop("prs", None)
-    if not isinstance(prs, list) or not prs:
-        raise UsageError(f"manifest {path!r} has no `prs` list")
-    data.pop("base", None)  # the worktree's HEAD, checked once it is held (check_base)
-    shared = {key: _relative(manifest, key, value) for key, value in data.items()}
-    requests = []
-    for entry in prs:
-        if not isinstance(entry, dict) or not ({"patch", "head_ref"} & set(entry)) or "label" not in entry:
-            raise UsageError(f"every entry of `prs` needs `label` and `patch` or `head_ref`: {entry!r}")
-        options = {**shared, **{key: _relative(manifest, key, value) for key, value in entry.items()}}
-        requests.append(build(options))
+    checked = config_model.manifest(path, _load(path))
+    shared = {key: _relative(manifest, key, value)
+              for key, value in config_model.options(checked, config_model.ManifestOptions).items()}
+    requests = [build({**shared, **{key: _relative(manifest, key, value) for key, value in
+                                    config_model.options(entry, config_model.ManifestOptions).items()}})
+                for entry in checked.prs]
     labels = [request.label for request in requests]
     if len(set(labels)) != len(labels):
         raise UsageError(f"manifest labels must be unique: {labels}")
