@@ -33,6 +33,11 @@ def test_doit_validate_with_no_variables_validates_the_demo(demo_home):
     assert (demo_home / "reports" / "demo" / "summary.md").is_file()
     assert f"**{report['verdict']}**" in done.stdout
     assert done.returncode == report["process_exit_code"]
+    # every line is kvtasks' own: the summary and the report's paths on stdout, progress on stderr; none
+    # of doit's (".  task", "-- task", "TaskFailed - taskid:...")
+    assert not [line for line in done.stdout.splitlines() if re.match(r"(\.  |-- |!! |Task\w+ - taskid|#{10})", line)]
+    assert [line for line in done.stderr.splitlines() if not line.startswith("[kvtasks] ")] == []
+    assert "[kvtasks] report demo: verdict BLOCK (exit 1): " in done.stderr
     assert report["repo"]["head"] is not None and report["stages"]["merge_sim"]["status"] == "pass"
     assert report["stages"]["baseline_control"]["status"] == "pass"
     # the hidden tail bug: its own tests pass, the independent grid does not

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvtasks import demo
-from kvtasks.front import cache_commands, graph, pr_targets
+from kvtasks.front import cache_commands, graph, pr_targets, reporting
 from kvtasks.report import pages
 from kvtasks.run import batch, check, session
 from kvtasks.system import progress
@@ -87,7 +87,7 @@ def _batch(workspace: Workspace, given: dict[str, str]) -> Namespace:
             from kvtasks.fleet import engine as fleet_engine
             return {"actions": [(graph.fleet_action, [fleet_engine.run_batch, requests, workspace, name, archs])],
                     "uptodate": [False], "verbosity": 2}
-        return {"task_batch": task_batch, "DOIT_CONFIG": workspace.doit_config()}
+        return {"task_batch": task_batch, "DOIT_CONFIG": reporting.doit_config(workspace)}
     requests = held_and_resolved(requests)
     batch.check_base(manifest, requests)
     return graph.loader_namespace(requests, workspace, batch_name=name)
@@ -97,7 +97,7 @@ def _report(workspace: Workspace, given: dict[str, str]) -> Namespace:
     def task_report():
         """Rebuild reports from stored evidence (label=L for one); runs no target, no git."""
         yield from graph.report_tasks(workspace, given.get("label"))
-    return {"task_report": task_report, "DOIT_CONFIG": workspace.doit_config()}
+    return {"task_report": task_report, "DOIT_CONFIG": reporting.doit_config(workspace)}
 
 
 def _serve(workspace: Workspace, given: dict[str, str]) -> Namespace:
@@ -108,7 +108,7 @@ def _serve(workspace: Workspace, given: dict[str, str]) -> Namespace:
     def task_serve():
         """Serve reports/ (the HTML pages and JSON) on localhost; port=0 picks a free port."""
         return {"actions": [(pages.serve, [workspace.reports, int(port)])], "uptodate": [False], "verbosity": 2}
-    return {"task_serve": task_serve, "DOIT_CONFIG": workspace.doit_config()}
+    return {"task_serve": task_serve, "DOIT_CONFIG": reporting.doit_config(workspace)}
 
 
 def _cache(workspace: Workspace, given: dict[str, str]) -> Namespace:
@@ -116,7 +116,7 @@ def _cache(workspace: Workspace, given: dict[str, str]) -> Namespace:
         """List stored evidence: key, kind, labels, size, age (base=OID: only that commit's)."""
         return {"actions": [(cache_commands.list_cache, [workspace, given.get("base")])], "uptodate": [False],
                 "verbosity": 2}
-    return {"task_cache": task_cache, "DOIT_CONFIG": workspace.doit_config()}
+    return {"task_cache": task_cache, "DOIT_CONFIG": reporting.doit_config(workspace)}
 
 
 def _cache_gc(workspace: Workspace, given: dict[str, str]) -> Namespace:
@@ -129,7 +129,7 @@ def _cache_gc(workspace: Workspace, given: dict[str, str]) -> Namespace:
         """Remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees unused that long; never one in use."""
         return {"basename": "cache-gc", "actions": [(cache_commands.collect, [workspace, older, age])],
                 "uptodate": [False], "verbosity": 2}
-    return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": workspace.doit_config()}
+    return {"task_cache_gc": task_cache_gc, "DOIT_CONFIG": reporting.doit_config(workspace)}
 
 
 def _check(workspace: Workspace, given: dict[str, str]) -> Namespace:
@@ -140,7 +140,7 @@ def _check(workspace: Workspace, given: dict[str, str]) -> Namespace:
         secret = workspace.store.grid_secret(request.host.grid_secret)
         return {"actions": [lambda: check.said(request, given.get("json"), secret) == 0],
                 "uptodate": [False], "verbosity": 2}
-    return {"task_check": task_check, "DOIT_CONFIG": workspace.doit_config()}
+    return {"task_check": task_check, "DOIT_CONFIG": reporting.doit_config(workspace)}
 
 
 FRONT_DOORS: dict[str, FrontDoor] = {
@@ -183,4 +183,4 @@ def catalogue(workspace: Workspace) -> Namespace:
         return lambda: {"basename": name, "actions": None, "doc": doc}
 
     return {**{f"task_{name.replace('-', '_')}": described(name, FRONT_DOORS[name].doc) for name in LISTED},
-            "DOIT_CONFIG": workspace.doit_config()}
+            "DOIT_CONFIG": reporting.doit_config(workspace)}

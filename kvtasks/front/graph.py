@@ -23,7 +23,7 @@ from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskError, TaskFailed
 
 from kvtasks import report
-from kvtasks.front import pr_targets
+from kvtasks.front import pr_targets, reporting
 from kvtasks.report import pages
 from kvtasks.run import batch, phases, session
 from kvtasks.system import progress
@@ -120,7 +120,7 @@ def loader_namespace(requests: list[Request], workspace: Workspace, batch_name: 
     def task_sides():
         yield from side_tasks(requests, workspace, batch=batch_name is not None)
 
-    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": workspace.doit_config(),
+    namespace = {"task_prepare": task_prepare, "task_sides": task_sides, "DOIT_CONFIG": reporting.doit_config(workspace),
                  REQUESTS: requests}
     if batch_name is None:
         namespace["task_validate"] = lambda: {"actions": None, "task_dep": ["report"], "doc": "validate one PR"}
@@ -142,7 +142,7 @@ def execute(build_namespace, command: str, quiet: bool = False, verbose: bool = 
     with signals.raising():  # for this run only: an in-process caller keeps its own handlers afterwards
         try:
             loader = ModuleTaskLoader(build_namespace())
-            output = ["--verbosity", "0", "--reporter", "zero"] if quiet else ["--verbosity", "2"] if verbose else []
+            output = ["--verbosity", "0"] if quiet else ["--verbosity", "2"] if verbose else []
             code = DoitMain(loader, extra_config={"GLOBAL": {}}).run(["run", *output, command])
         except signals.Interrupted as stopped:
             if not stopped.said:
