@@ -170,6 +170,8 @@ class HostSettings(HostVariables):
     perf_min_rows: int = Variable("PERF_MIN_ROWS", positive_int, default=3)
     perf_control_tol: float = Variable("PERF_CONTROL_TOL", between(0.0, 1.0), default=0.10)
     # the most of a target's output a log keeps (its first and last halves; the report says what was cut)
+    # how often a long target run says how far it got (items done of collected, elapsed): kvtasks.harness.heartbeat
+    heartbeat_s: int = Variable("KVTASKS_HEARTBEAT_S", positive_int, default=30)
     log_ceiling: int = Variable("KVTASKS_LOG_CEILING", positive_int, default=16 << 20)  # kvtasks.harness.capped_log.DEFAULT_CEILING
     idle: IdleSettings = Field(default_factory=IdleSettings)
 

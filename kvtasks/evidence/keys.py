@@ -97,7 +97,8 @@ def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: 
 REQUEST_FIELDS = {"source": "neither", "network_namespace": "neither", "sandbox_namespace": "neither",
                   "readonly": "neither", "default_out": "neither", "host": "neither", "resolved": "neither"}
 HOST_SETTINGS = {"pylib": "neither", "python_bin": "neither", "picker": "neither", "gpu_arch": "neither",
-                 "grid_secret": "neither", "gpu_reclaim_s": "neither", "idle": "neither", "timeout": "base",
+                 "grid_secret": "neither", "gpu_reclaim_s": "neither", "idle": "neither", "heartbeat_s": "neither",
+                 "timeout": "base",
                  "log_ceiling": "base", "perf_timeout": "head", "perf_repeat": "head", "perf_threshold": "head",
                  "perf_min_rows": "head", "perf_control_tol": "head"}
 

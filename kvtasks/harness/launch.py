@@ -48,18 +48,19 @@ def launch(
     private: Path | None = None,
     before_retry: Callable[[], None] | None = None,
     log_ceiling: int = DEFAULT_CEILING,
+    beat: Callable[[], None] | None = None,
 ) -> TargetRun:
     """One target run; its JUnit file and log end up as run_dir/junit-<label>.xml and
     run_dir/<label>.log. With `private` (a folder of this launch's own) the process writes them
     there under neutral names, so no path it can read names its label; `before_retry` runs before
-    a second attempt."""
+    a second attempt; `beat` runs as the wait for the process goes on (kvtasks.harness.heartbeat)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     kept_junit, kept_log = run_dir / f"junit-{label}.xml", run_dir / f"{label}.log"
     if private is not None:
         private.mkdir(parents=True, exist_ok=True)
     junit, log = (private / "junit.xml", private / "output.log") if private is not None else (kept_junit, kept_log)
     command = [*prefix, *command_for(runner, python_bin, target, junit, list(argv or []), probe)]
-    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling)
+    done = _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling, beat)
     text = Path(log).read_text(errors="replace") if done.usage_error and probe is not None else ""
     configured = configured_addopts(text, cwd) if text else {}
     if configured.get("dropped") and not NOT_FOUND.search(usage_message(text)):
@@ -71,7 +72,7 @@ def launch(
         if before_retry is not None:
             before_retry()
         retry = _launch_once(label, runner, [*command, "-o", "addopts="], cwd, env, junit, log, timeout_s,
-                             log_ceiling)
+                             log_ceiling, beat)
         retry.addopts_dropped = {**configured, "error": usage_message(text), "first_log": str(first_log)}
         retry.duration_s = round(retry.duration_s + done.duration_s, 3)
         retry.survivors = [*done.survivors, *retry.survivors]
@@ -93,7 +94,7 @@ def _keep(done: TargetRun, junit: Path, kept_junit: Path, log: Path, kept_log: P
         done.stats.junit_xml = str(kept_junit)
 
 
-def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling) -> TargetRun:
+def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ceiling, beat=None) -> TargetRun:
     junit.unlink(missing_ok=True)
     started = time.monotonic()
     output = CappedLog(log, log_ceiling)
@@ -106,7 +107,7 @@ def _launch_once(label, runner, command, cwd, env, junit, log, timeout_s, log_ce
         # what the leader left is ended before the output is read to its end: a process left holding
         # the pipe would keep the drain waiting
         process, timed_out, survivors = containment.launched(
-            command, timeout_s, handed_over, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+            command, timeout_s, handed_over, beat, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
             stdout=output.write_end, stderr=subprocess.STDOUT)
     finally:
         output.started()  # when the child never started

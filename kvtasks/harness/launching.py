@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Mapping
 
 from kvtasks.system import containment, progress
+from kvtasks.harness.heartbeat import Heartbeat
 from kvtasks.gpu import lease
 from kvtasks.request import Request
 from kvtasks.harness import environment, receipts, runtime_probe, startup
@@ -97,6 +98,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
             probe=probe.name, argv=argv, prefix=request.launch_prefix([str(scratch)], left=str(private / "left")),
             private=private,
             before_retry=probe.write_configuration, log_ceiling=request.host.log_ceiling,
+            beat=Heartbeat(label, probe.receipt.with_name(probe.receipt.name + ".progress"), request.host.heartbeat_s),
         )
     done.survivors += containment.namespace_survivors(private / "left")
     done.died = receipts.death(probe, done.exit, done.timed_out)
@@ -127,7 +129,8 @@ def time_run(request: Request, *, phase_root: Path, phase: str, label: str, file
         return launch(label=label, runner="script", target=file, cwd=Path(request.repo), env=env,
                       python_bin=request.host.python_bin, run_dir=logs, timeout_s=request.host.perf_timeout,
                       probe=None, argv=argv, prefix=request.launch_prefix([str(phase_root), str(logs)]),
-                      log_ceiling=request.host.log_ceiling)
+                      log_ceiling=request.host.log_ceiling,
+                      beat=Heartbeat(label, None, request.host.heartbeat_s))
 
 
 def probe_runtime(request: Request, *, run_dir: Path, module: str, roots: list[str],

@@ -252,10 +252,11 @@ def end_launch(process: subprocess.Popen, contained: Watch) -> list[Survivor]:
 
 
 def launched(argv: Sequence[str], timeout_s: float, started: Callable[[], None] = lambda: None,
-             **options) -> tuple[subprocess.Popen, bool, list[Survivor]]:
+             beat: Callable[[], None] | None = None, **options) -> tuple[subprocess.Popen, bool, list[Survivor]]:
     """Run `argv` contained to its end or to `timeout_s` (its group killed then): (the process,
     whether it timed out, what it left alive and was ended). `started` runs once the child holds
-    what `options` gave it, before the wait; an interrupt kills the group and still ends the launch."""
+    what `options` gave it, before the wait, and `beat` as the wait goes on; an interrupt kills the
+    group and still ends the launch."""
     contained = watch()
     try:
         process = processes.popen(argv, track=True, contained=contained, **options)
@@ -264,7 +265,7 @@ def launched(argv: Sequence[str], timeout_s: float, started: Callable[[], None] 
         raise
     try:
         started()
-        timed_out = processes.wait_or_expire(process, timeout_s)
+        timed_out = processes.wait_or_expire(process, timeout_s, beat=beat)
     except BaseException:
         processes.kill_group(process)
         end_launch(process, contained)

@@ -129,14 +129,15 @@ def popen(argv: Sequence[str], *, track: bool = False, outlives_us_harmlessly: b
     return process
 
 
-def _exits_within(process: subprocess.Popen, seconds: float) -> bool:
+def _exits_within(process: subprocess.Popen, seconds: float, beat: Callable[[], None] | None = None) -> bool:
     """Wait up to `seconds` for the process to exit (reaping it); say whether it did.
 
     It returns the moment the process exits (a pidfd polled, where Popen.wait(timeout) sleeps up to
     50 ms at a time, which every target launch would pay at its end), and to Python at least every
     SIGNAL_SLICE_S: the kernel may give a signal sent to the validator to another thread (a
     library's helper thread, such as multiprocessing's queue feeder in a doit worker), which never
-    wakes the main thread's wait; its handler runs only when the main thread next runs Python."""
+    wakes the main thread's wait; its handler runs only when the main thread next runs Python.
+    `beat`, when given, runs at each of those returns."""
     deadline = time.monotonic() + seconds
     try:
         pidfd = os.pidfd_open(process.pid)
@@ -151,21 +152,27 @@ def _exits_within(process: subprocess.Popen, seconds: float) -> bool:
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
                     return False
+                if beat is not None:
+                    beat()
     try:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
         while not poller.poll(max(0.0, min(SIGNAL_SLICE_S, deadline - time.monotonic())) * 1000):
             if time.monotonic() >= deadline:
                 return False
+            if beat is not None:
+                beat()
     finally:
         os.close(pidfd)
     process.wait()
     return True
 
 
-def wait_or_expire(process: subprocess.Popen, timeout_s: float, grace_s: float = KILL_GRACE_S) -> bool:
-    """Wait for the process; past timeout_s, terminate its group (killed after grace_s) and return True."""
-    if _exits_within(process, timeout_s):
+def wait_or_expire(process: subprocess.Popen, timeout_s: float, grace_s: float = KILL_GRACE_S,
+                   beat: Callable[[], None] | None = None) -> bool:
+    """Wait for the process; past timeout_s, terminate its group (killed after grace_s) and return True.
+    `beat` is called as the wait goes on (at least every SIGNAL_SLICE_S), to say how far a long run got."""
+    if _exits_within(process, timeout_s, beat):
         return False
     signal_group(process.pid, signal.SIGTERM)
     if not _exits_within(process, grace_s):

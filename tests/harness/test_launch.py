@@ -1,8 +1,13 @@
 import os
+import re
 import time
+
+import pytest
 
 from kvtasks.harness import launching
 from kvtasks.harness import receipts
+from kvtasks.harness.heartbeat import Heartbeat
+from kvtasks.system import progress
 from kvtasks.harness.junit import pytest_stats
 from kvtasks.harness.launch import launch
 from kvtasks.request import build_request
@@ -117,3 +122,36 @@ def test_pytest_is_asked_once_per_interpreter_and_path_and_a_refusal_is_asked_ag
     assert launching.pytest_available(request, tmp_path / "run") is None
     assert launching.pytest_available(request, tmp_path / "other-run") is None  # another group, same process
     assert asked.read_text().count("x") == 3
+
+
+@pytest.fixture
+def shown():
+    """Progress shown for one test, and quiet again after it, as the suite's validations run."""
+    progress.show(quiet=False)
+    yield
+    progress.show(quiet=True)
+
+
+def test_a_long_run_says_how_far_it_got_as_it_goes(tmp_path, capsys, shown):
+    # three items of a third of a second each, a beat every 0.2 s: lines while the run goes, each with
+    # the item it has reached of those pytest collected and the time elapsed
+    (tmp_path / "test_ok.py").write_text("import time\nimport pytest\n\n\n@pytest.mark.parametrize('n', [1, 2, 3])\n"
+                                         "def test_slow(n):\n    time.sleep(0.35)\n")
+    probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[], receipt=tmp_path / "receipt.json")
+    run = launch(label="head-repo", runner="pytest", target="test_ok.py", cwd=tmp_path,
+                 env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **probe.environment},
+                 python_bin=os.sys.executable, run_dir=tmp_path / "runs", timeout_s=120, probe=probe.name,
+                 beat=Heartbeat("head-repo", tmp_path / "receipt.json.progress", 0.2))
+    assert run.exit == 0 and run.stats.executed == 3
+    beats = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[kvtasks] head-repo: ")]
+    assert len(beats) >= 3 and all(line.endswith(" elapsed") for line in beats)
+    assert any(re.search(r"head-repo: item [123] of 3 running, \ds elapsed", line) for line in beats), beats
+
+
+def test_a_heartbeat_says_nothing_before_its_interval_and_the_time_alone_without_items(tmp_path, capsys, shown):
+    beat = Heartbeat("perf-head", None, 3600)
+    beat()
+    assert capsys.readouterr().err == ""
+    beat.due = 0.0
+    beat()
+    assert re.fullmatch(r"\[kvtasks\] perf-head: \d+s elapsed\n", capsys.readouterr().err)

@@ -166,6 +166,9 @@ class Plugin:
         if run.configuration.merged:
             items[:] = sorted(items, key=lambda item: _PARTS[run.added.get(item.nodeid, "repo")])
 
+    def pytest_collection_finish(self, session):
+        self.run.progress(f"collected {len(session.items)}")  # the heartbeat's denominator
+
     def pytest_runtest_logstart(self, nodeid, location):
         self.run.test = nodeid
         self.run.progress(f"start {nodeid}")

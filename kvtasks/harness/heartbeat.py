@@ -1,0 +1,49 @@
+"""A long target run says how far it got: every KVTASKS_HEARTBEAT_S (30 s by default) of waiting on
+it, one progress line with the items it started of those pytest collected and the time elapsed,
+read from the progress lines the in-target package writes as the run goes
+(kvtasks.harness.in_target.state.Run.progress). Every launch waits through it, validations' and
+`check`'s alike (kvtasks.harness.launching), so no run of minutes goes silent.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kvtasks.system import progress
+
+
+def elapsed(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
+
+
+class Heartbeat:
+    """Called as a launch's wait goes on; says a line at most every `interval_s`."""
+
+    def __init__(self, label: str, lines: Path | None, interval_s: float):
+        self.label, self.lines, self.interval_s = label, lines, interval_s
+        self.started = time.monotonic()
+        self.due = self.started + interval_s
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now < self.due:
+            return
+        self.due = now + self.interval_s
+        progress.say(f"{self.label}: {self.items()}{elapsed(now - self.started)} elapsed")
+
+    def items(self) -> str:
+        """`item N of M running, `: the items started of those collected, as far as the run wrote them
+        (nothing for a run with no in-target package: a timing run)."""
+        if self.lines is None:
+            return ""
+        try:
+            written = self.lines.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        collected = [line.split()[1] for line in written if line.startswith("collected ")]
+        started = sum(line.startswith("start ") for line in written)
+        if not collected and not started:
+            return ""
+        of = f" of {collected[-1]}" if collected else ""
+        return f"item {started}{of} running, "
