@@ -90,8 +90,8 @@ def test_two_targets_give_two_reports_and_the_worst_verdict(configured, home, id
     pr = json.loads((home / "reports" / "common" / "pr_report.json").read_text())
     assert pr["verdict"] == "BLOCK" and set(pr["targets"]) == {"scale", "double"} and code == 1
     posted = (home / "reports" / "common" / "comment.md").read_text()
-    assert posted.startswith("## kvtasks: **BLOCK** for common, the worst of 2 targets")
-    assert posted.count("### Target: **BLOCK** for common") == 2  # double_rows calls the tail-bugged scale_rows
+    assert posted.startswith("## kvtasks: **BLOCK** for `common`, the worst of 2 targets")
+    assert posted.count("### Target: **BLOCK** for `common.") == 2  # double_rows calls the tail-bugged scale_rows
 
 
 def test_a_pr_touching_no_mapped_file_is_the_usage_error(configured, home, idle_gpu, tmp_path, capsys):

@@ -101,7 +101,7 @@ def write_pr_report(reports: Path, labels: list[str]) -> tuple[int, Path]:
     write_atomic(folder / PR_REPORT, (json.dumps(summary, indent=2) + "\n").encode())
     lines = [f"## kvtasks: **{verdict}** for {comment.inline(label)}, the worst of {len(targets)} targets", "",
              "| target | verdict |", "| --- | --- |",
-             *(f"| {comment.inline(name)} | {entry['verdict']} |" for name, entry in targets.items()), ""]
+             *(f"| {comment.inline(name, in_table=True)} | {entry['verdict']} |" for name, entry in targets.items()), ""]
     for name, entry in targets.items():
         own = comment.markdown(entry["body"], REPORT.required, comment.page_url(entry["label"]))
         lines += [own.replace("## kvtasks:", "### Target:", 1).replace("\n### ", "\n#### "), ""]
