@@ -27,6 +27,8 @@ _DECIDED_ELSEWHERE: dict[str, str] = {
     'cpu-tier.out-of-bounds': 'an out-of-bounds memory access on head',
     'cpu-tier.out-of-bounds-fixed': 'the PR fixes an out-of-bounds access base has',
     'cpu-tier.sparse-grid-bounds-only': 'sparse-grid launches were checked for bounds only',
+    # environment
+    'environment.incomplete': "the target's interpreter lacks a dependency the code under test imports; nothing was tested, and no --fail-on lets it pass",
     # fleet
     'fleet.arch-not-run': 'an architecture of a fleet batch has no result',
     'fleet.different-runtimes': 'the architectures ran on different runtimes, so each has base evidence of its own',

@@ -198,7 +198,14 @@ def test_version_names_the_tool_and_the_report_schema(capsys):
     (["PASS", "BLOCK"], 1, "block", 1), (["PASS"], 0, "block", 0),
 ])
 def test_fail_on_sets_the_least_severe_verdict_that_fails(verdicts, code, fail_on, gated):
-    assert cli.gate_code(verdicts, code, fail_on) == gated
+    assert cli.gate_code([{"verdict": verdict, "findings": []} for verdict in verdicts], code, fail_on) == gated
+
+
+@pytest.mark.parametrize("fail_on", ["inconclusive", "needs_work", "block"])
+def test_a_run_that_lacked_the_repository_s_dependencies_fails_under_every_fail_on(fail_on):
+    incomplete = {"verdict": "INCONCLUSIVE", "findings": [{"rule": "environment.incomplete"}]}
+    assert cli.gate_code([incomplete], 2, fail_on) == 2
+    assert cli.gate_code([{**incomplete, "findings": [{"rule": "gpu.not-claimed"}]}], 2, "needs_work") == 0
 
 
 def test_doit_words_and_flags_are_one_spelling_and_a_flags_value_stays_a_value():
@@ -219,3 +226,18 @@ def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys):
     assert summary["schema_version"] == json.loads((home / "reports" / "machine" / "validation_report.json")
                                                    .read_text())["schema_version"]
     assert all(set(finding) == {"rule", "severity", "stage"} for finding in summary["reports"][0]["findings"])
+
+
+def test_a_target_whose_dependency_is_missing_is_not_green_under_any_fail_on(repo, tmp_path, idle_gpu, capsys):
+    # base's package imports a library this interpreter lacks: nothing can be tested, and saying so
+    # must fail the CI gate whatever --fail-on lets pass
+    (repo / "kernels" / "__init__.py").write_text("import kvtasks_absent_dependency  # noqa: F401\n")
+    git(repo, "commit", "-qam", "a dependency the runner lacks")
+    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch")
+    out = tmp_path / "report.json"
+    code = cli.main(["--repo", str(repo), "--patch", str(patch), "--target", "tests/test_scale.py", "--out", str(out),
+                     "--quiet", "--runtime-module", "kernels", "--fail-on", "block"])
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "INCONCLUSIVE" and code == 2
+    said = [f["detail"] for f in report["findings"] if f["rule"] == "environment.incomplete"]
+    assert said and "cannot import 'kvtasks_absent_dependency'" in said[0]

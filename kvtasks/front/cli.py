@@ -135,9 +135,18 @@ def _request_variables() -> dict[str, tuple[str, bool]]:
             for declared in declared_options() for variable in declared.variables}
 
 
-def gate_code(verdicts: list[str], code: int, fail_on: str) -> int:
-    """The exit code a CI gate sees: a run whose verdicts all lie below --fail-on exits 0."""
-    if verdicts and all(SEVERITY_ORDER.index(verdict) < SEVERITY_ORDER.index(FAIL_ON[fail_on]) for verdict in verdicts):
+# findings no --fail-on lets pass: a CI gate must not go green on a run that tested nothing for want of
+# the repository's own dependencies
+ALWAYS_FAIL = ("environment.incomplete",)
+
+
+def gate_code(bodies: list[dict], code: int, fail_on: str) -> int:
+    """The exit code a CI gate sees: a run whose verdicts all lie below --fail-on exits 0, unless a
+    report carries a finding no --fail-on lets pass."""
+    if any(finding["rule"] in ALWAYS_FAIL for body in bodies for finding in body["findings"]):
+        return code or 2
+    if bodies and all(SEVERITY_ORDER.index(body["verdict"]) < SEVERITY_ORDER.index(FAIL_ON[fail_on])
+                      for body in bodies):
         return 0
     return code
 
@@ -178,8 +187,8 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace, sit
     code = graph.execute(namespace, command, quiet=options["quiet"] or as_json, verbose=options["verbose"])
     reports = [workspace.reports / request.label / "validation_report.json"
                for request in built.get(graph.REQUESTS, [])]
-    verdicts = [json.loads(path.read_text())["verdict"] for path in reports if path.is_file()]
-    code = gate_code(verdicts, code, options["fail_on"]) if len(verdicts) == len(reports) else code
+    bodies = [json.loads(path.read_text()) for path in reports if path.is_file()]
+    code = gate_code(bodies, code, options["fail_on"]) if len(bodies) == len(reports) else code
     if as_json:
         print(json.dumps(machine_summary(command, code, reports), indent=2))
     return code

@@ -188,9 +188,35 @@ def _broken_by_pr(chosen: Profile, seen: dict, fields: dict) -> StageResult:
                                     f"{tail}")
 
 
+# what an import of a module no folder of the interpreter holds says
+_MISSING = re.compile(r"No module named '([\w.]+)'")
+
+
+def missing_dependency(ctx: Context, error: str) -> str | None:
+    """The module an import failed for when it is no module of the checkout: a dependency the
+    target's interpreter lacks (its top-level name is no folder or module at any import root)."""
+    named = _MISSING.search(error or "")
+    if named is None:
+        return None
+    top = named.group(1).split(".", 1)[0]
+    prefixes = ["", *(root.rstrip("/") + "/" for root in layout.checkout_roots(ctx.request))]
+    held = [f"{prefix}{top}/__init__.py" for prefix in prefixes] + [f"{prefix}{top}.py" for prefix in prefixes]
+    folders = [ctx.worktree.path / prefix / top for prefix in prefixes]  # a namespace package has no __init__
+    if any(ctx.head_text(path) is not None for path in held) or any(folder.is_dir() for folder in folders):
+        return None
+    return named.group(1)
+
+
 def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResult:
     if seen["error"]:
-        return _mismatch(f"import {chosen.module} failed: {seen['error']}", **fields)
+        stage = _mismatch(f"import {chosen.module} failed: {seen['error']}", **fields)
+        missing = missing_dependency(ctx, seen["error"])
+        if missing:
+            stage.finding("environment.incomplete", "note", f"the target's interpreter ({ctx.request.host.python_bin}) "
+                          f"cannot import {missing!r}, which `import {chosen.module}` needs: it lacks the repository's "
+                          "dependencies (install them into the interpreter PYTHON_BIN names), so nothing was tested; "
+                          "no --fail-on lets this pass")
+        return stage
     if not seen["inside_roots"]:
         return _mismatch(f"{chosen.module} resolved to {seen['module_path']}, outside {', '.join(chosen.roots)}",
                          **fields)

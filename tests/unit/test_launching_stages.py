@@ -169,6 +169,10 @@ SEEN = {"error": "", "traceback": "", "inside_roots": True, "module_path": "/che
         "editable": {}}
 BROKEN = {**SEEN, "error": "ImportError: cannot import name 'TILE' from 'kernels.scale'",
           "traceback": "Traceback (most recent call last):\nImportError: cannot import name 'TILE'"}
+# the interpreter lacks what the kernels import; and a module the checkout itself should hold (its
+# absence is the layout's, not the environment's)
+MISSING = {**SEEN, "error": "ModuleNotFoundError: No module named 'triton_extras.ops'"}
+MISSING_OWN = {**SEEN, "error": "ModuleNotFoundError: No module named 'kernels.fused'"}
 
 
 @pytest.mark.parametrize("probes, status, rules", [
@@ -176,7 +180,10 @@ BROKEN = {**SEEN, "error": "ImportError: cannot import name 'TILE' from 'kernels
     ([BROKEN, SEEN], "fail", [("runtime.import-broken", "blocker")]),
     ([BROKEN, BROKEN], "skip", [("runtime.compat-not-established", "note")]),
     ([None], "skip", [("runtime.compat-not-established", "note")]),
-], ids=["imports", "the PR breaks the import", "broken on both sides", "the probe died"])
+    ([MISSING, MISSING], "skip", [("runtime.compat-not-established", "note"), ("environment.incomplete", "note")]),
+    ([MISSING_OWN, MISSING_OWN], "skip", [("runtime.compat-not-established", "note")]),
+], ids=["imports", "the PR breaks the import", "broken on both sides", "the probe died",
+        "a dependency the interpreter lacks", "a module of the checkout itself"])
 def test_the_runtime_is_probed_on_head_and_base_is_asked_only_when_head_s_import_fails(probes, status, rules):
     launcher = RecordingLauncher(probes=[(seen, "probe log") for seen in probes])
     earlier = {"gpu_claim": ready()["gpu_claim"]}
