@@ -27,6 +27,10 @@ args = sys.argv[1:]
 state["calls"].append(args)
 if args[:2] == ["pr", "view"]:
     print(state["heads"][args[2]])
+elif args[:1] == ["api"] and "/contents/" in args[1]:  # a file's blob at a ref: the validate workflow's
+    print(state["workflow"].get(args[1].split("?ref=", 1)[1], ""))
+elif args[:1] == ["api"] and args[1].count("/") == 2:  # the repository: its default branch
+    print(state["default_branch"])
 elif args[:1] == ["api"] and "--paginate" in args:  # the PR's comments, filtered as the step's --jq filters them
     marker = "<!-- kvtasks verdict -->"
     number = args[1].split("/")[-2]
@@ -66,6 +70,33 @@ def run_step(found: dict, job_env: dict, expressions: dict, env: dict, cwd: Path
                           cwd=folder, env=environment, capture_output=True, text=True, timeout=900)
 
 
+WORKFLOW = ".github/workflows/kvtasks-validate.yml"
+
+
+def gh_state(heads: dict, head_sha: str, workflow_at_head: str = "blob-of-main") -> dict:
+    """The stand-in GitHub: the PRs' heads, no comments yet, and the validate workflow's blob on the
+    default branch and at the validated head."""
+    return {"heads": heads, "comments": [], "calls": [], "default_branch": "main",
+            "workflow": {"main": "blob-of-main", head_sha: workflow_at_head}}
+
+
+def comment_event(head_sha: str) -> dict:
+    return {"github.token": "not-a-token", "github.repository": "kernels/kernels",
+            "github.event.workflow_run.head_sha": head_sha, "github.event.workflow_run.path": WORKFLOW}
+
+
+def comment_job(tmp_path: Path, reports: Path, state: dict) -> tuple[Path, dict]:
+    """The comment job's folder, holding the downloaded artifact and a stand-in gh first on its PATH."""
+    job = tmp_path / "comment-job"
+    shutil.copytree(reports, job / "reports")
+    bin_dir = job / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(f"#!{sys.executable}\n{STAND_IN_GH}")
+    (bin_dir / "gh").chmod(0o755)
+    (bin_dir / "gh-state.json").write_text(json.dumps(state))
+    return job, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
 def test_the_workflows_parse_hold_no_secrets_and_keep_pr_code_away_from_the_token():
     validate, posting = workflow("kvtasks-validate.yml"), workflow("kvtasks-comment.yml")
     said = json.dumps([validate, posting], default=str)  # what the workflows do, their comments aside
@@ -78,6 +109,11 @@ def test_the_workflows_parse_hold_no_secrets_and_keep_pr_code_away_from_the_toke
         assert checkout["with"]["persist-credentials"] is False
         assert any(str(found.get("uses", "")).startswith("actions/upload-artifact") for found in job["steps"])
     assert "--sandbox --no-network" in validate["jobs"]["gpu"]["env"]["KVTASKS_ISOLATION"]
+    # kvtasks is on no package index: it is installed as the maintainer names it, and the targets'
+    # interpreter gets the repository's dependencies
+    runs = [str(found.get("run", "")) for job in validate["jobs"].values() for found in job["steps"]]
+    assert not [run for run in runs if re.search(r"pip install (-q )?'?kvtasks", run)]
+    assert any("PYTHON_BIN=" in run for run in runs)
     assert set(posting[True]) == {"workflow_run"} and posting["permissions"]["pull-requests"] == "write"
     assert not [found for found in posting["jobs"]["comment"]["steps"] if "checkout" in str(found.get("uses", ""))]
 
@@ -112,10 +148,9 @@ def test_the_validation_and_comment_steps_run_against_a_bare_repository(configur
     (bin_dir / "gh").write_text(f"#!{sys.executable}\n{STAND_IN_GH}")
     (bin_dir / "gh").chmod(0o755)
     state = bin_dir / "gh-state.json"
-    state.write_text(json.dumps({"heads": {"7": head_sha}, "comments": [], "calls": []}))
+    state.write_text(json.dumps(gh_state({"7": head_sha}, head_sha)))
     posting = workflow("kvtasks-comment.yml")["jobs"]["comment"]
-    run_event = {"github.token": "not-a-token", "github.repository": "kernels/kernels",
-                 "github.event.workflow_run.head_sha": head_sha}
+    run_event = comment_event(head_sha)
     comment_env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
     for _ in range(2):  # posted once, then updated in place
         done = run_step(step(posting, "Post or update the comment"), {}, run_event, comment_env, job)
@@ -127,6 +162,40 @@ def test_the_validation_and_comment_steps_run_against_a_bare_repository(configur
     assert [call[:3] for call in recorded["calls"] if call[0] != "pr" or call[1] != "view"][-1] == \
         ["api", "--method", "PATCH"]
     # an artifact naming a PR whose head is not the validated commit is not posted
-    state.write_text(json.dumps({"heads": {"7": "0" * 40}, "comments": [], "calls": []}))
+    state.write_text(json.dumps(gh_state({"7": "0" * 40}, head_sha)))
     refused = run_step(step(posting, "Post or update the comment"), {}, run_event, comment_env, job)
     assert refused.returncode == 1 and json.loads(state.read_text())["comments"] == []
+
+
+def test_a_docs_only_pr_in_ci_is_nothing_to_validate_and_a_forged_artifact_is_never_posted(configured, tmp_path):  # noqa: F811
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(configured), str(origin))
+    checkout = tmp_path / "workspace"
+    git(tmp_path, "clone", "-q", str(origin), str(checkout))
+    base_sha, head_sha = (git(checkout, "rev-parse", f"origin/{ref}").strip() for ref in ("main", "docs"))
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUNNER_TEMP": str(runner_temp),
+           "GITHUB_WORKSPACE": str(checkout), "CI": "true"}  # as GitHub's runners set it
+    gpu = workflow("kvtasks-validate.yml")["jobs"]["gpu"]
+    event = {"runner.temp": str(runner_temp), "github.event.pull_request.number": "8",
+             "github.event.pull_request.base.sha": base_sha, "github.event.pull_request.head.sha": head_sha}
+    validated = run_step(step(gpu, "Validate the PR"), gpu["env"], event, env, checkout)
+    assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
+    reports = runner_temp / "kvtasks" / "reports"
+    said = (reports / "pr-8" / "comment.md").read_text()
+    assert said.startswith("## kvtasks: nothing to validate for `pr-8`") and "README.md" in said
+    assert json.loads((reports / "pr-8" / "pr_report.json").read_text())["verdict"] is None
+
+    posting = workflow("kvtasks-comment.yml")["jobs"]["comment"]["steps"]
+    post = next(found for found in posting if found.get("name") == "Post or update the comment")
+    job, comment_env = comment_job(tmp_path, reports, gh_state({"8": head_sha}, head_sha))
+    assert run_step(post, {}, comment_event(head_sha), comment_env, job).returncode == 0
+    state = job / "bin" / "gh-state.json"
+    assert json.loads(state.read_text())["comments"][0]["body"] == "<!-- kvtasks verdict -->\n" + said
+    # a PR whose head changes the validate workflow could have uploaded any artifact: it is said to be
+    # unverified, and nothing of the artifact is posted
+    state.write_text(json.dumps(gh_state({"8": head_sha}, head_sha, workflow_at_head="blob-the-pr-wrote")))
+    assert run_step(post, {}, comment_event(head_sha), comment_env, job).returncode == 0
+    body = json.loads(state.read_text())["comments"][0]["body"]
+    assert "results unverified" in body and WORKFLOW in body and "nothing to validate" not in body

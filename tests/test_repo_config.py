@@ -94,7 +94,8 @@ def test_two_targets_give_two_reports_and_the_worst_verdict(configured, home, id
     assert posted.count("### Target: **BLOCK** for `common.") == 2  # double_rows calls the tail-bugged scale_rows
 
 
-def test_a_pr_touching_no_mapped_file_is_the_usage_error(configured, home, idle_gpu, tmp_path, capsys):
+def test_a_pr_touching_no_mapped_file_is_the_usage_error(configured, home, idle_gpu, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)  # an interactive command (in CI: tests/test_github_actions.py)
     code = by_refs(configured, "docs")
     said = capsys.readouterr().err.strip().splitlines()
     assert code == 64 and len(said) == 1

@@ -57,9 +57,18 @@ def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = 
 
 
 def validation(workspace: Workspace, given: dict, demo_without_repo: bool = True) -> Namespace:
-    """One PR: on one target, or on each target the repository's configuration maps its changes to."""
-    requests = held_and_resolved([single_request(workspace, options, demo_without_repo)
-                                  for options in pr_targets.target_options(workspace, given)])
+    """One PR: on one target, or on each target the repository's configuration maps its changes to
+    (in CI, a PR that touches no mapped file: nothing to validate, said in its report and comment)."""
+    try:
+        chosen = pr_targets.target_options(workspace, given)
+    except pr_targets.NothingToValidate as nothing:
+        if not pr_targets.in_ci():
+            raise
+        said = pr_targets.write_nothing_to_validate(workspace.reports, str(given.get("label") or "pr"), nothing)
+        return {"task_validate": lambda: {"actions": [(progress.result, [said])],
+                                          "uptodate": [False], "verbosity": 2, "doc": "nothing to validate"},
+                "DOIT_CONFIG": reporting.doit_config(workspace), graph.REQUESTS: []}
+    requests = held_and_resolved([single_request(workspace, options, demo_without_repo) for options in chosen])
     if len(requests) == 1:
         return graph.loader_namespace(requests, workspace)
     return graph.loader_namespace(requests, workspace, batch_name=pr_targets.pr_label(

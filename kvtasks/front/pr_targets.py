@@ -4,11 +4,13 @@ verdict with each target's, as a fleet PR has per architecture.
 
 With refs (or a patch) and no --target, the targets are those the configuration's map sends the
 PR's changed files to; a PR that changes no mapped file is a usage error naming the files and the
-map, never a pass. `--target NAME` picks a named target. Options given by the caller win.
+map, never a pass (in CI, where the variable CI is set, a one-line "nothing to validate" report and
+comment instead, and exit 0). `--target NAME` picks a named target. Options given by the caller win.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from kvtasks import __version__
@@ -22,6 +24,37 @@ from kvtasks.errors import UsageError
 from kvtasks.evidence.workspace import Workspace
 
 PR_REPORT = "pr_report.json"
+# set by CI services (GitHub Actions and GitLab among them): a PR that touches no mapped file there is
+# reported as nothing to validate, where an interactive command is told it is a usage error
+CI_VARIABLE = "CI"
+
+
+class NothingToValidate(UsageError):
+    """The PR changes no file the configuration's map sends to a target."""
+
+    def __init__(self, message: str, changed: list[str], file: str):
+        super().__init__(message)
+        self.changed, self.file = changed, file
+
+
+def in_ci() -> bool:
+    return os.environ.get(CI_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def write_nothing_to_validate(reports: Path, label: str, nothing: NothingToValidate) -> str:
+    """In CI, a PR that touches no mapped file gets a one-line report and comment (and exits 0): what
+    it changed and which map said so; nothing was run."""
+    folder = reports / label
+    line = (f"nothing to validate: the PR changes no file the map in base's {nothing.file} sends to a target "
+            f"({', '.join(nothing.changed[:20])}{' ...' if len(nothing.changed) > 20 else ''})")
+    write_atomic(folder / PR_REPORT, (json.dumps({"kvtasks_version": __version__, "label": label, "verdict": None,
+                                                   "nothing_to_validate": line, "changed": nothing.changed},
+                                                  indent=2) + "\n").encode())
+    posted = f"## kvtasks: nothing to validate for {comment.inline(label)}\n\n{comment.inline(line)}\n"
+    write_atomic(folder / comment.COMMENT, posted.encode())
+    write_atomic(folder / "summary.md", f"## kvtasks: nothing to validate\n\n{line}\n".encode())
+    comment.append_to_step_summary(posted)
+    return f"{line}\nreport: {folder / PR_REPORT}"
 # worst first, as a fleet PR's archs are merged
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
 
@@ -64,9 +97,10 @@ def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
     names = config.targets_for(changed)
     if not names:
         globs = "; ".join(f"{pattern} -> {', '.join(targets)}" for pattern, targets in config.map.items())
-        raise UsageError(f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no glob of "
-                   f"the map in base's {config.file} matches any of them ({globs or 'the map is empty'}); "
-                   "give --target to validate it anyway")
+        raise NothingToValidate(f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no "
+                                f"glob of the map in base's {config.file} matches any of them "
+                                f"({globs or 'the map is empty'}); give --target to validate it anyway",
+                                changed=changed, file=config.file)
     if len(names) == 1:
         return [{**config.options(names[0]), **given}]
     if given.get("out"):
