@@ -5,6 +5,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kvtasks.front import cli
@@ -226,6 +227,12 @@ def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys):
     assert summary["schema_version"] == json.loads((home / "reports" / "machine" / "validation_report.json")
                                                    .read_text())["schema_version"]
     assert all(set(finding) == {"rule", "severity", "stage"} for finding in summary["reports"][0]["findings"])
+    # a contract with its own schema: what was printed is valid against `schema --summary`
+    assert cli.main(["schema", "--summary"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["$id"].endswith(summary["schema_version"])
+    jsonschema.validate(summary, schema)
+    assert summary["reports"][0]["decided_by"].startswith("required stages short of pass")
 
 
 def test_a_target_whose_dependency_is_missing_is_not_green_under_any_fail_on(repo, tmp_path, idle_gpu, capsys):

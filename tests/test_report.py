@@ -111,7 +111,10 @@ def test_pass_gate_needs_a_sensitivity_run_that_corrupted_and_failed(modes):
 def test_summary_lists_every_stage_and_finding():
     stage = result("merge_sim", "fail", "patch | conflict")
     stage.finding("merge.patch-does-not-apply", "blocker", "does not apply")
-    text = report.summary_markdown(pipeline.compose("x", results(stage, halt="the patch does not apply")))
+    composed = pipeline.compose("x", results(stage, halt="the patch does not apply"))
+    # the report itself says what decided its verdict, as its comment and summary lead with it
+    assert composed.decided_by == "1 blocker rule: `merge.patch-does-not-apply` (merge_sim)"
+    text = report.summary_markdown(composed)
     assert "**BLOCK**" in text and "patch \\| conflict" in text
     assert "- **blocker** `merge.patch-does-not-apply` (merge_sim): does not apply" in text
     # the comment's order: the verdict, what decided it, the findings, then the stages

@@ -5,7 +5,7 @@ arch, and the worst verdict. It runs nothing and reads no evidence (the driver h
 from __future__ import annotations
 
 from kvtasks import report
-from kvtasks.report import pages
+from kvtasks.report import comment, pages
 from kvtasks.run import phases
 from kvtasks.report import EXIT_CODES, ArchRun, Finding, Report, Retry
 from kvtasks.evidence.workspace import Workspace
@@ -55,9 +55,11 @@ def merge(label: str, composed: dict[str, Report], runs: dict[str, ArchRun]) -> 
             basis[arch] = "; ".join(f.detail for f in run.findings)
     if body is None:
         raise ValueError(f"{label}: no architecture produced a report to merge")
-    return body.model_copy(update={"label": label, "arch_runs": runs, "arch_coverage": coverage,
-                                   "arch_coverage_basis": basis, "findings": findings, "verdict": verdict,
-                                   "process_exit_code": EXIT_CODES[verdict]})
+    merged = body.model_copy(update={"label": label, "arch_runs": runs, "arch_coverage": coverage,
+                                     "arch_coverage_basis": basis, "findings": findings, "verdict": verdict,
+                                     "process_exit_code": EXIT_CODES[verdict]})
+    merged.decided_by = comment.decided_by(merged.model_dump(mode="json"), merged.required_stages())
+    return merged
 
 
 def regenerate(workspace: Workspace, label: str, fleet: dict) -> None:

@@ -4,7 +4,7 @@
     validate-kernel-pr --repo W --target T ...              the same, the flag form
     validate-kernel-pr batch --manifest FILE | report | serve | cache | cache-gc --older 30d
     validate-kernel-pr check [--target T | NAME ...] [--json FILE]   run a target once, as a base run would
-    validate-kernel-pr schema [--config] | fleet-node | --version
+    validate-kernel-pr schema [--config | --summary] | fleet-node | --version
 
 Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE (or kvtasks crashed: its traceback is in
 crash.log beside the report), 64 a usage error (no report written);
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from kvtasks import __version__, errors, report, worktree
-from kvtasks.front import front_doors, graph
+from kvtasks.front import front_doors, graph, machine_summary
 from kvtasks.run import check
 from kvtasks.system import progress
 from kvtasks.errors import UsageError
@@ -151,21 +151,6 @@ def gate_code(bodies: list[dict], code: int, fail_on: str) -> int:
     return code
 
 
-def machine_summary(command: str, code: int, reports: list[Path]) -> dict:
-    """What --format json prints: one entry per report written, with its findings by rule."""
-    runs = []
-    for path in reports:
-        if not path.is_file():
-            continue
-        body = json.loads(path.read_text())
-        runs.append({"label": body["label"], "verdict": body["verdict"], "exit": body["process_exit_code"],
-                     "report": str(path), "comment": str(path.with_name(comment.COMMENT)),
-                     "findings": [{key: finding[key] for key in ("rule", "severity", "stage")}
-                                  for finding in body["findings"]]})
-    return {"command": command, "kvtasks_version": __version__, "schema_version": report.SCHEMA_VERSION,
-            "exit": code, "reports": runs}
-
-
 def _run(command: str, build_namespace, options: dict, workspace: Workspace, site: errors.CrashSite) -> int:
     """Run a door's graph and turn its outcome into the exit code and output asked for."""
     if options["report_url"]:
@@ -190,7 +175,7 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace, sit
     bodies = [json.loads(path.read_text()) for path in reports if path.is_file()]
     code = gate_code(bodies, code, options["fail_on"]) if len(bodies) == len(reports) else code
     if as_json:
-        print(json.dumps(machine_summary(command, code, reports), indent=2))
+        print(json.dumps(machine_summary.machine_summary(command, code, reports), indent=2))
     return code
 
 
@@ -253,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate-kernel-pr {__version__} (report schema {report.SCHEMA_VERSION})")
         return 0
     if argv[:1] == ["schema"]:  # the report's JSON Schema, or with --config the repository configuration's
-        schema = KvtasksTable.model_json_schema() if argv[1:2] == ["--config"] else REPORT.json_schema()
+        schema = {"--config": KvtasksTable.model_json_schema, "--summary": machine_summary.json_schema}.get(
+            "".join(argv[1:2]), REPORT.json_schema)()
         print(json.dumps(schema, indent=2))
         return 0
     workspace = Workspace(workspace_root())

@@ -75,7 +75,7 @@ def decided_by(report: dict, required: Iterable[str]) -> str:
 def markdown(report: dict, required: Iterable[str], page_url: str | None = None) -> str:
     """The comment for one report (its JSON form)."""
     lines = [f"## kvtasks: **{report['verdict']}** for {inline(report['label'])}", "",
-             f"**Decided by:** {decided_by(report, required)}", ""]
+             f"**Decided by:** {report.get('decided_by') or decided_by(report, required)}", ""]
     target = (report.get("test_selection") or {}).get("target")
     if target:
         lines += [f"**Target:** {inline(target)}", ""]

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from kvtasks.records import Facts, Selection, merged
-from kvtasks.report import judge
+from kvtasks.report import comment, judge
 from kvtasks.report.containment import Launch, contain
 from kvtasks.report.layout import Layout
 from kvtasks.report.model import EXIT_CODES, Finding, Report, Stage, TestSelection
@@ -82,4 +82,5 @@ def compose(layout: Layout, label: str, results: list[Result], finished_utc: str
         process_exit_code=EXIT_CODES[decided],
     )
     judge.withhold_unproven_pass(layout, report)
+    report.decided_by = comment.decided_by(report.model_dump(mode="json"), layout.required)
     return report

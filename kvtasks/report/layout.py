@@ -12,7 +12,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, create_model
 
-from kvtasks.report.model import Report, Stage
+from kvtasks.report.model import SCHEMA_ID, Report, Stage
 
 # what PASS requires of a stage, read off the composed report: each missing piece named ([] when it holds)
 Requirement = Callable[[Report], list[str]]
@@ -68,5 +68,6 @@ class Layout:
     def json_schema(self) -> dict:
         schema = self.model.model_json_schema()
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["$id"] = SCHEMA_ID
         schema["title"] = "validation_report"
         return schema

@@ -12,7 +12,8 @@ def summary_markdown(report: Report) -> str:
     rule id), then what was validated, the stages and the timings."""
     posted = report.model_dump(mode="json")
     lines = [f"## kvtasks validation: **{report.verdict}** (exit {report.process_exit_code})", "",
-             f"**Decided by:** {comment.decided_by(posted, report.required_stages())}", "", "### Findings", ""]
+             f"**Decided by:** {report.decided_by or comment.decided_by(posted, report.required_stages())}", "",
+             "### Findings", ""]
     ordered = [f for severity in SEVERITIES for f in report.findings if f.severity == severity]
     lines += [f"- **{f.severity}** `{f.rule}` ({f.stage}): {_cell(f.detail)}" for f in ordered] or ["- none"]
     lines += [

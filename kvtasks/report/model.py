@@ -13,7 +13,10 @@ from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, Survivor,
 # with its snapshot in tests/report_schemas/ (1: the first versioned report, with schema_version,
 # kvtasks_version and every finding's rule; 2: containment, isolation.processes, and died on the
 # repo tests' and grid's stage objects)
-SCHEMA_VERSION = "3"
+# a semantic version: MAJOR when a field is removed or its meaning changes, MINOR when one is added,
+# PATCH when only descriptions change (docs/reference.md keeps the changelog)
+SCHEMA_VERSION = "4.0.0"
+SCHEMA_ID = f"urn:kvtasks:validation-report:{SCHEMA_VERSION}"
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 Status = Literal["pass", "fail", "skip", "info"]
 Severity = Literal["blocker", "should-fix", "note"]
@@ -191,6 +194,9 @@ class Report(BaseModel):
     stages: BaseModel
     findings: list[Finding]
     verdict: Verdict
+    # what decided the verdict, in one line: the rules behind a BLOCK or NEEDS_WORK, what withheld a
+    # PASS, or the required stages short of pass (the comment, summary and page lead with it)
+    decided_by: str = ""
     process_exit_code: Literal[0, 1, 2]
 
     def stage_of(self, kind: type[Stage]) -> Stage | None:

@@ -56,7 +56,7 @@ def write_report_page(folder: Path, required: list[str]) -> Path:
     report = json.loads((folder / REPORT).read_text())
     stages = report.get("stages") or {}
     return _render("report.html.j2", folder / PAGE, report=report,
-                   decided=comment.decided_by(report, required).replace("`", ""),
+                   decided=(report.get("decided_by") or comment.decided_by(report, required)).replace("`", ""),
                    stages=[(name, stage) for name, stage in stages.items() if stage is not None],
                    findings=sorted(report.get("findings") or [], key=lambda f: rank(SEVERITIES, f.get("severity"))),
                    counts=finding_counts(report), repo_fields=repo_fields(report),

@@ -6,6 +6,7 @@ rewritten in place. The running kvtasks' version (a default in the schema) is no
 """
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from kvtasks.run.pipeline import REPORT
@@ -15,7 +16,9 @@ SNAPSHOTS = Path(__file__).parent.parent / "report_schemas"
 # version -> sha256 of its snapshot file, as published
 PUBLISHED = {"1": "9f6e3b189e18bf272bf363542a63fd5e23377e5148e563cc60968459af2d1461",
              "2": "540289e50a65bf6018f39cc953e1e5bbd45f10a8e1374ffa4241793c7fd1678f",
-             "3": "e30295e59c7025705407720e281ef6a1439bda9562e62f09d28e6b35e210646c"}
+             "3": "e30295e59c7025705407720e281ef6a1439bda9562e62f09d28e6b35e210646c",
+             # semantic versions from here (docs/reference.md): 4.0.0 adds decided_by and the $id
+             "4.0.0": "f18739fbc0edce8c35f7900db52ae31a83718789790b9da72b0934b3155ee3af"}
 
 
 def schema_text() -> str:
@@ -35,3 +38,8 @@ def test_no_published_snapshot_is_rewritten():
     saved = {path.stem: hashlib.sha256(path.read_bytes()).hexdigest() for path in SNAPSHOTS.glob("*.json")}
     assert saved == PUBLISHED
     assert SCHEMA_VERSION in PUBLISHED
+
+
+def test_the_version_is_semantic_and_the_schema_names_it_in_its_id():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", SCHEMA_VERSION)
+    assert REPORT.json_schema()["$id"] == f"urn:kvtasks:validation-report:{SCHEMA_VERSION}"
