@@ -85,3 +85,22 @@ def test_the_page_link_is_the_only_link_and_only_when_a_prefix_is_given(monkeypa
 def test_a_long_text_cannot_close_its_own_block(text):
     parsed = tokens(comment.block(text + "\nafter"))
     assert [t.type for t in parsed] == ["fence"] and parsed[0].content.endswith("after\n")
+
+
+def test_the_missing_gpu_is_one_line_with_its_notes_folded():
+    notes = [{"rule": "gpu.not-claimed", "severity": "note", "stage": "gpu_claim", "detail": "no GPU was claimed"},
+             {"rule": "gpu.ran-without-gpu", "severity": "note", "stage": "gpu_claim", "detail": "ran without a GPU"},
+             {"rule": "perf.not-compared", "severity": "note", "stage": "perf",
+              "detail": "no perf comparison was made: no GPU was claimed: timings would not describe the kernel"},
+             {"rule": "selection.provenance", "severity": "note", "stage": "selection", "detail": "pre-existing"}]
+    report = {"label": "pr-1", "verdict": "INCONCLUSIVE", "degraded_mode": "NO_GPU", "repo": {"base": "a" * 40},
+              "findings": notes, "stages": {}}
+    text = comment.markdown(report, [])
+    listed = [line for line in text.splitlines() if line.startswith("- ")]
+    assert listed == ["- no GPU was claimed, so PASS is out of reach and nothing was timed (`gpu.not-claimed`, "
+                      "`gpu.ran-without-gpu`, `perf.not-compared`; in full below)",
+                      "- `selection.provenance` (selection): `pre-existing`"]
+    assert "<details><summary>No GPU</summary>" in text and "timings would not describe the kernel" in text
+    # with a GPU claimed, a note is a note
+    claimed = comment.markdown({**report, "degraded_mode": None}, [])
+    assert "- `gpu.ran-without-gpu` (gpu_claim): `ran without a GPU`" in claimed

@@ -85,11 +85,16 @@ def markdown(report: dict, required: Iterable[str], page_url: str | None = None)
     lines += [f"base `{repo.get('base')}`, head `{repo.get('head') or 'not matched to a PR head'}`; "
               f"kvtasks {report.get('kvtasks_version', '?')}, report schema {report.get('schema_version', '?')}", ""]
     long_texts = []
+    no_gpu = _about_no_gpu(report)
     for severity, title in _SEVERITIES:
-        chosen = [f for f in report["findings"] if f["severity"] == severity]
-        if not chosen:
+        chosen = [f for f in report["findings"] if f["severity"] == severity and f not in no_gpu]
+        if not chosen and not (severity == "note" and no_gpu):
             continue
         lines += [f"### {title}", ""]
+        if severity == "note" and no_gpu:
+            rules = ", ".join(dict.fromkeys(f"`{f['rule']}`" for f in no_gpu))
+            lines.append(f"- no GPU was claimed, so PASS is out of reach and nothing was timed ({rules}; in full below)")
+            long_texts.append(("No GPU", "\n".join(f"{f['rule']} ({f['stage']}): {f['detail']}" for f in no_gpu)))
         for finding in chosen:
             detail = finding["detail"]
             shown = inline(detail if len(detail) <= SHORT else detail[:SHORT] + " …")
@@ -111,6 +116,15 @@ def markdown(report: dict, required: Iterable[str], page_url: str | None = None)
     for summary, text in long_texts:
         lines += folded(summary, text)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _about_no_gpu(report: dict) -> list[dict]:
+    """The notes that only say no GPU was claimed (each stage says it its own way): one line in the
+    comment, their words folded."""
+    if report.get("degraded_mode") != "NO_GPU":
+        return []
+    return [f for f in report["findings"] if f["severity"] == "note"
+            and (f["rule"].startswith("gpu.") or "no GPU was claimed" in f["detail"])]
 
 
 def _url(prefix: str) -> str:
