@@ -97,6 +97,26 @@ def comment_job(tmp_path: Path, reports: Path, state: dict) -> tuple[Path, dict]
     return job, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
+def validate_job(configured: Path, tmp_path: Path, head_ref: str, number: str, **environ: str):
+    """The gpu job's "Validate the PR" step on PR `number` (base main, head `head_ref`) of a bare copy
+    of `configured`: (the step's outcome, its reports folder, the checkout, the head OID)."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(configured), str(origin))
+    checkout = tmp_path / "workspace"
+    git(tmp_path, "clone", "-q", str(origin), str(checkout))
+    base_sha, head_sha = (git(checkout, "rev-parse", f"origin/{ref}").strip() for ref in ("main", head_ref))
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    # this process's environment carries the stand-in GPU host (idle_gpu) and the private GPU locks
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "RUNNER_TEMP": str(runner_temp), "GITHUB_WORKSPACE": str(checkout), **environ}
+    gpu = workflow("kvtasks-validate.yml")["jobs"]["gpu"]
+    event = {"runner.temp": str(runner_temp), "github.event.pull_request.number": number,
+             "github.event.pull_request.base.sha": base_sha, "github.event.pull_request.head.sha": head_sha}
+    done = run_step(step(gpu, "Validate the PR"), gpu["env"], event, env, checkout)
+    return done, runner_temp / "kvtasks" / "reports", checkout, head_sha
+
+
 def test_the_workflows_parse_hold_no_secrets_and_keep_pr_code_away_from_the_token():
     validate, posting = workflow("kvtasks-validate.yml"), workflow("kvtasks-comment.yml")
     said = json.dumps([validate, posting], default=str)  # what the workflows do, their comments aside
@@ -119,39 +139,16 @@ def test_the_workflows_parse_hold_no_secrets_and_keep_pr_code_away_from_the_toke
 
 
 def test_the_validation_and_comment_steps_run_against_a_bare_repository(configured, tmp_path, idle_gpu):  # noqa: F811
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "clone", "-q", "--bare", str(configured), str(origin))
-    checkout = tmp_path / "workspace"
-    git(tmp_path, "clone", "-q", str(origin), str(checkout))
-    base_sha = git(checkout, "rev-parse", "origin/main").strip()
-    head_sha = git(checkout, "rev-parse", "origin/tail-bug").strip()
-    runner_temp = tmp_path / "runner-temp"
-    runner_temp.mkdir()
-    tools = Path(sys.executable).parent
-    # this process's environment carries the stand-in GPU host (idle_gpu) and the private GPU locks
-    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "RUNNER_TEMP": str(runner_temp),
-           "GITHUB_WORKSPACE": str(checkout)}
-    gpu = workflow("kvtasks-validate.yml")["jobs"]["gpu"]
-    event = {"runner.temp": str(runner_temp), "github.event.pull_request.number": "7",
-             "github.event.pull_request.base.sha": base_sha, "github.event.pull_request.head.sha": head_sha}
-    validated = run_step(step(gpu, "Validate the PR"), gpu["env"], event, env, checkout)
+    validated, reports, checkout, head_sha = validate_job(configured, tmp_path, "tail-bug", "7")
     assert validated.returncode == 1, validated.stdout[-2000:] + validated.stderr[-2000:]  # BLOCK fails the gate
-    reports = runner_temp / "kvtasks" / "reports"
     assert json.loads((reports / "pr-7" / "validation_report.json").read_text())["verdict"] == "BLOCK"
     assert git(checkout, "status", "--porcelain", "--ignored") == ""  # the checkout stays as fetched
 
     # the artifact, downloaded by the comment job; the stand-in gh is first on its PATH
-    job = tmp_path / "comment-job"
-    shutil.copytree(reports, job / "reports")
-    bin_dir = job / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "gh").write_text(f"#!{sys.executable}\n{STAND_IN_GH}")
-    (bin_dir / "gh").chmod(0o755)
-    state = bin_dir / "gh-state.json"
-    state.write_text(json.dumps(gh_state({"7": head_sha}, head_sha)))
+    job, comment_env = comment_job(tmp_path, reports, gh_state({"7": head_sha}, head_sha))
+    state = job / "bin" / "gh-state.json"
     posting = workflow("kvtasks-comment.yml")["jobs"]["comment"]
     run_event = comment_event(head_sha)
-    comment_env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
     for _ in range(2):  # posted once, then updated in place
         done = run_step(step(posting, "Post or update the comment"), {}, run_event, comment_env, job)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -168,27 +165,13 @@ def test_the_validation_and_comment_steps_run_against_a_bare_repository(configur
 
 
 def test_a_docs_only_pr_in_ci_is_nothing_to_validate_and_a_forged_artifact_is_never_posted(configured, tmp_path):  # noqa: F811
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "clone", "-q", "--bare", str(configured), str(origin))
-    checkout = tmp_path / "workspace"
-    git(tmp_path, "clone", "-q", str(origin), str(checkout))
-    base_sha, head_sha = (git(checkout, "rev-parse", f"origin/{ref}").strip() for ref in ("main", "docs"))
-    runner_temp = tmp_path / "runner-temp"
-    runner_temp.mkdir()
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUNNER_TEMP": str(runner_temp),
-           "GITHUB_WORKSPACE": str(checkout), "CI": "true"}  # as GitHub's runners set it
-    gpu = workflow("kvtasks-validate.yml")["jobs"]["gpu"]
-    event = {"runner.temp": str(runner_temp), "github.event.pull_request.number": "8",
-             "github.event.pull_request.base.sha": base_sha, "github.event.pull_request.head.sha": head_sha}
-    validated = run_step(step(gpu, "Validate the PR"), gpu["env"], event, env, checkout)
+    validated, reports, _, head_sha = validate_job(configured, tmp_path, "docs", "8", CI="true")  # as GitHub sets it
     assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
-    reports = runner_temp / "kvtasks" / "reports"
     said = (reports / "pr-8" / "comment.md").read_text()
     assert said.startswith("## kvtasks: nothing to validate for `pr-8`") and "README.md" in said
     assert json.loads((reports / "pr-8" / "pr_report.json").read_text())["verdict"] is None
 
-    posting = workflow("kvtasks-comment.yml")["jobs"]["comment"]["steps"]
-    post = next(found for found in posting if found.get("name") == "Post or update the comment")
+    post = step(workflow("kvtasks-comment.yml")["jobs"]["comment"], "Post or update the comment")
     job, comment_env = comment_job(tmp_path, reports, gh_state({"8": head_sha}, head_sha))
     assert run_step(post, {}, comment_event(head_sha), comment_env, job).returncode == 0
     state = job / "bin" / "gh-state.json"

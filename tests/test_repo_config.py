@@ -119,11 +119,11 @@ def test_flags_win_over_the_configuration(configured, home, idle_gpu, tmp_path):
 
 @pytest.mark.parametrize("text,said", [
     ('[tool.kvtasks]\nrepo = "elsewhere"\n', "sets 'repo'"),
-    ('[tool.kvtasks.targets.a]\nrunner = "pytest"\n', "[tool.kvtasks.targets.a] names no 'target'"),
+    ('[tool.kvtasks.targets.a]\nrunner = "pytest"\n', "[tool.kvtasks.targets.a] needs 'target'"),
     ('[tool.kvtasks]\ntol_table = ["f32", 1e-5]\n', "[tool.kvtasks] tol_table must be a table of dtype = tolerance"),
     ('[tool.kvtasks.targets.a]\ntarget = "t.py"\nshape_env = {M = 1}\n',
      "[tool.kvtasks.targets.a] shape_env must be a string (or a bare number); it is dict"),
-    ('[tool.kvtasks]\ncpu_sparse_grid = "many"\n', "cpu_sparse_grid must be an integer; it is str 'many'"),
+    ('[tool.kvtasks]\ncpu_sparse_grid = "many"\n', "cpu_sparse_grid must be an integer (or its digits); it is str 'many'"),
     ('[tool.kvtasks.targets.a]\ntarget = "t.py"\n[tool.kvtasks.map]\n"k/*" = ["b"]\n', "'b', which is no named target"),
 ])
 def test_a_configuration_mistake_is_a_usage_error_naming_the_file(text, said, tmp_path):
@@ -186,3 +186,11 @@ def test_check_has_its_own_help(capsys):
     said = capsys.readouterr().out
     assert said.startswith("usage: validate-kernel-pr check") and "--json FILE" in said
     assert "what a PR against a checkout could reach" in said and "0 the target reached a test outcome" in said
+
+
+def test_a_target_path_base_lacks_is_the_stages_to_judge_not_a_usage_error(configured):
+    config = repo_config.load(configured)
+    for path in ("tests/test_new.py", "test_renamed.py::test_x[a/b]"):  # a test the PR adds, a renamed one
+        assert config.chosen({"target": path}, configured)["target"] == path
+    with pytest.raises(UsageError, match="--target 'softmax' is neither a target named"):
+        config.chosen({"target": "softmax"}, configured)

@@ -39,7 +39,8 @@ def _doc(group: str) -> str:
 
 
 def _verdict_result(code: int, message: str):
-    """doit's result for an exit code: 1 fails the task, 2 is a task error."""
+    """doit's result for an exit code: 1 fails the task, 2 is a task error. `message` starts with
+    "verdict" (kvtasks.front.reporting says it as a verdict, never as a failure of kvtasks)."""
     if code == 1:
         return TaskFailed(message)
     if code == 2:
@@ -62,14 +63,14 @@ def _write_index(requests: list[Request], workspace: Workspace, name: str, one_p
     worst, index = batch.write_index(requests, workspace, name)
     if one_pr:  # the targets of one PR: its own report says the worst verdict, with each target's
         worst, pr_report = pr_targets.write_pr_report(workspace.reports, [request.label for request in requests])
-        return _verdict_result(worst, f"PR {name}: exit {worst} ({pr_report})")
-    return _verdict_result(worst, f"batch {name}: exit {worst} ({index})")
+        return _verdict_result(worst, f"verdict of PR {name}: exit {worst} ({pr_report})")
+    return _verdict_result(worst, f"verdict of batch {name}: exit {worst} ({index})")
 
 
 def fleet_action(run_batch, requests: list[Request], workspace: Workspace, name: str, archs):
     """A fleet batch (kvtasks.fleet) is one doit task: Ray schedules its runs; its exit is the index's."""
     worst = run_batch(requests, workspace, name, archs)
-    return _verdict_result(worst, f"batch {name}: exit {worst}")
+    return _verdict_result(worst, f"verdict of batch {name}: exit {worst}")
 
 
 def prepare_tasks(requests: list[Request], workspace: Workspace) -> Iterator[dict]:

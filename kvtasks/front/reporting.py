@@ -9,8 +9,9 @@ from __future__ import annotations
 from kvtasks.evidence.workspace import Workspace
 from kvtasks.system import progress
 
-# the start of a verdict's message (kvtasks.front.graph: a report task's result for exit 1 or 2)
-VERDICT = "verdict "
+# the start of a verdict's message (kvtasks.front.graph._verdict_result: a report's, a batch's or a
+# PR's result for exit 1 or 2)
+VERDICT = "verdict"
 
 
 def _task(name: str) -> str:

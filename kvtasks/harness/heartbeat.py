@@ -6,10 +6,14 @@ read from the progress lines the in-target package writes as the run goes
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 from kvtasks.system import progress
+
+# the line the in-target package writes once pytest has collected (kvtasks.harness.in_target.plugin)
+_COLLECTED = re.compile(r"collected (\d+)")
 
 
 def elapsed(seconds: float) -> str:
@@ -26,11 +30,17 @@ class Heartbeat:
         self.due = self.started + interval_s
 
     def __call__(self) -> None:
+        """Never raises: the lines it reads are written by the target, whose code is the PR's, and a
+        beat must not end the launch it reports on."""
         now = time.monotonic()
         if now < self.due:
             return
         self.due = now + self.interval_s
-        progress.say(f"{self.label}: {self.items()}{elapsed(now - self.started)} elapsed")
+        try:
+            items = self.items()
+        except Exception:  # noqa: BLE001 (whatever the target wrote, the wait goes on)
+            items = ""
+        progress.say(f"{self.label}: {items}{elapsed(now - self.started)} elapsed")
 
     def items(self) -> str:
         """`item N of M running, `: the items started of those collected, as far as the run wrote them
@@ -41,7 +51,7 @@ class Heartbeat:
             written = self.lines.read_text(errors="replace").splitlines()
         except OSError:
             return ""
-        collected = [line.split()[1] for line in written if line.startswith("collected ")]
+        collected = [found.group(1) for line in written if (found := _COLLECTED.fullmatch(line))]
         started = sum(line.startswith("start ") for line in written)
         if not collected and not started:
             return ""

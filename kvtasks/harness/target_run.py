@@ -73,18 +73,20 @@ class TargetRun(BaseModel):
         except OSError:
             return 0
 
-    def log_tail(self, lines: int = 4, width: int = 220) -> str:
+    def log_tail(self, lines: int = 4, width: int = 220, failing_first: bool = True) -> str:
         """What the log says of how the run ended, in one line: pytest's `E` lines (the failing
-        assertion or exception, the first `lines` of them) where it wrote any, else its last
-        `lines` lines; cut at the end, never mid-way into what it says first."""
+        assertion or exception, the first `lines` of them, under the test they belong to, cut at
+        the end) where it wrote any and `failing_first`; else its last `lines` lines, their last
+        `width` characters."""
         try:
             text = Path(self.log).read_text(errors="replace")
         except OSError:
             return ""
         failing = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
-        said = " | ".join(failing[:lines] if failing else text.strip().splitlines()[-lines:])
-        first = _SECTION.search(text) if failing else None  # the test the first E lines belong to
-        said = f"{first.group(1)}: {said}" if first else said
+        if not (failing and failing_first):
+            return " | ".join(text.strip().splitlines()[-lines:])[-width:]
+        first = _SECTION.search(text)
+        said = (f"{first.group(1)}: " if first else "") + " | ".join(failing[:lines])
         return said if len(said) <= width else said[:width - 1] + "…"
 
 

@@ -7,9 +7,10 @@ variable the command line would give (kvtasks.request.repo_config).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model,
+                      model_validator)
 
 from kvtasks.errors import UsageError
 from kvtasks.request.model import declared_options
@@ -36,18 +37,19 @@ def _typed(declared: DeclaredOption) -> tuple[Any, str]:
         return RICHER[declared.field]
     option = declared.option
     if option.switch:
-        return Union[bool, str], 'true or false (or the command line\'s "1" and "")'
+        return Union[bool, int, str], 'true or false (or the command line\'s 1, 0 or "")'
     if option.repeated:
         return Union[str, list[str]], "a string or an array of strings"
-    if declared.choices:
-        return Literal[declared.choices], "one of " + ", ".join(repr(choice) for choice in declared.choices)
+    if declared.choices:  # its value is checked as the command line's is (kvtasks.request.model)
+        return str, "one of " + ", ".join(repr(choice) for choice in declared.choices if choice)
     annotation = declared.info.annotation
     plain = [arg for arg in get_args(annotation) if arg is not type(None)] if get_origin(annotation) is Union \
         else [annotation]
     if plain == [int]:
-        return int, "an integer"
+        return Union[int, Annotated[str, StringConstraints(pattern=r"^\s*\d*\s*$")]], "an integer (or its digits)"
     if plain == [float]:
-        return float, "a number"
+        return Union[float, Annotated[str, StringConstraints(pattern=r"^\s*([-+]?[\d.]+([eE][-+]?\d+)?)?\s*$")]], \
+            "a number (or its digits)"
     return Scalar, "a string (or a bare number)"
 
 
@@ -66,6 +68,7 @@ def _fields(required_target: bool, callers: bool = False) -> dict[str, Any]:
 
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
+SWITCHES = {declared.field for declared in declared_options() if declared.option.switch}
 RepositoryOptions = create_model("RepositoryOptions", __config__=_STRICT, **_fields(False))
 RepositoryOptions.__doc__ = "Options for every target: any option of a validation but where the PR comes from and where reports go."
 NamedTarget = create_model("NamedTarget", __config__=_STRICT, **_fields(True))
@@ -105,11 +108,6 @@ class Manifest(ManifestOptions):
     prs: list[ManifestPR] = Field(min_length=1, description="one entry per PR")
 
 
-def said(declared: str) -> str:
-    """How an option's expected type is said (the end of its field's description)."""
-    return ManifestOptions.model_fields[declared].description.rsplit("; ", 1)[-1]
-
-
 def manifest(path: str, data: dict) -> Manifest:
     """A manifest's contents, checked; a UsageError names the first wrong key and where it is."""
     try:
@@ -117,19 +115,43 @@ def manifest(path: str, data: dict) -> Manifest:
     except ValidationError as exc:
         error = exc.errors()[0]
         location = [str(part) for part in error["loc"]]
-        where = f"prs[{location[1]}]" if location[:1] == ["prs"] and len(location) > 1 else "the top level"
-        key = location[2] if where != "the top level" and len(location) > 2 else location[0]
-        if error["type"] == "extra_forbidden":
-            raise UsageError(f"manifest {path!r}: {where} sets {key!r}, which is no option") from None
-        if key in ManifestOptions.model_fields and error["type"] != "missing":
-            value = error.get("input")
-            raise UsageError(f"manifest {path!r}: {where} {key} must be {said(key)}; it is "
-                             f"{type(value).__name__} {value!r}") from None
-        if key == "prs" and where == "the top level":
+        if location[:1] == ["prs"] and len(location) == 1:
             raise UsageError(f"manifest {path!r} has no `prs` list") from None
-        if error["type"] == "missing":
-            raise UsageError(f"manifest {path!r}: {where} needs {key!r}") from None
-        raise UsageError(f"manifest {path!r}: {where}: {error['msg'].removeprefix('Value error, ')}") from None
+        if location[:1] == ["prs"]:
+            where, key, model = f"prs[{location[1]}]", location[2] if len(location) > 2 else "", ManifestPR
+        else:
+            where, key, model = "the top level", location[0], Manifest
+        if not key:  # the entry as a whole (a PR naming neither a patch nor a head ref)
+            raise UsageError(f"manifest {path!r}: {where}: {error['msg'].removeprefix('Value error, ')}") from None
+        raise UsageError(f"manifest {path!r}: "
+                         f"{_refusal(error, model, where, key, sorted(ManifestOptions.model_fields))}") from None
+
+
+# a doit variable spelt otherwise than its field (`tests` for `target`) -> the field
+ALIASES = {variable: declared.field for declared in declared_options() for variable in declared.variables}
+
+
+def _refusal(error: dict, model: type[BaseModel], where: str, key: str, allowed: list[str]) -> str:
+    """What is wrong with one key, where it is, and the type it needs."""
+    if error["type"] == "extra_forbidden":
+        return f"{where} sets {key!r}, which is no option; it may set {', '.join(allowed)}"
+    if error["type"] == "missing":
+        return f"{where} needs {key!r}"
+    field = model.model_fields.get(ALIASES.get(key, key))
+    if field is not None and field.description and "; " in field.description:
+        value = error.get("input")
+        return f"{where} {key} must be {field.description.rsplit('; ', 1)[-1]}; it is {type(value).__name__} {value!r}"
+    return f"{where} {key}: {error['msg'].removeprefix('Value error, ')}"
+
+
+def _first_error(file: str, exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    location = [str(part) for part in error["loc"]]
+    if location[:1] == ["targets"] and len(location) >= 3:
+        where, key, model = f"[tool.kvtasks.targets.{location[1]}]", location[2], NamedTarget
+    else:
+        where, key, model = "[tool.kvtasks]", location[0], KvtasksTable
+    return f"{file}: {_refusal(error, model, where, key, sorted(RepositoryOptions.model_fields))}"
 
 
 def parse(file: str, table: dict) -> KvtasksTable:
@@ -140,25 +162,6 @@ def parse(file: str, table: dict) -> KvtasksTable:
         raise UsageError(_first_error(file, exc)) from None
 
 
-def _first_error(file: str, exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    location = [str(part) for part in error["loc"]]
-    if location[:1] == ["targets"] and len(location) >= 3:
-        where, key = f"[tool.kvtasks.targets.{location[1]}]", location[2]
-    else:
-        where, key = "[tool.kvtasks]", location[0]
-    if error["type"] == "extra_forbidden":
-        allowed = sorted(RepositoryOptions.model_fields)
-        return (f"{file}: {where} sets {key!r}, which is no option a repository may set; it may set "
-                f"{', '.join(allowed)}")
-    if error["type"] == "missing":
-        return f"{file}: {where} names no {key!r} (the test file or node to run)"
-    if key in RepositoryOptions.model_fields:
-        value = error.get("input")
-        return f"{file}: {where} {key} must be {said(key)}; it is {type(value).__name__} {value!r}"
-    return f"{file}: {where} {key}: {error['msg']}"
-
-
 def as_variable(field: str, value: Any) -> object:
     """A configuration value as the doit variable the command line gives: a switch 1 or nothing, a
     table or an array in the option's own text form."""
@@ -166,6 +169,8 @@ def as_variable(field: str, value: Any) -> object:
         return "1"
     if value is False:
         return ""
+    if isinstance(value, int) and field in SWITCHES:
+        return "1" if value else ""
     if isinstance(value, dict):  # a tolerance table
         return ",".join(f"{dtype}={tolerance!r}" for dtype, tolerance in value.items())
     if isinstance(value, list):
@@ -179,5 +184,6 @@ def as_variable(field: str, value: Any) -> object:
 
 def options(given: BaseModel, fields: type[BaseModel] = RepositoryOptions) -> dict[str, object]:
     """The options a model sets (of `fields`), as doit variables."""
-    return {key: as_variable(key, value) for key, value in given.model_dump(exclude_unset=True).items()
+    # a null (a JSON manifest's) is an option not given, as on the command line
+    return {key: as_variable(key, value) for key, value in given.model_dump(exclude_unset=True, exclude_none=True).items()
             if key in fields.model_fields}

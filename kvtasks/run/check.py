@@ -116,7 +116,7 @@ def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked
     if run is not None:
         found["run"] = {"exit": run.exit, "timed_out": run.timed_out, "executed": run.stats.executed,
                         "failures": run.stats.failures, "errors": run.stats.errors, "skipped": run.stats.skipped,
-                        "duration_s": round(run.duration_s, 1), "log_tail": run.log_tail(),
+                        "duration_s": round(run.duration_s, 1), "log_tail": run.log_tail(failing_first=False),
                         "outcomes": [{**case.model_dump(), "test_id": case.test_id} for case in run.cases]}
     reached = run is not None and not run.timed_out and not run.usage_error and not cpu_tier.tier_failure(run) \
         and (run.stats.executed > 0 or run.stats.skipped > 0)

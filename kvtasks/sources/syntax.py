@@ -15,7 +15,7 @@ from typing import Any
 # a file's text is read by several readers in one policy read (its tolerances, its tampering, its
 # references, its configuration, the modules it imports): one parse serves them all; no reader
 # changes a tree it is given
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def parse(text: str | None) -> ast.Module | None:
     try:
         return ast.parse(text or "")

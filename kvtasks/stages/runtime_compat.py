@@ -192,14 +192,17 @@ def _broken_by_pr(chosen: Profile, seen: dict, fields: dict) -> StageResult:
 _MISSING = re.compile(r"No module named '([\w.]+)'")
 
 
-def missing_dependency(ctx: Context, error: str) -> str | None:
+def missing_dependency(ctx: Context, module: str, error: str) -> str | None:
     """The module an import failed for when it is no module of the checkout: a dependency the
     target's interpreter lacks (its top-level name is no folder or module at any import root)."""
     named = _MISSING.search(error or "")
     if named is None:
         return None
     top = named.group(1).split(".", 1)[0]
-    prefixes = ["", *(root.rstrip("/") + "/" for root in layout.checkout_roots(ctx.request))]
+    if top == module.split(".", 1)[0]:  # the module kvtasks was asked to import, or its own: no dependency
+        return None
+    # where the target's path finds the checkout's modules (kvtasks.harness.layout.python_path)
+    prefixes = ["", "python/", *(root.rstrip("/") + "/" for root in layout.checkout_roots(ctx.request))]
     held = [f"{prefix}{top}/__init__.py" for prefix in prefixes] + [f"{prefix}{top}.py" for prefix in prefixes]
     folders = [ctx.worktree.path / prefix / top for prefix in prefixes]  # a namespace package has no __init__
     if any(ctx.head_text(path) is not None for path in held) or any(folder.is_dir() for folder in folders):
@@ -210,7 +213,7 @@ def missing_dependency(ctx: Context, error: str) -> str | None:
 def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResult:
     if seen["error"]:
         stage = _mismatch(f"import {chosen.module} failed: {seen['error']}", **fields)
-        missing = missing_dependency(ctx, seen["error"])
+        missing = missing_dependency(ctx, chosen.module, seen["error"])
         if missing:
             stage.finding("environment.incomplete", "note", f"the target's interpreter ({ctx.request.host.python_bin}) "
                           f"cannot import {missing!r}, which `import {chosen.module}` needs: it lacks the repository's "

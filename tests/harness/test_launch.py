@@ -155,3 +155,12 @@ def test_a_heartbeat_says_nothing_before_its_interval_and_the_time_alone_without
     beat.due = 0.0
     beat()
     assert re.fullmatch(r"\[kvtasks\] perf-head: \d+s elapsed\n", capsys.readouterr().err)
+
+
+def test_a_beat_survives_whatever_the_target_wrote_into_its_progress_lines(tmp_path, capsys, shown):
+    lines = tmp_path / "receipt.json.progress"
+    lines.write_text("collected \nstart a\ncollected x\n\x00\ncollected 3\nstart b\n")
+    beat = Heartbeat("head-repo", lines, 3600)
+    beat.due = 0.0
+    beat()
+    assert re.fullmatch(r"\[kvtasks\] head-repo: item 2 of 3 running, \d+s elapsed\n", capsys.readouterr().err)

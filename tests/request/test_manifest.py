@@ -1,5 +1,6 @@
 """A batch manifest is typed as the repository's configuration is: the TOML a person writes reaches
 each PR's options as the command line gives them, and a wrong key or type is refused naming it."""
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -51,6 +52,30 @@ def test_a_manifest_s_tables_and_arrays_reach_each_pr_as_the_command_line_gives_
 def test_a_wrong_key_or_type_is_refused_naming_it_and_where_it_is(tmp_path, change, said):
     path = tmp_path / "nightly.toml"
     path.write_text(MANIFEST.replace(*change))
+    with pytest.raises(UsageError, match="manifest") as refused:
+        built(path)
+    assert said in str(refused.value)
+
+
+def test_what_the_command_line_s_spelling_accepted_a_manifest_still_accepts(tmp_path):
+    # switches as 1/0, numbers as their digits, an empty choice for the default, and a JSON null for
+    # an option not given
+    path = tmp_path / "nightly.json"
+    path.write_text(json.dumps({"repo": "kernels", "target": "t.py", "no_perf": 1, "no_network": 0,
+                                "cpu_sparse_grid": "4096", "runner": "", "out": None,
+                                "prs": [{"label": "a", "patch": "a.patch", "head_sha": None}]}))
+    (only,) = built(path)
+    assert only == {"repo": str(tmp_path / "kernels"), "target": "t.py", "no_perf": "1", "no_network": "",
+                    "cpu_sparse_grid": "4096", "runner": "", "label": "a", "patch": str(tmp_path / "a.patch")}
+
+
+@pytest.mark.parametrize("entry, said", [
+    ({"label": "a", "patch": "a.patch", "tests": ["t.py"]}, "prs[0] tests must be a string (or a bare number)"),
+    ({"label": 7, "patch": "a.patch"}, "prs[0] label: Input should be a valid string"),
+])
+def test_a_wrong_type_names_the_key_as_it_was_spelt(tmp_path, entry, said):
+    path = tmp_path / "nightly.json"
+    path.write_text(json.dumps({"repo": "kernels", "prs": [entry]}))
     with pytest.raises(UsageError, match="manifest") as refused:
         built(path)
     assert said in str(refused.value)

@@ -213,3 +213,15 @@ def test_with_no_gpu_claimed_the_head_run_without_a_device_says_whether_the_targ
     assert amended.selection.gpu_requirement == requirement and [f.rule for f in amended.findings] == rules
     # the run was made on head with no device, and is kept for correctness_repo_tests to adopt
     assert launcher.asked[0][0] == "head" and [run.label for run in amended.runs] == ["head-repo"]
+
+
+@pytest.mark.parametrize("error, base_extra", [
+    ("ModuleNotFoundError: No module named 'kernels_ext._C'", {"python/kernels_ext/__init__.py": ""}),
+    ("ModuleNotFoundError: No module named 'kernels'", {}),
+], ids=["a package under python/ (an extension not built)", "the runtime module itself"])
+def test_a_module_the_checkout_or_the_request_names_is_no_missing_dependency(error, base_extra):
+    broken = {**SEEN, "error": error}
+    launcher = RecordingLauncher(probes=[(broken, "probe log"), (broken, "probe log")])
+    ctx = stage_context({**BASE, **base_extra}, HEAD, target=TARGET, earlier={"gpu_claim": ready()["gpu_claim"]},
+                        launcher=launcher, runtime_module="kernels")
+    assert [finding.rule for finding in runtime_compat.run(ctx).findings] == ["runtime.compat-not-established"]

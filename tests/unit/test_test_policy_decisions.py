@@ -1,32 +1,12 @@
 """test_policy's decisions on in-memory PRs (tests/kit.py): each rule with a twin it must not blame."""
 import pytest
 
+from kvtasks.sources.trust_rules import EXAMPLE_BASE, KERNEL, KERNEL_FIXED, TARGET, TEST_BASE
 from kvtasks.stages import grid, selection, test_policy
 from tests.kit import stage_context
 
-TARGET = "tests/test_rows.py"
-KERNEL = "kernels/rows.py"
-KERNEL_BASE = "def scale_rows(x, factor):\n    return x * factor\n"
-KERNEL_FIXED = "def scale_rows(x, factor):\n    return (x * factor).copy()\n"
-TEST_BASE = '''import numpy as np
-import pytest
-
-from kernels.rows import scale_rows
-
-ATOL = 1e-5
-SHAPES = [
-    (4, 64),
-    # (3, 100),
-    (8, 128),
-]
-
-
-@pytest.mark.parametrize("M,N", SHAPES)
-def test_scale(M, N):
-    x = np.ones((M, N), dtype=np.float32)
-    np.testing.assert_allclose(scale_rows(x, 2.0), x * 2.0, atol=ATOL, rtol=1e-6)
-'''
-BASE = {TARGET: TEST_BASE, KERNEL: KERNEL_BASE, "kernels/__init__.py": ""}
+# the trust rules' example repository: the same row-scaling kernel and its test
+BASE = EXAMPLE_BASE
 
 
 def policy(head: dict, **options):
