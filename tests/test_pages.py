@@ -14,13 +14,14 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from kvtasks import demo, report
-from kvtasks.report import pages
+from kvtasks.report import comment, pages
 from kvtasks.run import pipeline
 from kvtasks.stages import StageResult, cpu_tier, result
 from kvtasks.stages.perf.scrape import scrape
 from kvtasks.stages.perf.stats import METHOD, compare
 from kvtasks.harness.junit import pytest_stats
 from tests.kernel_repos import make_patch
+from tests.kit import target_run
 from tests.processes import PROJECT, doit
 
 # Debian's browser and its driver (.ci/run installs both); selenium's own driver manager is never used
@@ -145,6 +146,19 @@ def test_an_inconclusive_page_says_why_and_every_finding_carries_its_rule(tmp_pa
     assert "required stages short of pass:" in decided and "runtime_compat" in decided
     assert "<td><code>policy.tolerance-added</code></td>" in html
     assert "other (neither aiter nor FlyDSL)" in html and "<dd class=\"mono\">unknown</dd>" not in html
+
+
+def test_the_launches_logs_travel_with_the_report_and_the_comment_and_page_link_them(tmp_path, monkeypatch):
+    monkeypatch.setenv(comment.REPORT_URL_VARIABLE, "https://ci.example/reports")
+    ran = result("correctness_repo_tests", "fail", "exit 1")
+    ran.runs = [target_run(tmp_path / "store", "head-repo", exit=1, failures=1, log="E   AssertionError: tail\n")]
+    folder = publish(tmp_path / "reports", compose("pr-logs", ran))
+    published = json.loads((folder / pages.REPORT).read_text())
+    assert published["logs"] == {"head-repo": "pr-logs/logs/head-repo.log"}
+    assert (folder.parent / published["logs"]["head-repo"]).read_text() == "E   AssertionError: tail\n"
+    assert "Logs: [`head-repo`](https://ci.example/reports/pr-logs/logs/head-repo.log)" in \
+        (folder / comment.COMMENT).read_text()
+    assert '<a href="logs/head-repo.log"><code>head-repo</code></a>' in (folder / pages.PAGE).read_text()
 
 
 def test_a_report_page_says_what_did_not_run(tmp_path):

@@ -81,6 +81,10 @@ def markdown(report: dict, required: Iterable[str], page_url: str | None = None)
         lines += [f"**Target:** {inline(target)}", ""]
     if page_url:
         lines += [f"[The full report]({_url(page_url)})", ""]
+        served = page_url.rsplit("/", 2)[0]  # reports/, as served (page_url names <label>/index.html under it)
+        logs = [f"[`{label}`]({_url(f'{served}/{path}')})" for label, path in (report.get("logs") or {}).items()]
+        if logs:
+            lines += ["Logs: " + " · ".join(logs), ""]
     repo = report.get("repo", {})
     lines += [f"base `{repo.get('base')}`, head `{repo.get('head') or 'not matched to a PR head'}`; "
               f"kvtasks {report.get('kvtasks_version', '?')}, report schema {report.get('schema_version', '?')}", ""]

@@ -83,4 +83,6 @@ def compose(layout: Layout, label: str, results: list[Result], finished_utc: str
     )
     judge.withhold_unproven_pass(layout, report)
     report.decided_by = comment.decided_by(report.model_dump(mode="json"), layout.required)
+    # where each launch's log is kept now; publishing copies them beside the report (kvtasks.report.write)
+    report.logs = {label: run.log for label, (run, _) in sorted(launches.items())}
     return report

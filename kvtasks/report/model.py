@@ -15,7 +15,7 @@ from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, Survivor,
 # repo tests' and grid's stage objects)
 # a semantic version: MAJOR when a field is removed or its meaning changes, MINOR when one is added,
 # PATCH when only descriptions change (docs/reference.md keeps the changelog)
-SCHEMA_VERSION = "4.0.0"
+SCHEMA_VERSION = "4.1.0"
 SCHEMA_ID = f"urn:kvtasks:validation-report:{SCHEMA_VERSION}"
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 Status = Literal["pass", "fail", "skip", "info"]
@@ -190,6 +190,9 @@ class Report(BaseModel):
     # set when this run first undid what a killed earlier run left in the worktree
     recovered_run: dict[str, Any] | None = None
     containment: Containment = Containment()
+    # each launch's log by its label, published as a path relative to the reports folder
+    # (`<label>/logs/<launch>.log`), where a copy of it travels with the report (a CI artifact)
+    logs: dict[str, str] = {}
     test_selection: TestSelection
     stages: BaseModel
     findings: list[Finding]

@@ -62,7 +62,9 @@ def write_report_page(folder: Path, required: list[str]) -> Path:
                    counts=finding_counts(report), repo_fields=repo_fields(report),
                    arch_runs=arch_rows(report), grid=grid_view(report), violations=sanitizer_violations(report),
                    perf=perf_view(stages.get("perf")), has_summary=(folder / "summary.md").is_file(),
-                   has_png=(folder / "perf.png").is_file())
+                   has_png=(folder / "perf.png").is_file(),
+                   # each launch's log as the page links it: beside the page, under logs/
+                   logs=[(label, path.split("/", 1)[-1]) for label, path in (report.get("logs") or {}).items()])
 
 
 # -- the index and batch tables --------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from kvtasks.system import faults
@@ -17,9 +18,25 @@ def _beside(path: Path, name: str) -> Path:
     return path.with_name(name) if path.name == "validation_report.json" else path.with_name(f"{path.stem}.{name}")
 
 
+def kept_logs(report: Report, folder: Path) -> Report:
+    """The report with its launches' logs copied into folder/logs/ (the report's folder under
+    reports/) and named relative to reports/, so they travel with it; a log no longer kept is left out."""
+    logs = {}
+    for label, source in report.logs.items():
+        if not Path(source).is_file():
+            continue
+        copy = folder / "logs" / f"{label}.log"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if Path(source).resolve() != copy.resolve():
+            shutil.copyfile(source, copy)
+        logs[label] = f"{folder.name}/logs/{label}.log"
+    return report.model_copy(update={"logs": logs})
+
+
 def publish(report: Report, destinations: list[Path]) -> None:
     """Write validation_report.json (+ summary.md and comment.md beside it) to each destination
-    path."""
+    path; the first is the workspace's reports/<label>/, which the launches' logs are copied into."""
+    report = kept_logs(report, destinations[0].parent)
     body = json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
     summary = summary_markdown(report)
     posted = comment.markdown(report.model_dump(mode="json"), report.required_stages(), comment.page_url(report.label))

@@ -18,7 +18,9 @@ PUBLISHED = {"1": "9f6e3b189e18bf272bf363542a63fd5e23377e5148e563cc60968459af2d1
              "2": "540289e50a65bf6018f39cc953e1e5bbd45f10a8e1374ffa4241793c7fd1678f",
              "3": "e30295e59c7025705407720e281ef6a1439bda9562e62f09d28e6b35e210646c",
              # semantic versions from here (docs/reference.md): 4.0.0 adds decided_by and the $id
-             "4.0.0": "f18739fbc0edce8c35f7900db52ae31a83718789790b9da72b0934b3155ee3af"}
+             "4.0.0": "f18739fbc0edce8c35f7900db52ae31a83718789790b9da72b0934b3155ee3af",
+             # 4.1.0 adds logs: each launch's log, copied beside the report, by a path relative to reports/
+             "4.1.0": "dca9a311db35185f7b4dcded50cb0830e744dcfcef92d44133e9d7cc3f7698c6"}
 
 
 def schema_text() -> str:
