@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.kernel_repos import git
-from tests.test_repo_config import configured  # noqa: F401 (the fixture: a repository with [tool.kvtasks])
+from tests.test_repo_config import branch, configured  # noqa: F401 (the fixture: a repository with [tool.kvtasks])
 
 yaml = pytest.importorskip("yaml")
 RECIPES = Path(__file__).resolve().parent.parent / "examples" / "github-actions"
@@ -97,14 +97,15 @@ def comment_job(tmp_path: Path, reports: Path, state: dict) -> tuple[Path, dict]
     return job, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def validate_job(configured: Path, tmp_path: Path, head_ref: str, number: str, **environ: str):
-    """The gpu job's "Validate the PR" step on PR `number` (base main, head `head_ref`) of a bare copy
+def validate_job(configured: Path, tmp_path: Path, head_ref: str, number: str, base_ref: str = "main",
+                 **environ: str):
+    """The gpu job's "Validate the PR" step on PR `number` (`base_ref` to `head_ref`) of a bare copy
     of `configured`: (the step's outcome, its reports folder, the checkout, the head OID)."""
     origin = tmp_path / "origin.git"
     git(tmp_path, "clone", "-q", "--bare", str(configured), str(origin))
     checkout = tmp_path / "workspace"
     git(tmp_path, "clone", "-q", str(origin), str(checkout))
-    base_sha, head_sha = (git(checkout, "rev-parse", f"origin/{ref}").strip() for ref in ("main", head_ref))
+    base_sha, head_sha = (git(checkout, "rev-parse", f"origin/{ref}").strip() for ref in (base_ref, head_ref))
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()
     # this process's environment carries the stand-in GPU host (idle_gpu) and the private GPU locks
@@ -182,3 +183,17 @@ def test_a_docs_only_pr_in_ci_is_nothing_to_validate_and_a_forged_artifact_is_ne
     assert run_step(post, {}, comment_event(head_sha), comment_env, job).returncode == 0
     body = json.loads(state.read_text())["comments"][0]["body"]
     assert "results unverified" in body and WORKFLOW in body and "nothing to validate" not in body
+
+
+def test_a_runner_lacking_the_repository_s_dependencies_never_goes_green(configured, tmp_path, idle_gpu):  # noqa: F811
+    # base's kernels import a library the targets' interpreter lacks; the PR touches a mapped kernel
+    branch(configured, "needs-dep", {"kernels/scale.py": "import kvtasks_absent_dependency  # noqa: F401\n"
+                                                         + (configured / "kernels" / "scale.py").read_text()})
+    git(configured, "checkout", "-q", "-b", "on-needs-dep", "needs-dep")
+    (configured / "kernels" / "scale.py").write_text((configured / "kernels" / "scale.py").read_text() + "\n# tidy\n")
+    git(configured, "commit", "-qam", "tidy")
+    git(configured, "checkout", "-q", "main")
+    validated, reports, _, _ = validate_job(configured, tmp_path, "on-needs-dep", "9", base_ref="needs-dep")
+    report = json.loads((reports / "pr-9" / "validation_report.json").read_text())
+    assert report["verdict"] == "INCONCLUSIVE" and validated.returncode == 2  # --fail-on needs_work, and still red
+    assert "environment.incomplete" in [finding["rule"] for finding in report["findings"]]

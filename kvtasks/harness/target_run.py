@@ -73,15 +73,19 @@ class TargetRun(BaseModel):
         except OSError:
             return 0
 
+    def log_text(self) -> str:
+        """The run's log as kept ("" when it is gone)."""
+        try:
+            return Path(self.log).read_text(errors="replace")
+        except OSError:
+            return ""
+
     def log_tail(self, lines: int = 4, width: int = 220, failing_first: bool = True) -> str:
         """What the log says of how the run ended, in one line: pytest's `E` lines (the failing
         assertion or exception, the first `lines` of them, under the test they belong to, cut at
         the end) where it wrote any and `failing_first`; else its last `lines` lines, their last
         `width` characters."""
-        try:
-            text = Path(self.log).read_text(errors="replace")
-        except OSError:
-            return ""
+        text = self.log_text()
         failing = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
         if not (failing and failing_first):
             return " | ".join(text.strip().splitlines()[-lines:])[-width:]

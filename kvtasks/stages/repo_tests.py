@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import (Context, Report, StageResult, StageSpec, baseline_control, cpu_tier, gpu_claim, grid, nonfinite, result)
+from kvtasks.stages.runtime_compat import incomplete
 from kvtasks.stages.target_runs import addopts_note, attribute, crashed, gate, run_fields
 from kvtasks.harness.junit import PYTEST_NOTHING_COLLECTED
 from kvtasks.harness.target_run import TargetRun, adopt
@@ -111,6 +112,10 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
 
     verb = "times out" if run.timed_out else "fails"
     stage.finding(*(crashed(ctx, base, "target", run) or attribute(ctx, base, "target", verb, run.log_tail(), run)))
+    identity = ctx.facts.runtime_identity
+    said = incomplete(ctx, identity.module if identity else "", run.log_text(), f"head's run of {ctx.request.target}")
+    if said:
+        stage.finding("environment.incomplete", "note", said)
     if executed == 0:
         stage.finding("tests.runner-executed-nothing", "note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")

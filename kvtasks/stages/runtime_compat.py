@@ -210,15 +210,23 @@ def missing_dependency(ctx: Context, module: str, error: str) -> str | None:
     return named.group(1)
 
 
+def incomplete(ctx: Context, module: str, text: str, what: str) -> str | None:
+    """environment.incomplete's detail when `text` (an import's error, a run's log) says `what` failed
+    for a dependency the target's interpreter lacks; None when it does not."""
+    missing = missing_dependency(ctx, module, text)
+    if missing is None:
+        return None
+    return (f"the target's interpreter ({ctx.request.host.python_bin}) cannot import {missing!r}, which {what} "
+            "needs: it lacks the repository's dependencies (install them into the interpreter PYTHON_BIN names), "
+            "so nothing was tested; no --fail-on lets this pass")
+
+
 def _judge(chosen: Profile, seen: dict, fields: dict, ctx: Context) -> StageResult:
     if seen["error"]:
         stage = _mismatch(f"import {chosen.module} failed: {seen['error']}", **fields)
-        missing = missing_dependency(ctx, chosen.module, seen["error"])
-        if missing:
-            stage.finding("environment.incomplete", "note", f"the target's interpreter ({ctx.request.host.python_bin}) "
-                          f"cannot import {missing!r}, which `import {chosen.module}` needs: it lacks the repository's "
-                          "dependencies (install them into the interpreter PYTHON_BIN names), so nothing was tested; "
-                          "no --fail-on lets this pass")
+        said = incomplete(ctx, chosen.module, seen["error"], f"`import {chosen.module}`")
+        if said:
+            stage.finding("environment.incomplete", "note", said)
         return stage
     if not seen["inside_roots"]:
         return _mismatch(f"{chosen.module} resolved to {seen['module_path']}, outside {', '.join(chosen.roots)}",

@@ -225,3 +225,16 @@ def test_a_module_the_checkout_or_the_request_names_is_no_missing_dependency(err
     ctx = stage_context({**BASE, **base_extra}, HEAD, target=TARGET, earlier={"gpu_claim": ready()["gpu_claim"]},
                         launcher=launcher, runtime_module="kernels")
     assert [finding.rule for finding in runtime_compat.run(ctx).findings] == ["runtime.compat-not-established"]
+
+
+def test_a_head_run_failing_for_a_dependency_the_interpreter_lacks_says_so(tmp_path):
+    lacking = "E   ModuleNotFoundError: No module named 'einops'\n1 error in 0.1s"
+    (_, head), _ = validated(tmp_path, {"base-repo": failing(tmp_path / "base", "base-repo", lacking),
+                                        "head-repo": failing(tmp_path / "head", "head-repo", lacking)})
+    assert [finding.rule for finding in head.findings] == ["target.red-on-both-sides", "environment.incomplete"]
+    assert "cannot import 'einops'" in head.findings[1].detail
+    # a module of the checkout's own missing is the code's failure, not the environment's
+    own = "E   ModuleNotFoundError: No module named 'kernels.fused'"
+    (_, head), _ = validated(tmp_path / "own", {"base-repo": passing(tmp_path / "own", "base-repo"),
+                                                "head-repo": failing(tmp_path / "own", "head-repo", own)})
+    assert [finding.rule for finding in head.findings] == ["target.regression"]
