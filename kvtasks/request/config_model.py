@@ -1,9 +1,9 @@
-"""`[tool.kvtasks]` typed: pydantic models made from the Request's declared options, so every option a
-repository may set is a field with the type a person writes in TOML (a table for a tolerance table,
+"""`[tool.kvtasks]` and the batch manifest typed: pydantic models made from the Request's declared
+options, so every option a repository (or a manifest) may set is a field with the type a person writes in TOML (a table for a tolerance table,
 arrays for names and grid rows, true/false for a switch, as well as the strings the command line
 takes), unknown keys are refused, a wrong type names its key and the type it needed, and
-`validate-kernel-pr schema --config` prints the JSON Schema. A value is handed on as the doit
-variable the command line would give (kvtasks.request.repo_config).
+`validate-kernel-pr schema --config` prints the configuration's JSON Schema. A value is handed on as
+the doit variable the command line would give (kvtasks.request.repo_config, kvtasks.run.batch).
 """
 from __future__ import annotations
 
