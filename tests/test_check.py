@@ -71,3 +71,12 @@ def test_check_on_a_src_layout_repository_under_the_tier_and_a_tier_crash_named(
     assert ("tier crashes: NotImplementedError: kvtasks CPU tier: libdevice.j0 has no equivalent in the Triton "
             "interpreter (in kvtasks hooks) (1 test, first tests/test_bessel.py::test_bessel)") in said
     assert "  - the CPU tier could not run it: NotImplementedError" in said
+
+
+def test_check_k_runs_only_the_items_it_selects(tmp_path, capsys, gpu_host, monkeypatch):
+    gpu_host(amd=[])
+    monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))
+    assert cli.main(["check", "-k", "8-100", "--quiet", "--json", str(tmp_path / "check.json")]) == 0
+    run = json.loads((tmp_path / "check.json").read_text())["run"]
+    assert run["executed"] == 1
+    assert [case["test_id"] for case in run["outcomes"]] == ["tests.test_softmax::test_softmax_matches_reference[8-100-f16]"]

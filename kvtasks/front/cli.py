@@ -212,12 +212,13 @@ def _check(argv: list[str], workspace: Workspace) -> int:
     description, _, exits = check.__doc__.partition("Exit codes:")
     flags = parser(prog="validate-kernel-pr check", description=description.strip(), epilog="Exit codes:" + exits)
     flags.add_argument("--json", dest="json_out", metavar="FILE", help="also write what was found as JSON to FILE")
+    flags.add_argument("-k", dest="keyword", metavar="EXPR", help="run only the items pytest's -k EXPR selects")
     options, output = parse_validation(argv, flags=flags)
-    json_out = options.pop("json_out")
+    json_out, keyword = options.pop("json_out"), options.pop("keyword")
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
     request = check.request_of(workspace, given)
     progress.show(output["quiet"])
-    return check.said(request, json_out, workspace.store.grid_secret(request.host.grid_secret))
+    return check.said(request, json_out, workspace.store.grid_secret(request.host.grid_secret), keyword)
 
 
 def _door(command: str, argv: list[str], workspace: Workspace, site: errors.CrashSite) -> int:

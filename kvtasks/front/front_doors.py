@@ -147,7 +147,7 @@ def _check(workspace: Workspace, given: dict[str, str]) -> Namespace:
     def task_check():
         """Run the target once as a validation's base run would and say what a PR could reach (no repo: the demo)."""
         secret = workspace.store.grid_secret(request.host.grid_secret)
-        return {"actions": [lambda: check.said(request, given.get("json"), secret) == 0],
+        return {"actions": [lambda: check.said(request, given.get("json"), secret, given.get("k")) == 0],
                 "uptodate": [False], "verbosity": 2}
     return {"task_check": task_check, "DOIT_CONFIG": reporting.doit_config(workspace)}
 
@@ -163,7 +163,8 @@ FRONT_DOORS: dict[str, FrontDoor] = {
     "cache": FrontDoor("list stored evidence: kind, key, labels, size, age (base=OID: only that commit's)",
                        ("base", "quiet"), _cache),
     "check": FrontDoor("run a target once as a validation's base run would and say what a PR could reach "
-                       "(json=FILE also writes it as JSON)", (*doit_variables(), "quiet", "json"), _check),
+                       "(json=FILE also writes it as JSON; k=EXPR runs only the items pytest's -k selects)",
+                       (*doit_variables(), "quiet", "json", "k"), _check),
     "cache-gc": FrontDoor("remove stored evidence older than older=AGE (e.g. 30d), and private clones and trees "
                           "unused that long", ("older", "quiet"), _cache_gc),
 }

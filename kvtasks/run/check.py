@@ -10,7 +10,7 @@ repository with it; bench/tier_coverage.py classifies its items with it.
 It takes the validation's flags (no patch: the checkout as it is) and reads the repository's
 `[tool.kvtasks]` as a validation does (`--target NAME` a configured target, its options under the
 flags given), writes no report and stores no evidence; `--json FILE` writes what it found for a
-program to read.
+program to read, and `-k EXPR` (pytest's) runs only the items it selects.
 Exit codes: 0 the target reached a test outcome, 1 it did not (a tier crash, nothing executed, no
 run), 64 a usage error.
 """
@@ -39,7 +39,7 @@ def request_of(workspace: Workspace, given: dict):
     """The Request a check runs: the options given, on the embedded demo's checkout when no repo is."""
     if given.get("patch") or given.get("base_ref") or given.get("head_ref"):
         raise UsageError("check runs the checkout as it is; give no patch or refs")
-    options = {name: value for name, value in given.items() if name not in ("demo", "quiet", "json")}
+    options = {name: value for name, value in given.items() if name not in ("demo", "quiet", "json", "k")}
     if "repo" not in options:
         options = {**demo_options(workspace.store.root), **options}
     else:  # the repository's own configuration, as a validation reads base's: its named targets and defaults
@@ -49,9 +49,9 @@ def request_of(workspace: Workspace, given: dict):
     return build_request(options, clones_root=workspace.clones)
 
 
-def said(request, json_out: str | None = None, secret: str = "") -> int:
+def said(request, json_out: str | None = None, secret: str = "", keyword: str | None = None) -> int:
     """Check, print what was found (and write it as JSON when asked); the exit code."""
-    found = check(request, grid_secret=secret)
+    found = check(request, grid_secret=secret, keyword=keyword)
     print("\n".join(lines(found)))
     if json_out:
         Path(json_out).write_text(json.dumps(found, indent=2))
@@ -66,9 +66,11 @@ def demo_options(root: Path) -> dict:
     return {name: value for name, value in given.items() if name not in ("patch", "head_sha", "label")}
 
 
-def check(request, grid_secret: str = "") -> dict:
+def check(request, grid_secret: str = "", keyword: str | None = None) -> dict:
     """Prepare the checkout, run its target once as a base run would, and say what a PR could reach;
-    `grid_secret` is the workspace's (Store.grid_secret), so the cells it runs are a validation's."""
+    `grid_secret` is the workspace's (Store.grid_secret), so the cells it runs are a validation's.
+    With `keyword` (pytest's -k), only the items it selects run, in a run of their own: a large
+    parametrized suite checked a few items at a time."""
     worktree.forget_callers_repository()
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
         ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch),
@@ -84,14 +86,15 @@ def check(request, grid_secret: str = "") -> dict:
         # with no GPU and no tier, gpu_requirement ran the target without a device on this very tree:
         # that run is the one a base run would be
         claim = ctx.result_of(GpuClaim)
-        run = next((made for made in (claim.runs if claim is not None else []) if made.label == "head-repo"), None)
+        run = next((made for made in (claim.runs if claim is not None else []) if made.label == "head-repo"),
+                   None) if keyword is None else None
         probe = None
         with ctx.worktree.lend("base"):
-            merged = grid.merged_session(ctx, "base") if run is None else None
+            merged = grid.merged_session(ctx, "base") if run is None and keyword is None else None
             if merged is not None:
                 run, probe = merged.repo, merged.probe
             if run is None:
-                run = ctx.launch(Launch(label="base-repo"))
+                run = ctx.launch(Launch(label="base-repo", argv=("-k", keyword) if keyword else ()))
         return _found(ctx, run, probe)
 
 
