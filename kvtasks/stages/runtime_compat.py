@@ -48,7 +48,9 @@ class Profile:
 
 
 def _infer_module(ctx: Context) -> str | None:
-    """The first checkout package the target imports; else the package the checkout's packaging
+    """The first checkout package the target imports (a regular package or module before a folder
+    that is only a namespace package: an installed `packaging` wins over a checkout's packaging/
+    folder of build scripts, as it does at import); else the package the checkout's packaging
     declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
     tests, examples or scripts. A package may be a namespace package (no __init__.py)."""
     worktree = ctx.worktree.path
@@ -59,9 +61,14 @@ def _infer_module(ctx: Context) -> str | None:
         return not layout.is_tooling(name) and any(
             layout.is_package(base / name) or (base / f"{name}.py").is_file() for base in bases)
 
-    for name in sources.imported_modules(sources.parse(ctx.head_text(ctx.request.target_path))):
-        if in_checkout(name.split(".")[0]):
-            return name.split(".")[0]
+    def regular(name: str) -> bool:  # what an import finds first: a namespace portion loses to any regular package
+        return in_checkout(name) and any((base / name / "__init__.py").is_file() or (base / f"{name}.py").is_file()
+                                         for base in bases)
+
+    imported = [name.split(".")[0] for name in
+                sources.imported_modules(sources.parse(ctx.head_text(ctx.request.target_path)))]
+    for name in [*(name for name in imported if regular(name)), *(name for name in imported if in_checkout(name))]:
+        return name
     declared = [name for name in layout.declared_packages(worktree) if in_checkout(name)]
     if declared:
         return declared[0]

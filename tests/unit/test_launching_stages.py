@@ -11,7 +11,8 @@ from kvtasks.stages import (Context, StageResult, base_oracle, baseline_control,
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.worktree import PatchRefused
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS
-from tests.kit import RecordingLauncher, stage_context, target_run
+from kvtasks.request import Request
+from tests.kit import MemoryWorktree, RecordingLauncher, stage_context, target_run
 
 TARGET = "tests/test_scale.py"
 BASE = {"kernels/__init__.py": "", "kernels/scale.py": KERNEL, TARGET: TESTS}
@@ -238,3 +239,17 @@ def test_a_head_run_failing_for_a_dependency_the_interpreter_lacks_says_so(tmp_p
     (_, head), _ = validated(tmp_path / "own", {"base-repo": passing(tmp_path / "own", "base-repo"),
                                                 "head-repo": failing(tmp_path / "own", "head-repo", own)})
     assert [finding.rule for finding in head.findings] == ["target.regression"]
+
+
+def test_the_runtime_module_is_the_regular_package_the_target_imports_before_a_namespace_folder(tmp_path):
+    # a quantization library's layout: packaging/ holds build scripts (a namespace package no import
+    # reaches past the installed `packaging`), and its tests import `packaging` before the library
+    files = {"packaging/build_wheel.py": "", "quant/__init__.py": "", "quant/ops.py": "",
+             "tests/test_ops.py": "from packaging import version\nimport quant.ops\n"}
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    worktree = MemoryWorktree(files, root=tmp_path)
+    request = Request(repo=str(tmp_path), target="tests/test_ops.py")
+    ctx = Context(request=request, worktree=worktree, run_dir=tmp_path / "run", earlier={})
+    assert runtime_compat.profile(ctx).module == "quant"
