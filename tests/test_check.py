@@ -2,9 +2,11 @@
 import json
 
 from kvtasks.front import cli
-from kvtasks.run import check
+from kvtasks.run import check, executor
+from kvtasks.stages.launches import Launch
 from kvtasks.request import build_request
 from tests import triton_repos
+from tests.kernel_repos import make_repo
 
 JUNK_KERNEL = '''import torch
 import triton
@@ -76,7 +78,24 @@ def test_check_on_a_src_layout_repository_under_the_tier_and_a_tier_crash_named(
 def test_check_k_runs_only_the_items_it_selects(tmp_path, capsys, gpu_host, monkeypatch):
     gpu_host(amd=[])
     monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))
+    asked, launch = [], executor.launch
+
+    def recorded(ctx, request):
+        asked.append(request)
+        return launch(ctx, request)
+    monkeypatch.setattr(executor, "launch", recorded)
     assert cli.main(["check", "-k", "8-100", "--quiet", "--json", str(tmp_path / "check.json")]) == 0
     run = json.loads((tmp_path / "check.json").read_text())["run"]
     assert run["executed"] == 1
     assert [case["test_id"] for case in run["outcomes"]] == ["tests.test_softmax::test_softmax_matches_reference[8-100-f16]"]
+    # every run it made selected with -k (the run without a device, the channel's proof), none of the whole suite
+    launched = [request for request in asked if isinstance(request, Launch)]
+    assert launched and all(request.argv[-2:] == ("-k", "8-100") for request in launched)
+
+
+def test_check_k_is_refused_for_a_script_target(tmp_path, capsys, gpu_host, monkeypatch):
+    gpu_host(amd=[])
+    monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))
+    repo = make_repo(tmp_path / "scripted", {"kernels/__init__.py": "", "bench/run.py": "if __name__ == '__main__':\n    print('ran')\n"})
+    assert cli.main(["check", "--repo", str(repo), "--target", "bench/run.py", "-k", "fast", "--quiet"]) == 64
+    assert "-k selects pytest items, and bench/run.py runs as a script" in capsys.readouterr().err

@@ -159,6 +159,13 @@ def test_the_launches_logs_travel_with_the_report_and_the_comment_and_page_link_
     assert "Logs: [`head-repo`](https://ci.example/reports/pr-logs/logs/head-repo.log)" in \
         (folder / comment.COMMENT).read_text()
     assert '<a href="logs/head-repo.log"><code>head-repo</code></a>' in (folder / pages.PAGE).read_text()
+    # rebuilt once the store no longer keeps the log, the copy that travelled stays linked; a copy of a
+    # launch the report no longer has is not left beside it
+    (folder / "logs" / "base-old.log").write_text("an earlier head's run\n")
+    (tmp_path / "store" / "head-repo.log").unlink()
+    folder = publish(tmp_path / "reports", compose("pr-logs", ran))
+    assert json.loads((folder / pages.REPORT).read_text())["logs"] == {"head-repo": "pr-logs/logs/head-repo.log"}
+    assert sorted(path.name for path in (folder / "logs").iterdir()) == ["head-repo.log"]
 
 
 def test_a_report_page_says_what_did_not_run(tmp_path):

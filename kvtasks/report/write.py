@@ -20,16 +20,21 @@ def _beside(path: Path, name: str) -> Path:
 
 def kept_logs(report: Report, folder: Path) -> Report:
     """The report with its launches' logs copied into folder/logs/ (the report's folder under
-    reports/) and named relative to reports/, so they travel with it; a log no longer kept is left out."""
+    reports/) and named relative to reports/, so they travel with it. A log the store no longer
+    keeps stays linked where an earlier publication copied it; a copy of a launch this report no
+    longer has is removed, so the folder holds this report's logs alone."""
+    kept = folder / "logs"
     logs = {}
     for label, source in report.logs.items():
-        if not Path(source).is_file():
-            continue
-        copy = folder / "logs" / f"{label}.log"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        if Path(source).resolve() != copy.resolve():
+        copy = kept / f"{label}.log"
+        if Path(source).is_file() and Path(source).resolve() != copy.resolve():
+            copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, copy)
-        logs[label] = f"{folder.name}/logs/{label}.log"
+        if copy.is_file():
+            logs[label] = f"{folder.name}/logs/{label}.log"
+    for stale in (kept.glob("*.log") if kept.is_dir() else []):
+        if stale.stem not in logs:
+            stale.unlink()
     return report.model_copy(update={"logs": logs})
 
 

@@ -69,32 +69,41 @@ def demo_options(root: Path) -> dict:
 def check(request, grid_secret: str = "", keyword: str | None = None) -> dict:
     """Prepare the checkout, run its target once as a base run would, and say what a PR could reach;
     `grid_secret` is the workspace's (Store.grid_secret), so the cells it runs are a validation's.
-    With `keyword` (pytest's -k), only the items it selects run, in a run of their own: a large
-    parametrized suite checked a few items at a time."""
+    With `keyword` (pytest's -k), every run it makes runs only the items it selects (the channel's
+    proof too), and the grid is not merged into the repository's run: a large parametrized suite
+    checked a few items at a time; a script target has no items to select, so -k is refused for it."""
     worktree.forget_callers_repository()
+
+    def launcher(ctx: Context, asked):
+        if keyword and isinstance(asked, Launch):
+            asked = asked.model_copy(update={"argv": (*asked.argv, "-k", keyword)})
+        return executor.launch(ctx, asked)
+
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
         ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch),
-                      grid_secret=grid_secret, launcher=executor.launch)
+                      grid_secret=grid_secret, launcher=launcher)
         for row in PIPELINE["prepare"]:
             produced = run_row(ctx, row)
             if produced is not None and produced.facts.halt:
                 note = produced.stage.note if produced.stage else produced.name
                 return _found(ctx, None, None, blocked=f"{produced.name} halted: {note}")
+            if keyword and ctx.selection.runner == "script":
+                raise UsageError(f"-k selects pytest items, and {request.target} runs as a script "
+                                 f"({ctx.selection.runner_reason or 'chosen'})")
         blocked = gate(ctx)
         if blocked:
             return _found(ctx, None, None, blocked=blocked)
         # with no GPU and no tier, gpu_requirement ran the target without a device on this very tree:
         # that run is the one a base run would be
         claim = ctx.result_of(GpuClaim)
-        run = next((made for made in (claim.runs if claim is not None else []) if made.label == "head-repo"),
-                   None) if keyword is None else None
+        run = next((made for made in (claim.runs if claim is not None else []) if made.label == "head-repo"), None)
         probe = None
         with ctx.worktree.lend("base"):
             merged = grid.merged_session(ctx, "base") if run is None and keyword is None else None
             if merged is not None:
                 run, probe = merged.repo, merged.probe
             if run is None:
-                run = ctx.launch(Launch(label="base-repo", argv=("-k", keyword) if keyword else ()))
+                run = ctx.launch(Launch(label="base-repo"))
         return _found(ctx, run, probe)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvtasks.stages.launches import Launch
 from kvtasks.stages import (Context, Report, StageResult, StageSpec, baseline_control, cpu_tier, gpu_claim, grid, nonfinite, result)
-from kvtasks.stages.runtime_compat import incomplete
+from kvtasks.stages.runtime_compat import collection_errors, incomplete
 from kvtasks.stages.target_runs import addopts_note, attribute, crashed, gate, run_fields
 from kvtasks.harness.junit import PYTEST_NOTHING_COLLECTED
 from kvtasks.harness.target_run import TargetRun, adopt
@@ -56,6 +56,19 @@ def run(ctx: Context) -> StageResult:
     return stage
 
 
+def _said_incomplete(ctx: Context, stage: StageResult, run: TargetRun) -> StageResult:
+    """environment.incomplete, when head's run could not import its test modules or conftest for a
+    library the interpreter lacks."""
+    errors = collection_errors(run.log_text())
+    if not errors:
+        return stage
+    identity = ctx.facts.runtime_identity
+    said = incomplete(ctx, identity.module if identity else "", errors, f"head's run of {ctx.request.target}")
+    if said:
+        stage.finding("environment.incomplete", "note", said)
+    return stage
+
+
 def launch_head(ctx: Context, by: str) -> tuple[list[TargetRun], list[str], str]:
     """The target's head run in a head lend (one merged session where the plan merges), the paths it
     left in the tree, and why a merged session could not stand for its parts ("" when it could or
@@ -90,9 +103,10 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
     tiered = cpu_tier.blocker(ctx, NAME, run, base, fields) or cpu_tier.sparse_skip(NAME, run, fields)
     if tiered is not None:
         return tiered
-    if run.usage_error:
+    if run.usage_error:  # a conftest that cannot import a library ends pytest so too
         stage = result(NAME, "skip", f"{run.stats.note}; nothing is attributed", **fields)
-        return stage.finding("tests.pytest-refused", "note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
+        stage.finding("tests.pytest-refused", "note", f"pytest refused its command line on head, so no test ran: {run.stats.note}")
+        return _said_incomplete(ctx, stage, run)
     if run.timed_out:
         stage = result(NAME, "fail", f"timed out after {ctx.request.host.timeout}s", **fields)
     elif run.died:
@@ -112,10 +126,7 @@ def _judge_head(ctx: Context, run: TargetRun, base: dict | None) -> StageResult:
 
     verb = "times out" if run.timed_out else "fails"
     stage.finding(*(crashed(ctx, base, "target", run) or attribute(ctx, base, "target", verb, run.log_tail(), run)))
-    identity = ctx.facts.runtime_identity
-    said = incomplete(ctx, identity.module if identity else "", run.log_text(), f"head's run of {ctx.request.target}")
-    if said:
-        stage.finding("environment.incomplete", "note", said)
+    _said_incomplete(ctx, stage, run)
     if executed == 0:
         stage.finding("tests.runner-executed-nothing", "note", f"the {run.runner} run executed nothing; the runner choice "
                               f"({ctx.selection.runner_reason or ''}) is a candidate cause, not the code")

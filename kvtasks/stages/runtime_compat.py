@@ -48,10 +48,10 @@ class Profile:
 
 
 def _infer_module(ctx: Context) -> str | None:
-    """The first checkout package the target imports (a regular package or module before a folder
-    that is only a namespace package: an installed `packaging` wins over a checkout's packaging/
-    folder of build scripts, as it does at import); else the package the checkout's packaging
-    declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
+    """The first checkout package the target imports: one the checkout's packaging declares or holds
+    in its import roots (a src/ layout), else a regular package or module, before a folder that is only a namespace package (an installed
+    `packaging` wins over a checkout's packaging/ folder of build scripts, as it does at import);
+    else the package the checkout's packaging declares; else the checkout's only top-level package. Never a folder of benchmarks, docs,
     tests, examples or scripts. A package may be a namespace package (no __init__.py)."""
     worktree = ctx.worktree.path
     roots = [worktree / root for root in layout.checkout_roots(ctx.request)]
@@ -67,9 +67,15 @@ def _infer_module(ctx: Context) -> str | None:
 
     imported = [name.split(".")[0] for name in
                 sources.imported_modules(sources.parse(ctx.head_text(ctx.request.target_path)))]
-    for name in [*(name for name in imported if regular(name)), *(name for name in imported if in_checkout(name))]:
-        return name
     declared = [name for name in layout.declared_packages(worktree) if in_checkout(name)]
+
+    def own(name: str) -> bool:  # declared by the packaging, or in one of its import roots (a src/ layout)
+        return name in declared or (not layout.is_tooling(name) and any(
+            layout.is_package(root / name) or (root / f"{name}.py").is_file() for root in roots))
+
+    for name in [*(name for name in imported if own(name)), *(name for name in imported if regular(name)),
+                 *(name for name in imported if in_checkout(name))]:
+        return name
     if declared:
         return declared[0]
     packages = [p.parent.name for base in bases for p in base.glob("*/__init__.py") if in_checkout(p.parent.name)]
@@ -200,21 +206,34 @@ _MISSING = re.compile(r"No module named '([\w.]+)'")
 
 
 def missing_dependency(ctx: Context, module: str, error: str) -> str | None:
-    """The module an import failed for when it is no module of the checkout: a dependency the
-    target's interpreter lacks (its top-level name is no folder or module at any import root)."""
-    named = _MISSING.search(error or "")
-    if named is None:
-        return None
-    top = named.group(1).split(".", 1)[0]
-    if top == module.split(".", 1)[0]:  # the module kvtasks was asked to import, or its own: no dependency
-        return None
-    # where the target's path finds the checkout's modules (kvtasks.harness.layout.python_path)
-    prefixes = ["", "python/", *(root.rstrip("/") + "/" for root in layout.checkout_roots(ctx.request))]
-    held = [f"{prefix}{top}/__init__.py" for prefix in prefixes] + [f"{prefix}{top}.py" for prefix in prefixes]
-    folders = [ctx.worktree.path / prefix / top for prefix in prefixes]  # a namespace package has no __init__
-    if any(ctx.head_text(path) is not None for path in held) or any(folder.is_dir() for folder in folders):
-        return None
-    return named.group(1)
+    """The library an import failed for when no module of the checkout is it: a dependency the
+    target's interpreter lacks. Only a top-level name counts (Python names the first part it could
+    not find: `a.b` missing means `a` was found, a version's matter, not a missing library), and not
+    one any import root of the checkout holds, or a file of that name the PR deletes (a test helper)."""
+    for named in _MISSING.finditer(error or ""):
+        top = named.group(1)
+        if "." in top or top == module.split(".", 1)[0]:  # found in part, or the module kvtasks was asked for
+            continue
+        # where the target's path finds the checkout's modules (kvtasks.harness.layout.python_path)
+        prefixes = ["", "python/", *(root.rstrip("/") + "/" for root in layout.checkout_roots(ctx.request))]
+        held = [f"{prefix}{top}/__init__.py" for prefix in prefixes] + [f"{prefix}{top}.py" for prefix in prefixes]
+        folders = [ctx.worktree.path / prefix / top for prefix in prefixes]  # a namespace package has no __init__
+        deleted = [path for path, change in (ctx.head_view.changes if ctx.head_view else {}).items()
+                   if change == "D" and PurePosixPath(path).stem == top]
+        if not (any(ctx.head_text(path) is not None for path in held) or any(f.is_dir() for f in folders) or deleted):
+            return top
+    return None
+
+
+# where pytest says a test module or a conftest could not be imported: a missing library there means
+# nothing of the target could run (a skip's own "No module named", importorskip's, is no such thing)
+_COLLECTION_ERROR = re.compile(r"ImportError while (?:importing test module|loading conftest)|ERROR collecting ")
+_COLLECTION_SPAN = 4000
+
+
+def collection_errors(log: str) -> str:
+    """What follows each of pytest's collection errors in a run's log (a few thousand characters each)."""
+    return "\n".join(log[found.start():found.start() + _COLLECTION_SPAN] for found in _COLLECTION_ERROR.finditer(log))
 
 
 def incomplete(ctx: Context, module: str, text: str, what: str) -> str | None:

@@ -172,7 +172,7 @@ BROKEN = {**SEEN, "error": "ImportError: cannot import name 'TILE' from 'kernels
           "traceback": "Traceback (most recent call last):\nImportError: cannot import name 'TILE'"}
 # the interpreter lacks what the kernels import; and a module the checkout itself should hold (its
 # absence is the layout's, not the environment's)
-MISSING = {**SEEN, "error": "ModuleNotFoundError: No module named 'triton_extras.ops'"}
+MISSING = {**SEEN, "error": "ModuleNotFoundError: No module named 'triton_extras'"}
 MISSING_OWN = {**SEEN, "error": "ModuleNotFoundError: No module named 'kernels.fused'"}
 
 
@@ -228,16 +228,34 @@ def test_a_module_the_checkout_or_the_request_names_is_no_missing_dependency(err
     assert [finding.rule for finding in runtime_compat.run(ctx).findings] == ["runtime.compat-not-established"]
 
 
+COLLECTION = ("_____ ERROR collecting tests/test_scale.py _____\nImportError while importing test module "
+              "'/checkout/tests/test_scale.py'.\nTraceback:\nE   ModuleNotFoundError: No module named '{}'\n1 error in 0.1s")
+
+
 def test_a_head_run_failing_for_a_dependency_the_interpreter_lacks_says_so(tmp_path):
-    lacking = "E   ModuleNotFoundError: No module named 'einops'\n1 error in 0.1s"
+    lacking = COLLECTION.format("einops")
     (_, head), _ = validated(tmp_path, {"base-repo": failing(tmp_path / "base", "base-repo", lacking),
                                         "head-repo": failing(tmp_path / "head", "head-repo", lacking)})
     assert [finding.rule for finding in head.findings] == ["target.red-on-both-sides", "environment.incomplete"]
     assert "cannot import 'einops'" in head.findings[1].detail
-    # a module of the checkout's own missing is the code's failure, not the environment's
-    own = "E   ModuleNotFoundError: No module named 'kernels.fused'"
-    (_, head), _ = validated(tmp_path / "own", {"base-repo": passing(tmp_path / "own", "base-repo"),
-                                                "head-repo": failing(tmp_path / "own", "head-repo", own)})
+    # a conftest that cannot import it ends pytest with a usage error: said so too
+    conftest = "ImportError while loading conftest '/checkout/tests/conftest.py'.\nE   ModuleNotFoundError: " \
+               "No module named 'einops'"
+    refused = target_run(tmp_path / "conf" / "head", "head-repo", exit=4, executed=0, log=conftest)
+    (_, head), _ = validated(tmp_path / "conf", {"base-repo": passing(tmp_path / "conf", "base-repo"),
+                                                 "head-repo": refused})
+    assert [finding.rule for finding in head.findings] == ["tests.pytest-refused", "environment.incomplete"]
+
+
+@pytest.mark.parametrize("log", [
+    COLLECTION.format("kernels.fused"),  # a module of the checkout's own: the code's failure
+    COLLECTION.format("triton.language.extra.cuda"),  # found in part: a version's matter, not a missing library
+    "SKIPPED [1] tests/test_scale.py:3: could not import 'nolib': No module named 'nolib'\n"
+    "E   AssertionError: tail\n1 failed, 1 skipped",  # importorskip's words beside a real failure
+], ids=["the checkout's module", "a submodule of an installed library", "an importorskip's skip"])
+def test_a_failure_that_is_not_a_missing_library_is_not_blamed_on_the_environment(tmp_path, log):
+    (_, head), _ = validated(tmp_path, {"base-repo": passing(tmp_path / "base", "base-repo"),
+                                        "head-repo": failing(tmp_path / "head", "head-repo", log)})
     assert [finding.rule for finding in head.findings] == ["target.regression"]
 
 
@@ -253,3 +271,15 @@ def test_the_runtime_module_is_the_regular_package_the_target_imports_before_a_n
     request = Request(repo=str(tmp_path), target="tests/test_ops.py")
     ctx = Context(request=request, worktree=worktree, run_dir=tmp_path / "run", earlier={})
     assert runtime_compat.profile(ctx).module == "quant"
+
+
+def test_a_declared_namespace_package_the_target_imports_wins_over_a_helper_module(tmp_path):
+    # a src/ layout whose package has no __init__.py, declared by its packaging, and a root helper
+    files = {"pyproject.toml": '[tool.setuptools.packages.find]\nwhere = ["src"]\n', "src/mykern/ops.py": "",
+             "helpers.py": "", "tests/test_ops.py": "from mykern.ops import add\nfrom helpers import ref\n"}
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    ctx = Context(request=Request(repo=str(tmp_path), target="tests/test_ops.py"),
+                  worktree=MemoryWorktree(files, root=tmp_path), run_dir=tmp_path / "run", earlier={})
+    assert runtime_compat.profile(ctx).module == "mykern"
