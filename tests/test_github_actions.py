@@ -144,6 +144,19 @@ def test_the_validation_and_comment_steps_run_against_a_bare_repository(configur
     assert validated.returncode == 1, validated.stdout[-2000:] + validated.stderr[-2000:]  # BLOCK fails the gate
     assert json.loads((reports / "pr-7" / "validation_report.json").read_text())["verdict"] == "BLOCK"
     assert git(checkout, "status", "--porcelain", "--ignored") == ""  # the checkout stays as fetched
+    # before the upload, nothing works in kvtasks' workspace any more; a process left there fails the job
+    gpu = workflow("kvtasks-validate.yml")["jobs"]["gpu"]
+    env = {**os.environ, "RUNNER_TEMP": str(tmp_path / "runner-temp")}
+    survivors = step(gpu, "Nothing of the PR's is left running")
+    event = {"runner.temp": str(tmp_path / "runner-temp")}
+    assert run_step(survivors, gpu["env"], event, env, checkout).returncode == 0
+    lingering = subprocess.Popen(["sleep", "60"], cwd=reports)
+    try:
+        found = run_step(survivors, gpu["env"], event, env, checkout)
+        assert found.returncode == 1 and str(lingering.pid) in found.stderr
+        assert lingering.wait(timeout=10) == -9  # and it was ended
+    finally:
+        lingering.kill()
 
     # the artifact, downloaded by the comment job; the stand-in gh is first on its PATH
     job, comment_env = comment_job(tmp_path, reports, gh_state({"7": head_sha}, head_sha))
