@@ -19,7 +19,7 @@ from kvtasks.run.pipeline import REPORT
 from kvtasks.report import EXIT_CODES, comment
 from kvtasks.request.repo_config import RepoConfig, load
 from kvtasks.request import patch_paths
-from kvtasks.request.model import LABEL
+from kvtasks.request.model import checked_label
 from kvtasks.system.files import write_atomic
 from kvtasks.errors import UsageError
 from kvtasks.evidence.workspace import Workspace
@@ -45,9 +45,7 @@ def in_ci() -> bool:
 def write_nothing_to_validate(reports: Path, label: str, nothing: NothingToValidate) -> str:
     """In CI, a PR that touches no mapped file gets a one-line report and comment (and exits 0): what
     it changed and which map said so; nothing was run."""
-    if not LABEL.fullmatch(label):
-        raise UsageError(f"--label {label!r} must be letters, digits, '.', '_' or '-' (at most 100)")
-    folder = reports / label
+    folder = reports / checked_label(label)
     line = (f"nothing to validate: the PR changes no file the map in base's {nothing.file} sends to a target "
             f"({', '.join(nothing.changed[:20])}{' ...' if len(nothing.changed) > 20 else ''})")
     write_atomic(folder / PR_REPORT, (json.dumps({"kvtasks_version": __version__, "label": label, "verdict": None,

@@ -10,10 +10,10 @@ SEVERITIES = ("blocker", "should-fix", "note")
 def summary_markdown(report: Report) -> str:
     """In the comment's order: the verdict, what decided it, the findings (blockers first, each by its
     rule id), then what was validated, the stages and the timings."""
-    posted = report.model_dump(mode="json")
+    # a composed report says it; one made otherwise (an older one read back) is asked as the comment asks
+    decided = report.decided_by or comment.decided_by(report.model_dump(mode="json"), report.required_stages())
     lines = [f"## kvtasks validation: **{report.verdict}** (exit {report.process_exit_code})", "",
-             f"**Decided by:** {report.decided_by or comment.decided_by(posted, report.required_stages())}", "",
-             "### Findings", ""]
+             f"**Decided by:** {decided}", "", "### Findings", ""]
     ordered = [f for severity in SEVERITIES for f in report.findings if f.severity == severity]
     lines += [f"- **{f.severity}** `{f.rule}` ({f.stage}): {_cell(f.detail)}" for f in ordered] or ["- none"]
     lines += [

@@ -250,7 +250,8 @@ def _head_sha(text: str) -> str:
     return text.lower()
 
 
-def _label(text: str) -> str:
+def checked_label(text: str) -> str:
+    """A label as a folder name may take it (reports/<label>/); a UsageError otherwise."""
     if not LABEL.fullmatch(text):
         raise UsageError(f"--label {text!r} must be letters, digits, '.', '_' or '-' (at most 100)")
     return text
@@ -291,6 +292,6 @@ def _grid(text: str) -> str:
 
 
 # the options whose text is more than a string: field -> its reader (the text stripped and non-empty)
-_READERS = {"head_sha": _head_sha, "label": _label, "cpu_sparse_grid": _sparse_grid,
+_READERS = {"head_sha": _head_sha, "label": checked_label, "cpu_sparse_grid": _sparse_grid,
             "sensitivity_error": _sensitivity_error, "sensitivity_output": _sensitivity_output,
             "cpu_device_capability": _capability, "grid": _grid}
