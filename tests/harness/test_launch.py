@@ -133,10 +133,11 @@ def shown():
 
 
 def test_a_long_run_says_how_far_it_got_as_it_goes(tmp_path, capsys, shown):
-    # three items of a third of a second each, a beat every 0.2 s: lines while the run goes, each with
-    # the item it has reached of those pytest collected and the time elapsed
+    # three items of 0.7 s each, a beat due every 0.2 s (the wait returns to Python, and so beats, at
+    # most every half second: processes.SIGNAL_SLICE_S): lines while the run goes, each with the item
+    # it has reached of those pytest collected and the time elapsed
     (tmp_path / "test_ok.py").write_text("import time\nimport pytest\n\n\n@pytest.mark.parametrize('n', [1, 2, 3])\n"
-                                         "def test_slow(n):\n    time.sleep(0.35)\n")
+                                         "def test_slow(n):\n    time.sleep(0.7)\n")
     probe = receipts.prepare(tmp_path / "probe", routes=[], shape_vars=[], receipt=tmp_path / "receipt.json")
     run = launch(label="head-repo", runner="pytest", target="test_ok.py", cwd=tmp_path,
                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe.folder), **probe.environment},
