@@ -24,6 +24,7 @@ _DECIDED_ELSEWHERE: dict[str, str] = {
     'cpu-tier.known-bad-environment': 'the Triton CPU tier could not run in this environment',
     'cpu-tier.libdevice-missing': 'libdevice functions without an equivalent in the Triton interpreter',
     'cpu-tier.missing-packages': 'the Triton CPU tier could not run: packages missing from PYTHON_BIN',
+    'cpu-tier.not-exercised': 'tests that passed on the CPU tier without launching a kernel or calling a route',
     'cpu-tier.out-of-bounds': 'an out-of-bounds memory access on head',
     'cpu-tier.out-of-bounds-fixed': 'the PR fixes an out-of-bounds access base has',
     'cpu-tier.sparse-grid-bounds-only': 'sparse-grid launches were checked for bounds only',

@@ -258,7 +258,7 @@ import triton.language as tl
 
 {switch}
 
-@triton.autotune(configs=[triton.Config({{"BT": 16}}), triton.Config({{"BT": 32}})], key=["n"]{cache})
+{decorators}@triton.autotune(configs=[triton.Config({{"BT": 16}}), triton.Config({{"BT": 32}})], key=["n"]{cache})
 @triton.jit
 def scale_kernel(out_ptr, in_ptr, n, factor, BT: tl.constexpr):
     row = tl.program_id(0)
@@ -296,6 +296,57 @@ def test_tail_bug(M, N):
     torch.testing.assert_close(scale_rows_tail(x, 2.0), x * 2)
 '''
 
+WRAPPER = '''class LibEntry(triton.KernelInterface):
+    """A kernel cache as operator libraries keep one: it unwraps .fn down to the JIT function."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        jit_function = fn
+        while not isinstance(jit_function, triton.runtime.JITFunction):
+            jit_function = jit_function.fn
+        self.arg_names, self.params = jit_function.arg_names, jit_function.params
+
+    def run(self, *args, **kwargs):
+        return self.fn.run(*args, **kwargs)
+'''
+REGISTRATION = '''import contextlib
+
+
+@contextlib.contextmanager
+def use_tiny():
+    """torch's multiplication runs this module's kernel on CUDA tensors, inside the context."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("mul.Tensor", lambda a, b: scale_rows(a, float(b)), "CUDA")
+    try:
+        yield
+    finally:
+        lib._destroy()
+'''
+REGISTRATION_TEST = '''import pytest
+import torch
+
+from tiny.scale import use_tiny
+from tiny.scale_tail import use_tiny as use_tiny_tail
+
+
+@pytest.mark.parametrize("M,N", [(4, 100)])
+def test_fixed(M, N):
+    x = torch.randn(M, N, device="cuda")
+    reference = x.cpu() * 2
+    with use_tiny():
+        out = x * 2
+    torch.testing.assert_close(out, reference)
+
+
+@pytest.mark.parametrize("M,N", [(4, 100)])
+def test_tail_bug(M, N):
+    x = torch.randn(M, N, device="cuda")
+    reference = x.cpu() * 2
+    with use_tiny_tail():
+        out = x * 2
+    torch.testing.assert_close(out, reference)
+'''
+
 # what each gap adds to the kernel module, the test and the repository
 GAPS = {
     # flash-linear-attention turns the autotune disk cache on by default
@@ -311,12 +362,24 @@ GAPS = {
                                                    "assert torch.cuda.initial_seed() == SEED\n"}},
     # a repository switch its kernels need, which only --env passes to the target
     "env_switch": {"switch": 'BACKEND = os.environ["TINY_BACKEND"]  # KeyError without the switch'},
+    # an operator library's kernel cache unwraps `.fn` until it reaches the JIT function
+    "wrapped_kernel": {"switch": WRAPPER, "decorators": "@LibEntry\n"},
+    # an operator library picks its vendor backend by the device's name
+    "vendor_name": {"switch": 'VENDOR = torch.cuda.get_device_name(0).split(" ")[0].lower()\n'
+                              'if VENDOR not in ("nvidia", "amd"):\n'
+                              '    raise RuntimeError("No device were detected on your machine")'},
+    # a capability check that asks torch's CUDA release (None on a CPU build) skips everything
+    "cuda_version": {"seeding": "if torch.version.cuda is None:\n"
+                                "    pytest.skip('needs a CUDA build of torch', allow_module_level=True)\n"},
+    # an operator library registers its kernels for the CUDA key of aten's operators, for a context
+    "cuda_registration": {"switch": REGISTRATION, "files": {"tests/test_scale.py": REGISTRATION_TEST}},
 }
 
 
 def gap_kernel(gap: str = "", masked: bool = True, **features: str) -> str:
-    chosen = {"switch": "", "cache": "", "start": "i_t * BT", "factor": "factor",
-              **{k: v for k, v in GAPS.get(gap, {}).items() if k in ("switch", "cache", "start", "factor")},
+    chosen = {"switch": "", "decorators": "", "cache": "", "start": "i_t * BT", "factor": "factor",
+              **{k: v for k, v in GAPS.get(gap, {}).items()
+                 if k in ("switch", "decorators", "cache", "start", "factor")},
               **features}
     kernel = GAP_KERNEL.format(**chosen)
     return kernel if masked else kernel.replace(MASKED_STORE, UNMASKED_STORE)

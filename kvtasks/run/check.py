@@ -124,6 +124,7 @@ def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked
         "run": None, "route": _route(request, run), "channel": _channel(ctx, probe) if run is not None else
         {"channel": None, "proven": None, "why": "not tried: the target did not run"},
         "tier_crashes": crashes, "violations": (evidence or {}).get("violations", []),
+        "not_exercised": cpu_tier.not_exercised(run) if run is not None else [],
     }
     if run is not None:
         found["run"] = {"exit": run.exit, "timed_out": run.timed_out, "executed": run.stats.executed,
@@ -184,6 +185,9 @@ def _short_of_pass(found: dict, run: TargetRun | None) -> list[str]:
                      "attributed to it")
     if run is not None and run.passed and run.stats.executed == 0:
         short.append("the target executed no test: no correctness claim can be made")
+    if found["not_exercised"]:
+        short.append(f"{len(found['not_exercised'])} tests passed on the CPU tier without launching a kernel or "
+                     "calling a route: they tested none of the checkout's kernels")
     return short
 
 
@@ -208,6 +212,9 @@ def lines(found: dict) -> list[str]:
     said.append(f"channel: {channel['why']}" if channel["channel"] is None else
                 f"channel: {channel['channel']} {'proven' if channel['proven'] else 'not proven'} ({channel['why']})")
     said.append("tier crashes: " + (cpu_tier.crash_summary(found["tier_crashes"]) if found["tier_crashes"] else "none"))
+    idle = found["not_exercised"]
+    if idle:
+        said.append(f"not exercised: {len(idle)} passed without a kernel launch or a route call (first {idle[0]})")
     if found["violations"]:
         said.append(f"bounds sanitizer: {cpu_tier.describe(found['violations'][0])}"
                     + (f" (and {len(found['violations']) - 1} more)" if len(found["violations"]) > 1 else ""))

@@ -15,7 +15,9 @@ from kvtasks import sources
 from kvtasks.stages import Context, StageResult, StageSpec, result
 from kvtasks.records import CpuTier, Facts, Selection
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
-from kvtasks.harness.in_target.cpu_state import DEFAULT_CAPABILITY
+from kvtasks.harness.in_target.configuration import TierSettings
+from kvtasks.harness.in_target.cpu_state import ANSWERED_CUDA, DEFAULT_CAPABILITY, device_name_of
+from kvtasks.harness.junit import junit_id
 from kvtasks.harness.target_run import TargetRun
 
 NAME = "cpu_tier"
@@ -46,7 +48,8 @@ def wanted(ctx: Context) -> tuple[bool, str]:
 
 def settings(ctx: Context) -> dict:
     """What the in-target hooks are installed with."""
-    return {"sparse_programs": ctx.request.cpu_sparse_grid, "device_capability": ctx.request.cpu_device_capability}
+    return {"sparse_programs": ctx.request.cpu_sparse_grid, "device_capability": ctx.request.cpu_device_capability,
+            "device_name": ctx.request.cpu_device_name}
 
 
 def known_bad(installed: dict[str, str]) -> str | None:
@@ -91,13 +94,17 @@ def run(ctx: Context) -> StageResult:
         return stage_result.finding("cpu-tier.known-bad-environment", "note", f"the Triton CPU tier was asked for and could not run (an environment "
                                             f"fact, not the PR's): {bad}")
     capability = request.cpu_device_capability
+    name = device_name_of(TierSettings.of(settings(ctx)))
     tier = CpuTier(interpreter="triton", evidence=EVIDENCE, reason=why, triton=installed["triton"],
                    torch=installed["torch"], numpy=installed["numpy"], sanitizer="on",
                    device_redirect="cuda -> cpu", autotune="every config once per kernel and autotune key, first kept",
-                   sparse_grid_programs=request.cpu_sparse_grid, device_capability=capability,
+                   sparse_grid_programs=request.cpu_sparse_grid, device_capability=capability, device_name=name,
                    assumptions=[f"compute capability {capability} (--cpu-device-capability, default "
                                 f"{DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
-                                "get_device_capability() decides which kernel paths a repository takes"])
+                                "get_device_capability() decides which kernel paths a repository takes",
+                                f"device name {name!r} (--cpu-device-name) and CUDA {ANSWERED_CUDA} "
+                                "(torch.version.cuda, None on a CPU build): libraries pick their vendor backend "
+                                "and capability paths by them"])
     return StageResult(name=NAME, selection=Selection(cpu_tier="triton", cpu_tier_reason=why), facts=Facts(cpu_tier=tier))
 
 
@@ -121,7 +128,17 @@ def run_evidence(run: TargetRun) -> dict | None:
             "autotuned": autotuned, "autotune_seconds": round(sum(k.get("seconds", 0) for k in autotuned.values()), 3),
             "launches": seen.get("launches", 0), "device_capability": seen.get("device_capability"),
             "cuda_queries": seen.get("cuda_queries", {}), "libdevice": seen.get("libdevice", {}),
-            "crashes": seen.get("crashes", [])}
+            "crashes": seen.get("crashes", []), "launches_by_test": seen.get("launches_by_test", {})}
+
+
+def not_exercised(run: TargetRun) -> list[str]:
+    """The tests that passed under the tier having launched no kernel and called no route: they ran,
+    and no kernel of the checkout's was tested by them (a CPU op of torch's answered instead)."""
+    seen = run_evidence(run)
+    if not seen:
+        return []
+    exercised = {junit_id(test) for test in [*seen["launches_by_test"], *(run.receipt.routed_tests if run.receipt else [])]}
+    return [case.test_id for case in run.cases if case.outcome == "passed" and case.test_id not in exercised]
 
 
 def observe(stage: StageResult, run: TargetRun) -> None:
@@ -130,6 +147,11 @@ def observe(stage: StageResult, run: TargetRun) -> None:
     seen = run_evidence(run)
     if not seen:
         return
+    idle = not_exercised(run)
+    if idle:
+        stage.finding("cpu-tier.not-exercised", "note", f"{stage.name}: {len(idle)} of {run.stats.executed} tests passed "
+                      f"under the CPU tier without launching a kernel or calling a route, so they tested no kernel: "
+                      f"{', '.join(idle[:3])}{' and more' if len(idle) > 3 else ''}")
     missing = sorted((seen["libdevice"] or {}).get("without_equivalent") or {})
     if missing:
         stage.finding("cpu-tier.libdevice-missing", "note", f"{stage.name}: libdevice {', '.join(missing)} has no equivalent in the Triton "

@@ -193,3 +193,60 @@ def test_a_crash_inside_the_tier_is_named_and_an_assertion_or_a_bounds_violation
     except RuntimeError as exc:
         through_redirect = exc
     assert cpu_tier.crash_cause(through_redirect) is None
+
+
+def _raised_in(path: str, statement: str, names: dict):
+    try:
+        exec(compile(statement, path, "exec"), dict(names))
+    except BaseException as exc:  # the exception as pytest would hand it over
+        return exc
+    raise AssertionError(f"{statement} raised nothing")
+
+
+def test_a_failure_on_an_object_the_tier_replaced_is_a_tier_crash_wherever_it_is_raised(tmp_path):
+    from kvtasks.harness.in_target.cpu_state import STATE
+
+    def plain_kernel():
+        """The function an interpreted kernel wraps, reached by a wrapper's `.fn` chain."""
+
+    STATE.kernel_functions.add(plain_kernel)
+    repository_file = str(tmp_path / "libentry.py")
+    unwrapped = _raised_in(repository_file, "plain_kernel.fn", {"plain_kernel": plain_kernel})
+    assert cpu_tier.crash_cause(unwrapped) == (
+        "an object the tier replaced (AttributeError: 'function' object has no attribute 'fn': the plain function "
+        "of the interpreted kernel plain_kernel, reached past the interpreter's kernel object, where compiled code "
+        "has a JITFunction)")
+    stream = _raised_in(repository_file, "stream.priority", {"stream": cpu_devices._Stream()})
+    assert cpu_tier.crash_cause(stream).endswith("the tier's _Stream, where compiled code has another object)")
+    # the same failure on the repository's own objects stays the repository's
+    def own_function():
+        """A function of the repository's that no kernel wraps."""
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "own_function.fn", {"own_function": own_function})) is None
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "raise TypeError(\"'Config' object is not callable\")",
+                                           {})) is None
+
+
+KERNEL_AND_TORCH_TESTS = '''import torch
+
+from tiny.scale import scale_rows
+
+
+def test_kernel():
+    x = torch.randn(4, 100, device="cuda")
+    torch.testing.assert_close(scale_rows(x, 2.0), x * 2)
+
+
+def test_torch_alone():
+    x = torch.randn(4, 100, device="cuda")
+    torch.testing.assert_close(x * 2, x + x)
+'''
+
+
+def test_a_test_that_launches_no_kernel_and_calls_no_route_is_reported_not_exercised(tmp_path):
+    from kvtasks.stages import cpu_tier as tier_stage
+
+    repo = triton_repos.make_repo(tmp_path / "repo", {"tiny/__init__.py": "", "tiny/scale.py": triton_repos.gap_kernel(),
+                                                      "tests/test_scale.py": KERNEL_AND_TORCH_TESTS})
+    run = _run(repo, "tests/test_scale.py", tmp_path)
+    assert run.exit == 0 and run.stats.executed == 2, run.log_tail()
+    assert tier_stage.not_exercised(run) == ["tests.test_scale::test_torch_alone"]

@@ -6,15 +6,17 @@ from dataclasses import asdict, dataclass, field
 @dataclass(frozen=True)
 class TierSettings:
     """The Triton CPU tier's settings: launches of more programs than `sparse_programs` run sparse
-    (0: never); `device_capability` is what torch.cuda answers ("" for the default)."""
+    (0: never); `device_capability` and `device_name` are what torch.cuda answers ("" for the default)."""
     sparse_programs: int = 0
     device_capability: str = ""
+    device_name: str = ""
 
     @classmethod
     def of(cls, settings: dict) -> "TierSettings":
         """From the validator's settings, where either may be None (its default)."""
         return cls(sparse_programs=int(settings.get("sparse_programs") or 0),
-                   device_capability=str(settings.get("device_capability") or ""))
+                   device_capability=str(settings.get("device_capability") or ""),
+                   device_name=str(settings.get("device_name") or ""))
 
 
 @dataclass(frozen=True)

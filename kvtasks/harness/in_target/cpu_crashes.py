@@ -1,14 +1,16 @@
 """What the Triton CPU tier could not do: an exception that ended a test or collection, told apart from
 a test outcome (an assertion, a bounds violation, an error of the repository's own code)."""
 import os
+import sys
 
 from .cpu_sanitizer import BoundsViolation
 from .cpu_state import STATE
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # the tier's own modules: a crash raised in one is the tier's
-HOOKS = tuple(os.path.join(_HERE, name) for name in ("cpu_crashes.py", "cpu_devices.py", "cpu_interpreter.py",
-                                                      "cpu_sanitizer.py", "cpu_state.py", "cpu_tier.py"))
+HOOKS = tuple(os.path.join(_HERE, name) for name in ("cpu_crashes.py", "cpu_devices.py", "cpu_dispatch.py",
+                                                      "cpu_interpreter.py", "cpu_sanitizer.py", "cpu_state.py",
+                                                      "cpu_tier.py"))
 
 
 # -- tier crashes ----------------------------------------------------------------------------------
@@ -55,6 +57,38 @@ def _innermost(exc: BaseException) -> str | None:
     return None
 
 
+def _tier_module(name: str) -> bool:
+    """Whether a module is the interpreter or one of these hooks: the objects of its classes stand
+    where compiled code, or a CUDA build of torch, has others."""
+    path = os.path.abspath(getattr(sys.modules.get(name), "__file__", None) or "")
+    return path in HOOKS or path.endswith(os.path.join("triton", "runtime", "interpreter.py"))
+
+
+def _tier_class_names() -> set[str]:
+    return {name for module_name, module in list(sys.modules.items()) if _tier_module(module_name)
+            for name, value in vars(module).items() if isinstance(value, type) and value.__module__ == module_name}
+
+
+def _replaced(root: BaseException, message: str) -> str | None:
+    """What the tier put where the failing code expected another object, when `root` is about one:
+    the code fails in its own file, but on an object only the tier would have given it."""
+    if isinstance(root, AttributeError) and getattr(root, "obj", None) is not None:
+        obj = root.obj
+        try:
+            kernel = obj in STATE.kernel_functions
+        except TypeError:  # an unhashable object is no kernel's function
+            kernel = False
+        if kernel:
+            return (f"the plain function of the interpreted kernel {getattr(obj, '__name__', '?')}, reached past "
+                    "the interpreter's kernel object, where compiled code has a JITFunction")
+        if _tier_module(type(obj).__module__):
+            return f"the tier's {type(obj).__name__}, where compiled code has another object"
+    for name in _tier_class_names():
+        if f"'{name}' object" in message:
+            return f"the tier's {name}, where compiled code has another object"
+    return None
+
+
 def crash_cause(exc: BaseException) -> str | None:
     """What the tier could not do when `exc` ended a test or collection, or None when `exc` is a test
     outcome (an assertion, a bounds violation, an error of the repository's own code)."""
@@ -65,6 +99,9 @@ def crash_cause(exc: BaseException) -> str | None:
     said = f"{type(root).__name__}: {message}" if message else type(root).__name__
     if any(marker in message for marker in _NO_CUDA):
         return f"an unanswered CUDA query ({said})"
+    replaced = _replaced(root, message)
+    if replaced is not None:
+        return f"an object the tier replaced ({said}: {replaced})"
     where = _innermost(root) or ""
     if isinstance(root, AssertionError) and "torch" + os.sep + "cuda" not in where:
         return None

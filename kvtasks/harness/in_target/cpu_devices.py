@@ -4,7 +4,7 @@ import os
 import time
 import types
 
-from .cpu_state import STATE, capability_of
+from .cpu_state import ANSWERED_CUDA, STATE, capability_of, device_name_of
 
 
 # -- the device redirect ---------------------------------------------------------------------------
@@ -139,6 +139,10 @@ class _Event:
         return ((end.at or 0.0) - (self.at or 0.0)) * 1000.0
 
 
+class DeviceProperties(types.SimpleNamespace):
+    """torch.cuda.get_device_properties() of the one CPU device: what a CUDA build's answer holds."""
+
+
 class _DeviceContext:
     def __init__(self, *_):
         pass
@@ -156,8 +160,8 @@ def _answer_cuda_queries(torch):
     cuda = torch.cuda
     capability = capability_of(STATE.settings)
     total = _host_memory()[1]
-    properties = types.SimpleNamespace(
-        name="Triton interpreter (CPU)", major=capability[0], minor=capability[1], total_memory=total,
+    properties = DeviceProperties(
+        name=device_name_of(STATE.settings), major=capability[0], minor=capability[1], total_memory=total,
         multi_processor_count=os.cpu_count() or 1, is_integrated=False, is_multi_gpu_board=False,
         warp_size=32, max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
         L2_cache_size=0, gcnArchName="", uuid="kvtasks-cpu-tier")
@@ -208,3 +212,6 @@ def _answer_cuda_queries(torch):
         torch._C._cuda_getDevice = answered("_cuda_getDevice", 0)
     cuda.Stream, cuda.Event, cuda.device = _Stream, _Event, _DeviceContext
     cuda.stream = lambda stream=None: stream if stream is not None else _DeviceContext()
+    # the tier's device is a CUDA device (Triton's target is "cuda"): torch's CUDA release is asked too
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        torch.version.cuda = ANSWERED_CUDA

@@ -1,6 +1,32 @@
-"""The Triton CPU tier's interpreter hooks: libdevice forwarded to the interpreter's own math, loop
-indices and float arguments as the compiler types them (cpu_tier says what each does)."""
+"""The Triton CPU tier's interpreter hooks: kernels that are JIT functions, libdevice forwarded to the
+interpreter's own math, loop indices and float arguments as the compiler types them (cpu_tier says
+what each does)."""
 from .cpu_state import STATE
+
+
+# -- kernels that are JIT functions ------------------------------------------------------------------
+
+def install_jit_functions(interpreter):
+    """`triton.jit` under the interpreter returns an InterpretedFunction, which is no JITFunction: a
+    wrapper that unwraps `.fn` until it reaches one (an operator library's kernel cache does) walks
+    past it into the plain function. Each kernel defined from now on is an InterpretedFunction that is
+    also a JITFunction, with a JITFunction's fields (params, arg_names, constexprs, ...) set as the
+    compiler would set them, while running, calling and indexing stay the interpreter's."""
+    from triton.runtime.jit import JITFunction
+
+    interpreted = interpreter.InterpretedFunction
+
+    class InterpretedJITFunction(interpreted, JITFunction):
+        # JITFunction's __init__ sets __name__, which InterpretedFunction answers from the kernel
+        __name__ = property(lambda self: self.fn.__name__, lambda self, _value: None)
+
+        def __init__(self, fn, **kwargs):
+            JITFunction.__init__(self, fn, **kwargs)
+            interpreted.__init__(self, fn, **kwargs)
+            STATE.kernel_functions.add(fn)
+
+    # triton.jit imports InterpretedFunction from the interpreter at each decoration
+    interpreter.InterpretedFunction = InterpretedJITFunction
 
 
 # -- libdevice ---------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 """What the Triton CPU tier saw, shared by its modules: the one TierState of the process."""
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,28 @@ def capability_of(settings: TierSettings) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
+# the CUDA release torch.version.cuda answers: a CPU build says None, which capability checks read as
+# "no CUDA" (an `is_sm_at_least_90()` is then False whatever the capability says)
+ANSWERED_CUDA = "12.8"
+
+
+def device_name_of(settings: TierSettings) -> str:
+    """What torch.cuda.get_device_name() answers: the name given, else one naming the vendor whose
+    compute capabilities --cpu-device-capability speaks of (libraries pick their vendor backend by it)."""
+    if settings.device_name:
+        return settings.device_name
+    return "NVIDIA GPU (compute capability {}.{}, Triton interpreter on the CPU)".format(*capability_of(settings))
+
+
 @dataclass
 class TierState:
     settings: TierSettings = field(default_factory=TierSettings)
     launch: Any = None  # the kernel launch running (cpu_sanitizer's Launch)
     test: str | None = None
     launches: int = 0
+    launches_by_test: dict[str, int] = field(default_factory=dict)  # kernel launches, by the test that ran them
+    # the plain functions of the interpreter's kernels: what a `.fn` chain reaches past an InterpretedFunction
+    kernel_functions: Any = field(default_factory=weakref.WeakSet)
     redirected: int = 0  # device arguments and .cuda() calls sent to the CPU
     # what the receipt lists, each entry as it is written there
     violations: list[dict] = field(default_factory=list)
@@ -34,6 +51,7 @@ class TierState:
     crashes: list[dict] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     cuda_queries: dict[str, int] = field(default_factory=dict)
+    cuda_registrations: dict[str, int] = field(default_factory=dict)  # CUDA-key torch.library impls made CPU's too
     libdevice_forwarded: dict[str, int] = field(default_factory=dict)
     libdevice_without_equivalent: dict[str, int] = field(default_factory=dict)
 

@@ -2,7 +2,7 @@
 
 On a run on the CPU tier the package installs them (`install(settings)`) as it loads, before the
 target starts, with TRITON_INTERPRET=1 already in the environment; its modules are cpu_sanitizer,
-cpu_interpreter, cpu_devices and cpu_crashes. It installs these:
+cpu_interpreter, cpu_devices, cpu_dispatch and cpu_crashes. It installs these:
 
 - a bounds sanitizer: every active lane of every interpreted load, store and atomic must fall
   inside the allocation (the tensor argument's storage) it points into; otherwise it raises,
@@ -16,6 +16,14 @@ cpu_interpreter, cpu_devices and cpu_crashes. It installs these:
   events, the device context) behave as one CPU device, so tests written for a GPU run here. The
   compute capability has no honest CPU answer and decides which kernel paths a repository takes: it
   is the `device_capability` setting (--cpu-device-capability), and the report says it was assumed.
+  So are the device's name (--cpu-device-name; by default one naming NVIDIA, whose capabilities
+  those are), by which libraries pick their vendor backend, and torch.version.cuda, which a CPU
+  build of torch leaves None and capability checks read as "no CUDA".
+- kernels that are JIT functions: a kernel the interpreter wraps is also a triton JITFunction, so a
+  library's wrapper that unwraps `.fn` until it reaches one stops at the kernel.
+- CUDA registrations made the CPU's: an operator implementation registered with torch.library for
+  the CUDA (or AutogradCUDA) key is registered for the CPU key too, for as long as the library that
+  made it lives, so the tier's tensors reach the library's kernel instead of torch's CPU kernel.
 - libdevice on the interpreter: `triton.language.extra.libdevice` functions are stubs that return
   None there, and the CUDA/HIP libdevice modules' extern calls raise; both are forwarded to the
   interpreter's own math (the `tl.math` equivalent, or the numpy function the interpreter would
@@ -36,19 +44,21 @@ cpu_interpreter, cpu_devices and cpu_crashes. It installs these:
   are never committed. A test that ran a sparse launch claims only what the sanitizer checked: if it
   does not raise, the test is reported skipped.
 
-Everything it saw goes into the run's receipt under "cpu_tier" through `report()`, with each test
-or collection the tier itself could not run (`crashes`): an exception raised inside the interpreter,
-Triton's runtime, these hooks or torch.cuda, an interpreter value that lacks what compiled code has,
-or a CUDA query a CPU build cannot answer. A bounds violation or an assertion is a test outcome, never
+Everything it saw goes into the run's receipt under "cpu_tier" through `report()`: the kernel
+launches each test made (a test that launched none and called no route tested no kernel), and each
+test or collection the tier itself could not run (`crashes`): an exception raised inside the
+interpreter, Triton's runtime, these hooks or torch.cuda, an interpreter value that lacks what
+compiled code has, a failure on an object the tier put where compiled code has another (wherever it
+is raised), or a CUDA query a CPU build cannot answer. A bounds violation or an assertion is a test outcome, never
 a crash.
 """
 import os
 
-from . import cpu_devices, cpu_interpreter, cpu_sanitizer
+from . import cpu_devices, cpu_dispatch, cpu_interpreter, cpu_sanitizer
 from .configuration import TierSettings
 from .cpu_crashes import crash_cause, record_crash
 from .cpu_sanitizer import BoundsViolation
-from .cpu_state import BF16_REASON, DEFAULT_CAPABILITY, STATE, capability_of, is_bf16
+from .cpu_state import BF16_REASON, DEFAULT_CAPABILITY, STATE, capability_of, device_name_of, is_bf16
 
 
 class _Plugin:
@@ -98,6 +108,7 @@ def install(settings: TierSettings) -> None:
 
     STATE.versions = {"triton": triton.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
                       "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "")}
+    cpu_interpreter.install_jit_functions(interpreter)
     cpu_sanitizer.install_sanitizer(interpreter)
     cpu_sanitizer.install_launches(interpreter)
     cpu_interpreter.install_libdevice(interpreter)
@@ -105,6 +116,7 @@ def install(settings: TierSettings) -> None:
     cpu_interpreter.install_loop_indices(interpreter)
     cpu_interpreter.install_scalar_arguments(interpreter)
     cpu_devices.install_device_redirect()
+    cpu_dispatch.install_cuda_registrations()
 
 
 def register_pytest(config) -> None:
@@ -115,15 +127,23 @@ def register_pytest(config) -> None:
     config.pluginmanager.register(plugin)
 
 
+def _torch_cuda() -> str | None:
+    import torch
+
+    return torch.version.cuda
+
+
 def report() -> dict:
     return {"interpreter": "triton", "sanitizer": "on", "device_redirect": "cuda->cpu",
             "device_capability": "{}.{}".format(*capability_of(STATE.settings)),
+            "device_name": device_name_of(STATE.settings), "torch_version_cuda": _torch_cuda(),
             "autotune": "every config once per kernel and autotune key, first kept",
             "sparse_programs": STATE.settings.sparse_programs,
-            "versions": STATE.versions, "launches": STATE.launches, "violations": STATE.violations,
+            "versions": STATE.versions, "launches": STATE.launches, "launches_by_test": STATE.launches_by_test,
+            "violations": STATE.violations,
             "sparse_launches": STATE.sparse, "autotuned": STATE.autotune,
             "bf16_skipped": STATE.bf16_skipped, "crashes": STATE.crashes, "redirected_device_calls": STATE.redirected,
-            "cuda_queries": STATE.cuda_queries,
+            "cuda_queries": STATE.cuda_queries, "cuda_registrations": STATE.cuda_registrations,
             "libdevice": {"forwarded": STATE.libdevice_forwarded,
                           "without_equivalent": STATE.libdevice_without_equivalent}}
 

@@ -44,6 +44,8 @@ def _count(run, route):
             run.routed_test = run.test
             run.progress(f"route {run.test}")
         run.calls[route] = run.calls.get(route, 0) + 1
+        if run.test:
+            run.routed_tests.add(run.test)
         part = run.part()
         if part is not None:
             part.calls[route] = part.calls.get(route, 0) + 1
@@ -149,7 +151,8 @@ def _receipt(run) -> Receipt:
         written_arguments={route: list(names) for route, names in run.written_arguments.items()},
         cpu_tier=run.tier.report() if run.tier is not None else None, sensitivity=corrupted,
         judgments=list(run.judgments), judgments_dropped=run.judgments_dropped,
-        captured_calls=run.capture.calls, not_captured=dict(run.capture.not_captured))
+        captured_calls=run.capture.calls, not_captured=dict(run.capture.not_captured),
+        routed_tests=sorted(run.routed_tests))
     if configuration.grid_argnames:
         receipt.cells = dict(run.cells)
     if configuration.merged:

@@ -124,6 +124,7 @@ class Receipt:
     judgments_dropped: int = 0  # judging calls beyond those
     captured_calls: int = 0  # route calls kept for the replay (capture.py)
     not_captured: dict[str, int] = field(default_factory=dict)  # calls sampled and not kept, by why
+    routed_tests: list[str] = field(default_factory=list)  # the pytest items that called a route
 
 
 def to_json(receipt: Receipt) -> dict:

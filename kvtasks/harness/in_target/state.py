@@ -52,6 +52,7 @@ class Run:
     corruption: Corruption
     lock: threading.Lock = field(default_factory=threading.Lock)
     calls: dict[str, int] = field(default_factory=dict)
+    routed_tests: set[str] = field(default_factory=set)  # the pytest items that called a route
     shapes: list[str] = field(default_factory=list)
     parts: dict[str, PartCounts] = field(default_factory=dict)
     unresolved: list[str] = field(default_factory=list)
