@@ -162,6 +162,7 @@ class CpuTier(Record):
     autotune: str | None = None
     sparse_grid_programs: Any = None
     device_capability: Any = None
+    device_name: str | None = None
     assumptions: list[str] | None = None
 
 

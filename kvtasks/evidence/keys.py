@@ -86,7 +86,7 @@ def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: 
         "pylib": tree_identity(request.host.pylib),
         "gpu": {key: getattr(gpu, key, None) for key in ("vendor", "arch", "model")} if gpu else "no-gpu",
         "cpu_tier": cpu_tier.model_dump(include={"interpreter", "triton", "torch", "numpy", "sparse_grid_programs",
-                                                 "device_capability"}) if cpu_tier else None,
+                                                 "device_capability", "device_name"}) if cpu_tier else None,
     })
 
 

@@ -78,6 +78,9 @@ class Request(BaseModel):
     cpu_device_capability: Annotated[str, Option(
         "on the CPU tier, the compute capability torch.cuda reports (MAJOR.MINOR, default 8.0): it picks a "
         "repository's kernel paths and is recorded as an assumption", keys="base")] = "8.0"
+    cpu_device_name: Annotated[str, Option(
+        "on the CPU tier, the device name torch.cuda reports (default: an NVIDIA device of "
+        "--cpu-device-capability): libraries pick their vendor backend by it", keys="base")] = ""
     # checkout folders put on the target's path after the packaging's roots
     python_path: Annotated[tuple[str, ...], Option(
         "repeatable: a checkout folder (relative to it) put on the target's import path after the roots its "

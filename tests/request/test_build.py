@@ -16,6 +16,7 @@ def given_values(repo, tmp_path) -> dict:
         "shape_argnames": "M,N", "grid": "1,2;3,4", "axis": ["X=--x:1;2", "Y=--y:3"], "runner": "script",
         "tol_table": "f32=1e-5", "runtime_module": "kernels", "perf_args": "--bench", "perf_control_column": "ref",
         "no_perf": True, "no_replay": True, "cpu_tier": "triton", "cpu_sparse_grid": "0", "cpu_device_capability": "9.0",
+        "cpu_device_name": "NVIDIA H100 80GB HBM3",
         "python_path": ["kernels", "tests"], "env": ["FLA_CACHE_RESULTS=0", "MY_MODE=a=b"], "no_network": True, "sensitivity_error": "1e-3",
         "sensitivity_mode": "both", "sensitivity_output": "out", "sandbox": True, "label": "spelt",
         "out": str(tmp_path / "report.json"), "base_ref": "main", "head_ref": "pr",
