@@ -17,6 +17,7 @@ past the sparse grid's 4096 programs, so they would only be bounds-checked).
 
 An item is one pytest node. Its classes:
   passed             the test ran and passed
+  not exercised      it passed having launched no kernel and called no route: it tested no kernel
   failed             the test ran and failed on a value or an assertion (numerics: named)
   tier crash         the tier could not run it (kvtasks' hooks, the interpreter, Triton, an unanswered
                      CUDA query): named with its cause
@@ -228,7 +229,7 @@ def run_item(repo: Path, node: str) -> dict:
         outcomes, crashes = run.get("outcomes", []), found["tier_crashes"]
         text = "\n".join([run.get("log_tail", ""), *(case.get("message", "") for case in outcomes)])
         executed, timed_out, exit_code = run.get("executed", 0), run.get("timed_out", False), run.get("exit")
-        blocked = found["blocked"]
+        blocked, idle = found["blocked"], found.get("not_exercised", [])
     else:
         with tempfile.TemporaryDirectory(prefix="tier-coverage-") as scratch:
             done = launching.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
@@ -237,11 +238,11 @@ def run_item(repo: Path, node: str) -> dict:
             outcomes = [case.model_dump() for case in done.cases]
             text = Path(done.log).read_text(errors="replace")
         crashes = ((done.receipt or {}).get("cpu_tier") or {}).get("crashes") or []
-        executed, timed_out, exit_code, blocked = done.stats.executed, done.timed_out, done.exit, None
-    return classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked)
+        executed, timed_out, exit_code, blocked, idle = done.stats.executed, done.timed_out, done.exit, None, []
+    return classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle)
 
 
-def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked) -> dict:
+def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle=()) -> dict:
     if blocked:
         return {"class": "tier crash", "cause": f"could not run: {blocked}"}
     if timed_out:
@@ -256,6 +257,8 @@ def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked) -
         if failed:
             return {"class": "failed", "cause": failed[0].get("message", "")[:200]}
         return {"class": "tier crash", "cause": f"exit {exit_code} with no test outcome: {text.strip()[-200:]}"}
+    if executed and len(idle) >= executed:
+        return {"class": "not exercised", "cause": "passed without launching a kernel or calling a route"}
     if executed:
         return {"class": "passed", "cause": ""}
     skipped = [case for case in outcomes if case["outcome"] == "skipped"]
@@ -332,7 +335,7 @@ def main() -> int:
         every += measure(name, folder, items)
     crashes: dict[str, list[str]] = {}
     for result in every:
-        if result["class"] in ("tier crash", "timed out", "sparse grid"):
+        if result["class"] in ("tier crash", "timed out", "sparse grid", "not exercised"):
             crashes.setdefault(result["cause"], []).append(f"{result['repo']}: {result['item']}")
     if crashes:
         print("items that reached no test outcome, by cause:")

@@ -23,13 +23,16 @@ LAST_LINES = {
     "probe_overhead": rf"probe overhead: {NUMBER}x bare \(setprofile: {NUMBER}x\)",
     "replay": rf"replay cost: {NUMBER}x validation without replay",
     "soak": r"soak: 1 runs, \d+ signals, trees handed back (\d+)/\1, orphans 0, fabricated 0, survivors 0",
-    "tier_coverage": rf"tier coverage: {NUMBER}% of \d+ items reached a test outcome \(tier crashes 0\)",
+    "tier_matrix": rf"tier matrix: {NUMBER}% of \d+ items reached a test outcome over 1 triton releases "
+                   r"\(tier crashes 0\)",
 }
 
 
 # benches a test of their own runs whole, which its smoke run would only repeat
 RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_repeat": "tests/stages/test_cpu_tier.py",
-             "parallel_batch": "tests/test_concurrency.py", "sensitivity": "tests/test_dodo.py"}
+             "parallel_batch": "tests/test_concurrency.py", "sensitivity": "tests/test_dodo.py",
+             # tier_matrix's smoke run is tier_coverage's, under this interpreter
+             "tier_coverage": "tests/test_benches.py"}
 
 
 def test_every_bench_is_run_here_or_whole_elsewhere():

@@ -1,0 +1,100 @@
+"""The CPU tier across Triton releases: `bench/tier_coverage.py`'s items under each release, each in
+its own environment, and one line over all of them.
+
+    python bench/tier_matrix.py --python ENV/bin/python [--python ...] [tier_coverage's repository
+        options: --attorch DIR --liger DIR --fla DIR --flaggems DIR --torchao DIR, --limit N, --timeout S]
+
+Each `--python` is the interpreter of one environment holding one Triton release beside a CPU build of
+torch, numpy and pytest, and kvtasks' own dependencies (kvtasks itself comes from this source tree).
+Every item runs under that interpreter, the targets included, as a validation there would run it.
+A release the tier does not know is refused there with one note: its items are tier crashes.
+Each release's coverage line is printed as `triton X.Y.Z (torch T): ...`, then the matrix line:
+`tier matrix: P% of N items reached a test outcome over R triton releases (tier crashes C)`.
+
+With --smoke, tier_coverage's smoke item under this interpreter only: a check that the bench runs,
+not a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+COVERAGE = PROJECT / "bench" / "tier_coverage.py"
+REPOSITORIES = ("attorch", "liger", "fla", "flaggems", "torchao")
+_VERSIONS = "import torch, triton; print(triton.__version__, torch.__version__)"
+
+
+def versions(python: str) -> tuple[str, str]:
+    """(triton, torch) as that interpreter imports them."""
+    done = subprocess.run([python, "-c", _VERSIONS], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{python}: cannot import triton and torch: {done.stderr.strip().splitlines()[-1:]}")
+    triton, torch = done.stdout.split()
+    return triton, torch
+
+
+def release(python: str, coverage_args: list[str]) -> list[dict]:
+    """Every item of tier_coverage under `python`, each with its class, read from its --json."""
+    with tempfile.TemporaryDirectory(prefix="tier-matrix-") as scratch:
+        found = Path(scratch) / "items.json"
+        done = subprocess.run([python, str(COVERAGE), *coverage_args, "--json", str(found)], cwd=scratch,
+                              capture_output=True, text=True, env=_environment(python))
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not found.is_file():
+            sys.exit(f"{python}: tier_coverage exited {done.returncode}: {(done.stdout + done.stderr)[-1500:]}")
+        print("\n".join(f"    {line}" for line in lines[:-1]), flush=True)
+        return json.loads(found.read_text())
+
+
+def _environment(python: str) -> dict:
+    # the targets run under the same interpreter as the bench (PYTHON_BIN), so under that release
+    return {**os.environ, "PYTHON_BIN": python}
+
+
+def outcomes(results: list[dict]) -> tuple[str, str]:
+    """`P% of N items reached a test outcome`, with the tier crashes, as tier_coverage counts them."""
+    counted = [r for r in results if r["class"] != "repository skip"]
+    reached = [r for r in counted if r["class"] in ("passed", "failed")]
+    crashes = [r for r in counted if r["class"] == "tier crash"]
+    percent = 100.0 * len(reached) / len(counted) if counted else 0.0
+    return f"{percent:.1f}% of {len(counted)} items reached a test outcome", f"(tier crashes {len(crashes)})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", action="append", default=[], help="one environment's interpreter (repeatable)")
+    for name in REPOSITORIES:
+        parser.add_argument(f"--{name}", type=Path, help=f"passed to tier_coverage: {name}'s local copy")
+    parser.add_argument("--limit", type=int, default=0, help="passed to tier_coverage: the first N items of each")
+    parser.add_argument("--timeout", type=int, default=180, help="passed to tier_coverage: seconds per item")
+    parser.add_argument("--smoke", action="store_true", help="tier_coverage's smoke item under this interpreter")
+    options = parser.parse_args()
+    if options.smoke:
+        pythons, coverage_args = [sys.executable], ["--smoke"]
+    else:
+        pythons = options.python or sys.exit("give one --python per Triton release")
+        coverage_args = [arg for name in REPOSITORIES if getattr(options, name)
+                         for arg in (f"--{name}", str(getattr(options, name).resolve()))]
+        coverage_args += ["--timeout", str(options.timeout)] + (["--limit", str(options.limit)] if options.limit else [])
+    every, seen = [], set()
+    for python in pythons:
+        triton, torch = versions(python)
+        seen.add(triton)
+        print(f"== triton {triton} (torch {torch}): {python}", flush=True)
+        results = release(python, coverage_args)
+        every += [{**result, "triton": triton} for result in results]
+        reached, crashes = outcomes(results)
+        print(f"triton {triton} (torch {torch}): {reached} {crashes}", flush=True)
+    reached, crashes = outcomes(every)
+    print(f"tier matrix: {reached} over {len(seen)} triton releases {crashes}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
