@@ -52,9 +52,18 @@ def settings(ctx: Context) -> dict:
             "device_name": ctx.request.cpu_device_name}
 
 
+# the Triton releases the in-target hooks are built and tested on (bench/tier_matrix.py runs each)
+KNOWN_RELEASES = ((3, 3), (3, 9))
+
+
 def known_bad(installed: dict[str, str]) -> str | None:
     """Why this triton/numpy pair cannot run the interpreter, or None."""
     triton, numpy = _release(installed.get("triton")), _release(installed.get("numpy"))
+    oldest, newest = KNOWN_RELEASES
+    if not oldest <= triton[:2] <= newest:
+        return (f"triton {installed['triton']} is a release the tier's hooks do not know (they patch the interpreter's "
+                f"internals, and are built for triton {'.'.join(map(str, oldest))} to "
+                f"{'.'.join(map(str, newest))}); install one of those (the triton-cpu extra asks for that range)")
     if triton[:2] == (3, 5) and numpy[:2] >= (2, 4):
         return (f"triton {installed['triton']} with numpy {installed['numpy']} is a known-bad pair: numpy 2.4 breaks "
                 "the interpreter on every loop with a runtime bound ('only 0-dimensional arrays can be converted to "

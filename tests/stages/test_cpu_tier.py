@@ -255,6 +255,13 @@ def test_a_known_bad_triton_numpy_pair_is_an_environment_fact_named_at_tier_star
     assert bad.findings[0].severity == "note" and "install numpy<2.4" in bad.findings[0].detail
     good = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.5.0", "torch==2.13.0+cpu", "numpy==2.3.5"]}))
     assert good.facts.cpu_tier.numpy == "2.3.5" and good.findings == []
+    for unknown in ("3.2.0", "3.10.0", "4.0.0"):
+        refused = cpu_tier.run(_tier_ctx({"distributions": [f"triton=={unknown}", "torch==2.13.0+cpu",
+                                                            "numpy==2.3.5"]}))
+        assert refused.selection.cpu_tier == "off" and len(refused.findings) == 1
+        assert f"triton {unknown} is a release the tier's hooks do not know" in refused.findings[0].detail
+    known = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.3.1", "torch==2.13.0+cpu", "numpy==2.3.5"]}))
+    assert known.selection.cpu_tier == "triton"
 
 
 def test_no_missing_packages_are_claimed_when_the_runtime_probe_never_ran():
