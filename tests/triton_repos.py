@@ -394,10 +394,25 @@ def gap_repo(path: Path, gap: str) -> Path:
                             **spec.get("files", {})})
 
 
+def autotune_has_disk_cache() -> bool:
+    """Whether the installed triton.autotune takes cache_results (triton 3.4 and later): on 3.3 there is
+    no disk cache, so no gap to close, and a kernel that passes it fails at import, on a GPU too."""
+    import inspect
+
+    import triton
+
+    return "cache_results" in inspect.signature(triton.autotune).parameters
+
+
+def all_gaps_kernel() -> str:
+    """Every gap the installed triton has, at once, in one kernel module."""
+    gaps = ("autotune_cache", "scalar_casts", "env_switch") if autotune_has_disk_cache() else ("scalar_casts",
+                                                                                             "env_switch")
+    return gap_kernel(**{k: v for gap in gaps for k, v in GAPS[gap].items()})
+
+
 # Every gap at once in a src layout whose package is a namespace package (no __init__.py anywhere) and
 # no packaging file: src/ and the runtime module are found from the tree alone.
-ALL_GAPS_KERNEL = gap_kernel(**{k: v for gap in ("autotune_cache", "scalar_casts", "env_switch")
-                                for k, v in GAPS[gap].items()})
 ALL_GAPS_TEST = '''import torch
 
 import seeding  # noqa: F401 - seeds the device at import
@@ -410,6 +425,6 @@ def test_scale_rows():
 '''
 
 
-def namespace_repo(path: Path, kernel: str = ALL_GAPS_KERNEL) -> Path:
-    return make_repo(path, {"src/tiny_ns/scale.py": kernel, "tests/test_scale.py": ALL_GAPS_TEST,
-                            **GAPS["cuda_seeding"]["files"]})
+def namespace_repo(path: Path, kernel: str | None = None) -> Path:
+    return make_repo(path, {"src/tiny_ns/scale.py": kernel or all_gaps_kernel(),
+                            "tests/test_scale.py": ALL_GAPS_TEST, **GAPS["cuda_seeding"]["files"]})

@@ -16,7 +16,8 @@ from kvtasks.stages import Context, StageResult, StageSpec, result
 from kvtasks.records import CpuTier, Facts, Selection
 from kvtasks.stages.payloads import GpuClaim, RuntimeCompat
 from kvtasks.harness.in_target.configuration import TierSettings
-from kvtasks.harness.in_target.cpu_state import ANSWERED_CUDA, DEFAULT_CAPABILITY, device_name_of
+from kvtasks.harness.in_target.cpu_state import (ANSWERED_CUDA, DEFAULT_CAPABILITY, device_name_of, release,
+                                                 unsupported_triton)
 from kvtasks.harness.junit import junit_id
 from kvtasks.harness.target_run import TargetRun
 
@@ -52,32 +53,18 @@ def settings(ctx: Context) -> dict:
             "device_name": ctx.request.cpu_device_name}
 
 
-# the Triton releases the in-target hooks are built and tested on (bench/tier_matrix.py runs each)
-KNOWN_RELEASES = ((3, 3), (3, 9))
-
-
 def known_bad(installed: dict[str, str]) -> str | None:
-    """Why this triton/numpy pair cannot run the interpreter, or None."""
-    triton, numpy = _release(installed.get("triton")), _release(installed.get("numpy"))
-    oldest, newest = KNOWN_RELEASES
-    if not oldest <= triton[:2] <= newest:
-        return (f"triton {installed['triton']} is a release the tier's hooks do not know (they patch the interpreter's "
-                f"internals, and are built for triton {'.'.join(map(str, oldest))} to "
-                f"{'.'.join(map(str, newest))}); install one of those (the triton-cpu extra asks for that range)")
-    if triton[:2] == (3, 5) and numpy[:2] >= (2, 4):
+    """Why this triton release, or this triton/numpy pair, cannot run the interpreter, or None."""
+    refused = unsupported_triton(installed.get("triton"))
+    if refused:
+        return refused
+    triton, numpy = release(installed.get("triton")), release(installed.get("numpy"))
+    # before 3.7 the interpreter's tensor.__index__ is int() of a 1-element array, which numpy 2.4 refuses
+    if triton[:2] < (3, 7) and numpy[:2] >= (2, 4):
         return (f"triton {installed['triton']} with numpy {installed['numpy']} is a known-bad pair: numpy 2.4 breaks "
-                "the interpreter on every loop with a runtime bound ('only 0-dimensional arrays can be converted to "
-                "Python scalars'); install numpy<2.4 (the triton-cpu extra pins it)")
+                "the interpreter of triton before 3.7 on every loop with a runtime bound ('only 0-dimensional arrays "
+                "can be converted to Python scalars'); install numpy<2.4 (the triton-cpu extra pins it) or triton>=3.7")
     return None
-
-
-def _release(version: str | None) -> tuple[int, ...]:
-    parts = []
-    for part in (version or "").split("+")[0].split("."):
-        if not part.isdigit():
-            break
-        parts.append(int(part))
-    return tuple(parts)
 
 
 def run(ctx: Context) -> StageResult:

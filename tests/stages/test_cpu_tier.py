@@ -255,13 +255,21 @@ def test_a_known_bad_triton_numpy_pair_is_an_environment_fact_named_at_tier_star
     assert bad.findings[0].severity == "note" and "install numpy<2.4" in bad.findings[0].detail
     good = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.5.0", "torch==2.13.0+cpu", "numpy==2.3.5"]}))
     assert good.facts.cpu_tier.numpy == "2.3.5" and good.findings == []
-    for unknown in ("3.2.0", "3.10.0", "4.0.0"):
-        refused = cpu_tier.run(_tier_ctx({"distributions": [f"triton=={unknown}", "torch==2.13.0+cpu",
-                                                            "numpy==2.3.5"]}))
-        assert refused.selection.cpu_tier == "off" and len(refused.findings) == 1
-        assert f"triton {unknown} is a release the tier's hooks do not know" in refused.findings[0].detail
-    known = cpu_tier.run(_tier_ctx({"distributions": ["triton==3.3.1", "torch==2.13.0+cpu", "numpy==2.3.5"]}))
-    assert known.selection.cpu_tier == "triton"
+
+
+def test_a_triton_release_outside_the_hooks_range_is_refused_and_numpy_2_4_only_before_3_7():
+    for version in ("3.2.0", "3.10.0"):
+        installed = [f"triton=={version}", "torch==2.13.0+cpu", "numpy==2.3.5"]
+        refused = cpu_tier.run(_tier_ctx({"distributions": installed}))
+        assert refused.selection.cpu_tier == "off" and refused.facts.model_dump() == {"cpu_tier": None}
+        assert f"triton {version} is outside the releases the CPU tier's hooks are built for (3.3 to 3.9)" in \
+            refused.selection.cpu_tier_reason
+        assert refused.findings[0].severity == "note"
+    for version, numpy, on in (("3.3.1", "2.4.6", False), ("3.6.0", "2.4.6", False), ("3.7.1", "2.4.6", True),
+                               ("3.9.0", "2.4.6", True), ("3.3.1", "1.26.4", True), ("3.9.0+git0abc", "2.3.5", True)):
+        installed = [f"triton=={version}", "torch==2.13.0+cpu", f"numpy=={numpy}"]
+        ran = cpu_tier.run(_tier_ctx({"distributions": installed}))
+        assert (ran.selection.cpu_tier == "triton") is on, (version, numpy, ran.selection.cpu_tier_reason)
 
 
 def test_no_missing_packages_are_claimed_when_the_runtime_probe_never_ran():
@@ -274,7 +282,7 @@ def test_every_closed_gap_at_once_in_a_namespace_package_blocks_its_tail_bug(tmp
     # autotune disk cache, loop-index casts, device seeding at import, a switch only --env passes, and a
     # src/ namespace package with no packaging file: one validation for the set
     repo = triton_repos.namespace_repo(tmp_path / "ns")
-    patch = make_patch(repo, {"src/tiny_ns/scale.py": triton_repos.ALL_GAPS_KERNEL.replace(
+    patch = make_patch(repo, {"src/tiny_ns/scale.py": triton_repos.all_gaps_kernel().replace(
         triton_repos.MASKED_STORE, triton_repos.UNMASKED_STORE)}, tmp_path / "bug.patch")
     result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py", "--cpu-tier", "triton",
                       "--no-perf", "--env", "TINY_BACKEND=triton")

@@ -102,7 +102,7 @@ def install_libdevice(interpreter):
         from triton.language.extra.cuda import libdevice as cuda_libdevice
     except ImportError:
         return
-    interpreter._patch_builtin(cuda_libdevice, interpreter.interpreter_builder)
+    _bind_builtins(interpreter, cuda_libdevice)
     for name, stub in inspect.getmembers(libdevice, inspect.isfunction):
         if stub.__module__ != libdevice.__name__:
             continue
@@ -111,6 +111,20 @@ def install_libdevice(interpreter):
             setattr(libdevice, name, _refusing(name))
         else:
             setattr(libdevice, name, forward)
+
+
+def _bind_builtins(interpreter, module):
+    """Bind a module's builtins to the interpreter's builder for the life of the process. Triton 3.6
+    gave _patch_builtin a third argument, a _LangPatchScope that each launch restores when it ends (it
+    patches triton.language anew at the next); a scope of our own that nothing restores keeps the
+    binding, as releases before 3.6 did."""
+    import inspect
+
+    patch = interpreter._patch_builtin
+    if "scope" in inspect.signature(patch).parameters:  # triton >= 3.6
+        patch(module, interpreter.interpreter_builder, interpreter._LangPatchScope())
+    else:
+        patch(module, interpreter.interpreter_builder)
 
 
 def _refusing(name):
@@ -128,9 +142,20 @@ class LoopIndex(int):
     `.to(dtype)` a compiled int32 scalar has; arithmetic with ints stays a LoopIndex."""
 
     def to(self, dtype, *args, **kwargs):
-        from triton.runtime.interpreter import interpreter_semantic
+        return _int32_scalar(int(self)).to(dtype, *args, **kwargs)
 
-        return interpreter_semantic.to_tensor(int(self), False).to(dtype, *args, **kwargs)
+
+def _int32_scalar(value):
+    """`value` as the interpreter's scalar tensor (int32 where it fits, as to_tensor types it). Triton
+    3.4 added interpreter.interpreter_semantic (TritonSemantic); 3.3 has the triton.language.semantic
+    module, whose functions take the builder."""
+    from triton.runtime import interpreter
+
+    semantic = getattr(interpreter, "interpreter_semantic", None)
+    if semantic is not None:  # triton >= 3.4
+        return semantic.to_tensor(value, False)
+    from triton.language import semantic
+    return semantic.to_tensor(value, interpreter.interpreter_builder, False)
 
 
 def _closed(name):

@@ -110,12 +110,13 @@ def _check(op, pointers, mask):
                           f"(program {tuple(launch.program)}): {detail}; {outside} of {lanes.size} active lanes")
 
 
-def _passes_owner(method, derive):
-    """Wrap a builder method whose result is a pointer derived from its first handle argument."""
+def _passes_owner(method, handle_class):
+    """Wrap a builder method whose result is a pointer derived from its first handle argument (found by
+    type: create_splat's order changed in Triton 3.4, from (arg, shape) to (ret_ty, arg))."""
     def wrapper(self, *args, **kwargs):
         out = method(self, *args, **kwargs)
-        source = args[derive]
-        owner = _owner(source) if hasattr(source, "dtype") and getattr(source.dtype, "is_ptr", lambda: False)() \
+        source = next((arg for arg in args if isinstance(arg, handle_class)), None)
+        owner = _owner(source) if source is not None and getattr(source.dtype, "is_ptr", lambda: False)() \
             else None
         if owner is not None and hasattr(out, "attr"):
             out.attr[_OWNER] = owner
@@ -159,9 +160,8 @@ def install_sanitizer(interpreter):
             nx, ny, nz = launch.grid  # the kernel sees the launch it was given, not the sparse subset
         return set_dim(self, nx, ny, nz)
 
-    for name, derive in (("create_addptr", 0), ("create_splat", 1), ("create_broadcast", 0),
-                         ("create_expand_dims", 0)):
-        setattr(builder_class, name, _passes_owner(getattr(builder_class, name), derive))
+    for name in ("create_addptr", "create_splat", "create_broadcast", "create_expand_dims"):
+        setattr(builder_class, name, _passes_owner(getattr(builder_class, name), interpreter.TensorHandle))
     for name, method in (("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
                          ("create_atomic_rmw", create_atomic_rmw), ("create_atomic_cas", create_atomic_cas),
                          ("set_grid_idx", set_grid_idx), ("set_grid_dim", set_grid_dim)):
@@ -272,5 +272,7 @@ def install_autotune():
         return False
 
     autotuner.Autotuner.prune_configs = prune_configs
-    autotuner.Autotuner.do_bench = property(run_each_config_once)
+    # Triton 3.3 assigns self.do_bench in Autotuner.__init__; 3.4 and later read a property: the setter
+    # keeps the assignment from failing, and the interpreter's bench is ours on every release
+    autotuner.Autotuner.do_bench = property(run_each_config_once, lambda self, value: None)
     autotuner.Autotuner.check_disk_cache = check_disk_cache

@@ -11,6 +11,32 @@ BF16_REASON = "interpreter limitation: bf16 arithmetic is wrong in the Triton in
 DEFAULT_CAPABILITY = "8.0"  # Ampere: the oldest architecture current Triton kernel repositories target
 
 
+# The Triton releases the hooks are written and tested against, first and last minor release included:
+# they reach into triton.runtime.interpreter, jit and autotuner, whose internals change between minor
+# releases (each hook says where it detects a difference); any other release is refused, never guessed at.
+TRITON_RELEASES = ((3, 3), (3, 9))
+
+
+def release(version: str | None) -> tuple[int, ...]:
+    """'3.5.0+git1234' -> (3, 5, 0); () where nothing numeric leads."""
+    parts = []
+    for part in (version or "").split("+")[0].split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def unsupported_triton(version: str | None) -> str | None:
+    """Why the tier's hooks cannot run on this triton release, or None."""
+    (first, last) = TRITON_RELEASES
+    if first <= release(version)[:2] <= last:
+        return None
+    known = "{}.{} to {}.{}".format(*first, *last)
+    return (f"triton {version} is outside the releases the CPU tier's hooks are built for ({known}): they patch "
+            f"the interpreter's internals, which change between minor releases; install a triton from {known}")
+
+
 def is_bf16(value) -> bool:
     return str(value).strip().lower() in _BF16
 

@@ -44,13 +44,17 @@ cpu_interpreter, cpu_devices, cpu_dispatch and cpu_crashes. It installs these:
   are never committed. A test that ran a sparse launch claims only what the sanitizer checked: if it
   does not raise, the test is reported skipped.
 
+The hooks are built for Triton 3.3 to 3.9 (cpu_state.TRITON_RELEASES); `install` refuses any other
+release with one message, and where the interpreter's internals differ inside that range the hooks
+detect the difference (they say which release changed what).
+
 Everything it saw goes into the run's receipt under "cpu_tier" through `report()`: the kernel
 launches each test made (a test that launched none and called no route tested no kernel), and each
 test or collection the tier itself could not run (`crashes`): an exception raised inside the
 interpreter, Triton's runtime, these hooks or torch.cuda, an interpreter value that lacks what
 compiled code has, a failure on an object the tier put where compiled code has another (wherever it
-is raised), or a CUDA query a CPU build cannot answer. A bounds violation or an assertion is a test outcome, never
-a crash.
+is raised), or a CUDA query a CPU build cannot answer. A bounds violation or an assertion is a test
+outcome, never a crash.
 """
 import os
 
@@ -58,7 +62,8 @@ from . import cpu_devices, cpu_dispatch, cpu_interpreter, cpu_sanitizer
 from .configuration import TierSettings
 from .cpu_crashes import crash_cause, record_crash
 from .cpu_sanitizer import BoundsViolation
-from .cpu_state import BF16_REASON, DEFAULT_CAPABILITY, STATE, capability_of, device_name_of, is_bf16
+from .cpu_state import (BF16_REASON, DEFAULT_CAPABILITY, STATE, capability_of, device_name_of, is_bf16,
+                        unsupported_triton)
 
 
 class _Plugin:
@@ -106,6 +111,9 @@ def install(settings: TierSettings) -> None:
     import triton
     from triton.runtime import interpreter
 
+    refused = unsupported_triton(triton.__version__)
+    if refused:  # the validator refuses it before the run (stages.cpu_tier.known_bad); this is the target's own word
+        raise RuntimeError(f"kvtasks CPU tier: {refused}")
     STATE.versions = {"triton": triton.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
                       "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "")}
     cpu_interpreter.install_jit_functions(interpreter)
