@@ -1,19 +1,26 @@
-"""How much of real Triton repositories' test suites the CPU tier runs: pinned commits of three public
+"""How much of real Triton repositories' test suites the CPU tier runs: pinned commits of five public
 repositories, a fixed list of test items each, every item run under the tier as a validation's base
 run would (`kvtasks.run.check`, one run per item), and classified.
 
-    python bench/tier_coverage.py --attorch DIR --liger DIR --fla DIR [--repos attorch,fla] [--limit N]
-        [--timeout S] [--json FILE] [--kvtasks SOURCE_TREE]
+    python bench/tier_coverage.py --attorch DIR --liger DIR --fla DIR --flaggems DIR --torchao DIR
+        [--repos attorch,fla] [--limit N] [--timeout S] [--json FILE] [--kvtasks SOURCE_TREE]
 
 Each DIR is a local git copy of the repository at its pinned commit (nothing is fetched here). The
 repositories need, beside torch/triton/numpy (kvtasks[triton-cpu]) and pytest: attorch nothing;
-Liger-Kernel transformers; flash-linear-attention einops and transformers. The items were chosen
+Liger-Kernel transformers; flash-linear-attention einops and transformers; FlagGems PyYAML,
+SQLAlchemy and packaging>=26 (the package installed with `pip install --no-deps -e`); torchao
+tabulate and expecttest (`USE_CPP=0 pip install --no-deps --no-build-isolation -e`), its items run
+at --cpu-device-capability 10.0 (its mx and blockwise kernels ask for SM100 or SM90). The items were chosen
 once, before the first measurement, across each repository's kernels, with the smallest shapes its
 own parametrization offers (the interpreter runs every program in Python), bf16 cells left out (the
 tier skips them as an interpreter limitation); the list is kept. Left out with their reason: attorch's
 conv and multi-head attention tests (their smallest cells, 1x1024x3072 and up, take minutes each in
 the interpreter), Liger-Kernel's KL-divergence and TVD tests (their smallest cells have 16441 rows,
-past the sparse grid's 4096 programs, so they would only be bounds-checked).
+past the sparse grid's 4096 programs, so they would only be bounds-checked). FlagGems' and torchao's
+were chosen the same way by a first run of each candidate under a development tier, keeping every
+failure: left out were only items the repository skips, items the sparse grid would only
+bounds-check (torchao's act_quant items, 4096x1024 at the smallest), items that launched no kernel,
+and items that failed one run in two (bf16 inputs inside the test body).
 
 An item is one pytest node. Its classes:
   passed             the test ran and passed
@@ -187,6 +194,79 @@ REPOSITORIES = {
             'tests/ops/test_gdn.py::test_chunk[B2-T75-H4-HV4-D64-scale1-gate_logit_normalizer0.01-mask_p0-use_qk_l2norm_in_kernelFalse-torch.float16]',
         ],
     },
+    "flaggems": {
+        "pin": "ed2508bcb5a03000e9774734201d840ba362cd11",
+        "extras": ["PyYAML", "SQLAlchemy", "packaging>=26"],
+        "items": [
+            'tests/test_add.py::test_add[dtype1-0.001-shape1]',
+            'tests/test_abs.py::test_abs[dtype1-shape1]',
+            'tests/test_exp.py::test_exp[dtype1-shape1]',
+            'tests/test_gelu.py::test_gelu[none-dtype1-shape1]',
+            'tests/test_silu.py::test_silu[dtype1-shape1]',
+            'tests/test_rsqrt.py::test_rsqrt[dtype1-shape1]',
+            'tests/test_isnan.py::test_isnan[dtype1-shape1]',
+            'tests/test_clamp.py::test_clamp[dtype1-None-0.001-0.001-shape1]',
+            'tests/test_masked_fill.py::test_masked_fill[tensor-0.3-dtype1-shape1]',
+            'tests/test_softmax.py::test_softmax[False-1-dtype1-shape0]',
+            'tests/test_log_softmax.py::test_log_softmax[1-dtype1-shape0]',
+            'tests/test_layer_norm.py::test_layer_norm[dtype1-False-shape0]',
+            'tests/test_group_norm.py::test_group_norm[dtype1-False-16-3-16-16-1]',
+            'tests/test_sum.py::test_sum[dtype1-shape0]',
+            'tests/test_mean.py::test_mean_dim[dtype1-True-0-shape0]',
+            'tests/test_max.py::test_max_dim[dtype1-0-True-shape0]',
+            'tests/test_argmax.py::test_argmax[dtype1-True-1-shape0]',
+            'tests/test_var_mean.py::test_var_mean[dtype1-True-1-1-shape0]',
+            'tests/test_cumsum.py::test_cumsum[dtype1-shape0]',
+            'tests/test_mm.py::test_mm[False-dtype1-1-1-32]',
+            'tests/test_bmm.py::test_bmm[dtype1-1-1-32]',
+            'tests/test_addmm.py::test_addmm[False-dtype1-0.001-1-1-32]',
+            'tests/test_index_select.py::test_index_select[dtype1-0-shape0]',
+            'tests/test_embedding.py::test_embedding[dtype1-True-None-128-4-2-4096]',
+            'tests/test_sort.py::test_sort[0-dtype1-True-1-4]',
+            'tests/test_rms_norm.py::test_rms_norm[dtype1-shape0]',
+            'tests/test_skip_layer_norm.py::test_skip_layernorm[dtype1-shape0]',
+            'tests/test_outer.py::test_outer[dtype1-1-32]',
+            'tests/test_cross_entropy_loss.py::test_cross_entropy_loss_indices[dtype1-True-mean-0-1-shape0]',
+            'tests/test_apply_rotary_pos_emb.py::test_apply_rotary_pos_emb[True-True-dtype1-64-8-1-512-4]',
+        ],
+    },
+    "torchao": {
+        "pin": "36027d82d1ad9949597ea16002ff4940374b1b94",
+        "extras": ["tabulate", "expecttest"],
+        "options": {"cpu_device_capability": "10.0"},
+        "items": [
+            'test/prototype/mx_formats/test_kernels.py::test_triton_f32_to_e8m0_rceil_fallback',
+            'test/prototype/mx_formats/test_kernels.py::test_triton_mxfp8_dequant_dim0[orig_dtype0-128-128]',
+            'test/prototype/mx_formats/test_kernels.py::test_triton_mxfp8_dequant_dim0[orig_dtype0-128-256]',
+            'test/prototype/mx_formats/test_kernels.py::test_rearrange[shape0]',
+            'test/prototype/mx_formats/test_kernels.py::test_rearrange[shape1]',
+            'test/prototype/mx_formats/test_kernels.py::test_rearrange[shape2]',
+            'test/prototype/mx_formats/test_kernels.py::test_rearrange[shape7]',
+            'test/prototype/mx_formats/test_kernels.py::test_triton_mxfp8_dim0_randn[ScaleCalculationMode.FLOOR-128-128]',
+            'test/prototype/mx_formats/test_kernels.py::test_triton_mxfp8_dim1_randn[ScaleCalculationMode.FLOOR-128-128]',
+            'test/prototype/mx_formats/test_kernels.py::test_triton_mxfp8_dim0_zeros[ScaleCalculationMode.RCEIL]',
+            'test/prototype/moe_training/test_kernels.py::test_triton_mx_block_rearrange_2d_M_groups[256-256-4]',
+            'test/prototype/moe_training/test_kernels.py::test_triton_mx_block_rearrange_2d_K_groups[1-512-256]',
+            'test/prototype/moe_training/test_kernels.py::test_triton_mx_block_rearrange_2d_K_groups[4-512-256]',
+            'test/prototype/moe_training/test_kernels.py::test_row_major_with_jagged_rowwise_scales[False]',
+            'test/prototype/moe_training/test_kernels.py::test_column_major_with_jagged_colwise_scales[False]',
+            'test/prototype/moe_training/test_kernels.py::test_row_major_with_jagged_rowwise_scales_transpose_method[True]',
+            'test/prototype/blockwise_fp8_training/test_blockwise_kernels.py::test_triton_fp8_gemm_1x128_128x128[dtype0-2-512-128]',
+            'test/prototype/blockwise_fp8_training/test_blockwise_kernels.py::test_triton_fp8_gemm_1x128_128x1[dtype0-2-512-128]',
+            'test/prototype/blockwise_fp8_training/test_blockwise_kernels.py::test_triton_quantize_fp8_weight_quant_rhs[4096-1024-128]',
+            'test/prototype/blockwise_fp8_training/test_blockwise_kernels.py::test_triton_quantize_fp8_weight_quant_transposed_rhs[128]',
+            'test/prototype/blockwise_fp8_inference/test_blockwise.py::test_blockwise_fp8_gemm[dtype0-2-512-128]',
+            'test/prototype/blockwise_fp8_inference/test_blockwise.py::test_blockwise_fp8_gemm[dtype1-2-512-128]',
+            'test/prototype/moe_training/ep/test_kernels.py::test_triton_permute_bwd[32-1-2-1024-512]',
+            'test/prototype/moe_training/ep/test_kernels.py::test_triton_permute_bwd[32-2-4-1024-512]',
+            'torchao/prototype/float8nocompile/kernels/fp8_dynamic_tensorwise_test.py::test_fp8_hp_to_fp8_row_major[input_shape0-KernelAlgorithm.ATOMIC_MAX]',
+            'torchao/prototype/float8nocompile/kernels/fp8_dynamic_tensorwise_test.py::test_fp8_hp_to_fp8_col_major[input_shape0-KernelAlgorithm.REDUCTION]',
+            'torchao/prototype/float8nocompile/kernels/fp8_dynamic_tensorwise_test.py::test_fp8_hp_to_fp8_row_and_col_major[input_shape0-KernelAlgorithm.ATOMIC_MAX]',
+            'torchao/prototype/float8nocompile/kernels/fp8_dynamic_tensorwise_test.py::test_fp8_hp_to_fp8_row_major_t[input_shape0-KernelAlgorithm.ATOMIC_MAX]',
+            'test/prototype/moe_training/nvfp4_training/test_group_weight_amax.py::test_group_weight_amax_matches_torch_reduction[one-expert]',
+            'test/prototype/moe_training/nvfp4_training/test_hadamard_amax.py::test_rht_amax_vs_reference[M64-N128-triton]',
+        ],
+    },
 }
 
 # --smoke's items: of the masked softmax repository the tests build (a test that asks for "cuda", as the
@@ -215,14 +295,14 @@ def _marker_cause(text: str) -> str | None:
     return None
 
 
-def _request(repo: Path, node: str):
+def _request(repo: Path, node: str, options: dict | None = None):
     return build_request({"repo": str(repo), "target": node, "cpu_tier": "triton", "runner": "pytest",
-                          "no_perf": True, "label": "tier-coverage"})
+                          "no_perf": True, "label": "tier-coverage", **(options or {})})
 
 
-def run_item(repo: Path, node: str) -> dict:
-    """One item as a base run would run it; its class and what said so."""
-    request = _request(repo, node)
+def run_item(repo: Path, node: str, options: dict | None = None) -> dict:
+    """One item as a base run would run it (with the repository's own options); its class and what said so."""
+    request = _request(repo, node, options)
     if check is not None:
         found = check.check(request)
         run = found["run"] or {}
@@ -286,7 +366,7 @@ def measure(name: str, folder: Path, items: list[str]) -> list[dict]:
     results = []
     for node in items:
         started = time.monotonic()
-        verdict = run_item(folder, node)
+        verdict = run_item(folder, node, REPOSITORIES.get(name, {}).get("options"))
         verdict.update(repo=name, item=node, seconds=round(time.monotonic() - started, 1))
         results.append(verdict)
         print(f"{verdict['class']:16} {verdict['seconds']:6.1f}s  {node}"
