@@ -296,7 +296,10 @@ def test_tail_bug(M, N):
     torch.testing.assert_close(scale_rows_tail(x, 2.0), x * 2)
 '''
 
-WRAPPER = '''class LibEntry(triton.KernelInterface):
+WRAPPER = '''from triton.language.extra import libdevice
+
+
+class LibEntry(triton.KernelInterface):
     """A kernel cache as operator libraries keep one: it unwraps .fn down to the JIT function."""
 
     def __init__(self, fn):
@@ -305,9 +308,12 @@ WRAPPER = '''class LibEntry(triton.KernelInterface):
         while not isinstance(jit_function, triton.runtime.JITFunction):
             jit_function = jit_function.fn
         self.arg_names, self.params = jit_function.arg_names, jit_function.params
+        self.key = jit_function.cache_key  # what its on-disk cache is keyed by
 
     def run(self, *args, **kwargs):
-        return self.fn.run(*args, **kwargs)
+        kernel = self.fn.run(*args, **kwargs)
+        assert kernel is not None, "a JIT function's run returns the kernel it launched, kept to launch again"
+        return kernel
 '''
 REGISTRATION = '''import contextlib
 
@@ -347,6 +353,28 @@ def test_tail_bug(M, N):
     torch.testing.assert_close(out, reference)
 '''
 
+# a tile kernel whose store mask is `rows < M and cols < N`: compiled, lane by lane; Python's `and`
+# would keep `rows < M` alone in a tile where some row is past M, and the store would run past N
+AND_MASK = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(out_ptr, in_ptr, M, N, factor, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)[None, :]
+    x = tl.load(in_ptr + rows * N + cols, mask=(rows < M) & (cols < N), other=0.0)
+    tl.store(out_ptr + rows * N + cols, x * factor, mask=rows < M and not cols >= N)
+
+
+def scale_rows(x, factor):
+    M, N = x.shape
+    out = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(M, 8), triton.cdiv(N, 32))](out, x, M, N, factor, BM=8, BN=32)
+    return out
+'''
+
 # what each gap adds to the kernel module, the test and the repository
 GAPS = {
     # flash-linear-attention turns the autotune disk cache on by default
@@ -363,7 +391,8 @@ GAPS = {
     # a repository switch its kernels need, which only --env passes to the target
     "env_switch": {"switch": 'BACKEND = os.environ["TINY_BACKEND"]  # KeyError without the switch'},
     # an operator library's kernel cache unwraps `.fn` until it reaches the JIT function
-    "wrapped_kernel": {"switch": WRAPPER, "decorators": "@LibEntry\n"},
+    # (its kernels call libdevice, which the tier forwards to the interpreter's math)
+    "wrapped_kernel": {"switch": WRAPPER, "decorators": "@LibEntry\n", "factor": "libdevice.sqrt(factor * factor)"},
     # an operator library picks its vendor backend by the device's name
     "vendor_name": {"switch": 'VENDOR = torch.cuda.get_device_name(0).split(" ")[0].lower()\n'
                               'if VENDOR not in ("nvidia", "amd"):\n'
@@ -371,6 +400,9 @@ GAPS = {
     # a capability check that asks torch's CUDA release (None on a CPU build) skips everything
     "cuda_version": {"seeding": "if torch.version.cuda is None:\n"
                                 "    pytest.skip('needs a CUDA build of torch', allow_module_level=True)\n"},
+    # FlagGems' masks: `and` and `not` on tensors, which compiled code applies lane by lane
+    "and_mask": {"files": {"tiny/scale.py": AND_MASK,
+                           "tiny/scale_tail.py": AND_MASK.replace("rows < M and not cols >= N", "rows < M")}},
     # an operator library registers its kernels for the CUDA key of aten's operators, for a context
     "cuda_registration": {"switch": REGISTRATION, "files": {"tests/test_scale.py": REGISTRATION_TEST}},
 }

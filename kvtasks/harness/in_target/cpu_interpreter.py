@@ -1,6 +1,6 @@
 """The Triton CPU tier's interpreter hooks: kernels that are JIT functions, libdevice forwarded to the
-interpreter's own math, loop indices and float arguments as the compiler types them (cpu_tier says
-what each does)."""
+interpreter's own math, loop indices, `and`/`or`/`not` and float arguments as the compiler reads
+them (cpu_tier says what each does)."""
 from .cpu_state import STATE
 
 
@@ -23,7 +23,26 @@ def install_jit_functions(interpreter):
         def __init__(self, fn, **kwargs):
             JITFunction.__init__(self, fn, **kwargs)
             interpreted.__init__(self, fn, **kwargs)
+            launch = self.run
+
+            def run(*args, **kwargs):
+                # compiled code returns the kernel it launched, which a kernel cache keeps and indexes by
+                # a grid to launch again: here, the interpreted kernel itself
+                launch(*args, **kwargs)
+                return self
+            self.run = run
             STATE.kernel_functions.add(fn)
+
+        @property
+        def cache_key(self):
+            # JITFunction's walks the globals the kernel uses, which on the tier hold the interpreter's
+            # and the hooks' functions, and refuses them; the interpreter compiles nothing, so where the
+            # kernel lives and its source key it
+            import hashlib
+            import inspect
+
+            where = f"{self.fn.__module__}.{self.fn.__qualname__}\n{inspect.getsource(self.fn)}"
+            return hashlib.sha256(where.encode()).hexdigest()
 
     # triton.jit imports InterpretedFunction from the interpreter at each decoration
     interpreter.InterpretedFunction = InterpretedJITFunction
@@ -197,15 +216,87 @@ def install_scalar_arguments(interpreter):
     interpreter._implicit_cvt = _implicit_cvt
 
 
-def install_loop_indices(interpreter):
+# -- `and`, `or` and `not` as the compiler reads them ------------------------------------------------
+
+def boolean_operation(name, *operands):
+    """`a and b` / `a or b` in an interpreted kernel as Triton compiles it (its code generator's
+    visit_BoolOp): each operand (a thunk) in turn; a Python value short-circuits or drops out, and the
+    tensors combine lane by lane. Python's own operator keeps one whole operand by whether all its
+    lanes are true: `offs < M and cols < N` is then `offs < M` alone wherever a lane is false, and a
+    mask the compiled kernel applies is lost."""
+    import triton.language as tl
+
+    tensors, value = [], None
+    for operand in operands:
+        value = operand()
+        if isinstance(value, tl.tensor):
+            tensors.append(value)
+        elif bool(value) is (name == "or"):
+            return value
+    if not tensors:
+        return value
+    while len(tensors) >= 2:
+        right, left = tensors.pop(), tensors.pop()
+        tensors.append(_combined(name, left, right))
+    return tensors[0]
+
+
+def _combined(name, left, right):
+    """logical_and / logical_or of two tensors. Of two masks (int1) that is `&` / `|`, which every
+    release's interpreter runs (3.3's builder lacks the int1 type logical_and asks for)."""
+    import triton.language as tl
+
+    if left.dtype == tl.int1 and right.dtype == tl.int1:
+        return left & right if name == "and" else left | right
+    return left.logical_and(right) if name == "and" else left.logical_or(right)
+
+
+def logical_not(operand):
+    """`not x` in an interpreted kernel: a tensor's lanes negated, as compiled code has it (of a mask,
+    `== 0`, which every release's interpreter runs)."""
+    import triton.language as tl
+
+    if not isinstance(operand, tl.tensor):
+        return not operand
+    return operand == 0 if operand.dtype == tl.int1 else operand.__not__()
+
+
+_BOOLEAN_OPERATION, _LOGICAL_NOT = "_interpreter_boolean_operation", "_interpreter_logical_not"
+
+
+def install_kernel_source(interpreter):
+    """Kernel source as the compiler reads it: loop indices that answer `.to(dtype)`, and `and`, `or`
+    and `not` on tensors lane by lane."""
     import ast
 
-    class LoopIndexTransformer(interpreter.ASTTransformer):
+    def call(name, *args):
+        return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
+
+    def thunk(expression):
+        return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                          body=expression)
+
+    class CompiledSemantics(interpreter.ASTTransformer):
         def visit_For(self, node):
             self.generic_visit(node)
-            node.iter = ast.Call(func=ast.Name(id=_LOOP_INDICES, ctx=ast.Load()), args=[node.iter], keywords=[])
+            node.iter = call(_LOOP_INDICES, node.iter)
             return node
 
+        def visit_Assign(self, node):
+            node.value = self.visit(node.value)  # the interpreter's own visit_Assign leaves the value as it is
+            return super().visit_Assign(node)
+
+        def visit_BoolOp(self, node):
+            self.generic_visit(node)
+            name = "and" if isinstance(node.op, ast.And) else "or"
+            return call(_BOOLEAN_OPERATION, ast.Constant(value=name), *(thunk(value) for value in node.values))
+
+        def visit_UnaryOp(self, node):
+            self.generic_visit(node)
+            return call(_LOGICAL_NOT, node.operand) if isinstance(node.op, ast.Not) else node
+
     # the rewriter adds the interpreter module's globals to the kernel's globals (when absent there)
-    setattr(interpreter, _LOOP_INDICES, loop_indices)
-    interpreter.FunctionRewriter.ast_transformer = LoopIndexTransformer()
+    for name, function in ((_LOOP_INDICES, loop_indices), (_BOOLEAN_OPERATION, boolean_operation),
+                           (_LOGICAL_NOT, logical_not)):
+        setattr(interpreter, name, function)
+    interpreter.FunctionRewriter.ast_transformer = CompiledSemantics()

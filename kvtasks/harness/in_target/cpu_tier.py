@@ -37,7 +37,9 @@ cpu_interpreter, cpu_devices, cpu_dispatch and cpu_crashes. It installs these:
 - scalars as the compiler sees them: the interpreter runs `for i in range(...)` (and tl.range,
   tl.static_range) over plain Python ints, where compiled code has int32 scalars; a loop index there
   is an int that also answers `.to(dtype)`, and so is arithmetic on it, so `(i * BLOCK).to(tl.int64)`
-  runs as it compiles. A float kernel argument (not constexpr) is an fp32 scalar, as compiled code
+  runs as it compiles. `and`, `or` and `not` on tensors act lane by lane (logical_and, logical_or,
+  logical not), as compiled code has them, where Python's operators would keep or negate a whole
+  operand by whether all its lanes are true (a mask `rows < M and cols < N` would lose a half). A float kernel argument (not constexpr) is an fp32 scalar, as compiled code
   has it, where the interpreter passes a Python float (`eps.to(tl.float32)`).
 - a sparse grid: a launch of more than `sparse_programs` programs runs only the first and last
   program of each axis, so a > 2^31-element shape runs in seconds on tensors whose untouched pages
@@ -121,7 +123,7 @@ def install(settings: TierSettings) -> None:
     cpu_sanitizer.install_launches(interpreter)
     cpu_interpreter.install_libdevice(interpreter)
     cpu_sanitizer.install_autotune()
-    cpu_interpreter.install_loop_indices(interpreter)
+    cpu_interpreter.install_kernel_source(interpreter)
     cpu_interpreter.install_scalar_arguments(interpreter)
     cpu_devices.install_device_redirect()
     cpu_dispatch.install_cuda_registrations()
