@@ -353,8 +353,8 @@ def test_tail_bug(M, N):
     torch.testing.assert_close(out, reference)
 '''
 
-# a tile kernel whose store mask is `rows < M and cols < N`: compiled, lane by lane; Python's `and`
-# would keep `rows < M` alone in a tile where some row is past M, and the store would run past N
+# a tile kernel whose store mask is `rows < M and not cols >= N`: compiled, lane by lane; Python's
+# `and` would keep `rows < M` alone in a tile where some row is past M, and the store would run past N
 AND_MASK = '''import torch
 import triton
 import triton.language as tl
