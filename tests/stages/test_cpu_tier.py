@@ -295,3 +295,24 @@ def test_every_closed_gap_at_once_in_a_namespace_package_blocks_its_tail_bug(tmp
     base = result.stage("baseline_control")["repo_tests"]
     assert base["exit"] == 0 and base["cpu_tier"]["crashes"] == []
     assert result.report["isolation"]["target_environment"]["given"] == ["TINY_BACKEND"]
+
+
+def test_tests_that_passed_without_a_kernel_launch_or_a_route_call_are_a_note_of_the_run_s_stage(tmp_path):
+    from kvtasks.harness.junit import CaseResult
+
+    cases = [CaseResult(name=name, classname="tests.test_ops", outcome=outcome)
+             for name, outcome in (("test_kernel[4]", "passed"), ("test_route", "passed"),
+                                   ("test_torch_alone", "passed"), ("test_red", "failed"))]
+    (tmp_path / "head.log").write_text("")
+    run = TargetRun(label="head-repo", runner="pytest", command=[], exit=1, duration_s=1.0, log=str(tmp_path / "head.log"),
+                    stats=ExecutionStats(tests=4, executed=4, failures=1), cases=cases,
+                    receipt=receipt(cpu_tier={"launches_by_test": {"tests/test_ops.py::test_kernel[4]": 2}},
+                                    routed_tests=["tests/test_ops.py::test_route"]))
+    assert cpu_tier.not_exercised(run) == ["tests.test_ops::test_torch_alone"]
+    stage = result("correctness_repo_tests", "fail", "one red")
+    cpu_tier.observe(stage, run)
+    [note] = [f for f in stage.findings if f.rule == "cpu-tier.not-exercised"]
+    assert note.severity == "note" and "1 of 4 tests passed under the CPU tier without launching a kernel" in note.detail
+    # off the tier nothing is known of launches: nothing is said
+    plain = run.model_copy(update={"receipt": receipt(routed_tests=[])})
+    assert cpu_tier.not_exercised(plain) == []
