@@ -23,7 +23,7 @@ LAST_LINES = {
     "probe_overhead": rf"probe overhead: {NUMBER}x bare \(setprofile: {NUMBER}x\)",
     "replay": rf"replay cost: {NUMBER}x validation without replay",
     "soak": r"soak: 1 runs, \d+ signals, trees handed back (\d+)/\1, orphans 0, fabricated 0, survivors 0",
-    "tier_matrix": rf"tier matrix: {NUMBER}% of \d+ items reached a test outcome over 1 triton releases "
+    "tier_matrix": r"tier matrix: 100\.0% of \d+ items reached a test outcome over 1 triton releases "
                    r"\(tier crashes 0\)",
 }
 

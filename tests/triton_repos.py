@@ -310,10 +310,14 @@ class LibEntry(triton.KernelInterface):
         self.arg_names, self.params = jit_function.arg_names, jit_function.params
         self.key = jit_function.cache_key  # what its on-disk cache is keyed by
 
-    def run(self, *args, **kwargs):
-        kernel = self.fn.run(*args, **kwargs)
-        assert kernel is not None, "a JIT function's run returns the kernel it launched, kept to launch again"
-        return kernel
+        self.kernels = {}
+
+    def run(self, *args, grid, warmup, **kwargs):
+        kernel = self.kernels.get(args[2:])
+        if kernel is None:  # a new key: through the autotuner, which returns the kernel it launched
+            kernel = self.kernels[args[2:]] = self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
+        # every call launches the kept kernel, as compiled code's is: its constexprs are its own
+        return kernel[grid](*args)
 '''
 REGISTRATION = '''import contextlib
 
@@ -353,8 +357,9 @@ def test_tail_bug(M, N):
     torch.testing.assert_close(out, reference)
 '''
 
-# a tile kernel whose store mask is `rows < M and not cols >= N`: compiled, lane by lane; Python's
-# `and` would keep `rows < M` alone in a tile where some row is past M, and the store would run past N
+# a tile kernel whose store mask is `rows < M and not cols >= N`: compiled, lane by lane; with Python's
+# operators (a tensor of several lanes is true) it was `not cols >= N`, False: nothing stored; with
+# `not` alone rewritten it was `cols < N`, and the rows past M stored past the output
 AND_MASK = '''import torch
 import triton
 import triton.language as tl

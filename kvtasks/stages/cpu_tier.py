@@ -98,9 +98,9 @@ def run(ctx: Context) -> StageResult:
                    assumptions=[f"compute capability {capability} (--cpu-device-capability, default "
                                 f"{DEFAULT_CAPABILITY}): the interpreter has none, and torch.cuda."
                                 "get_device_capability() decides which kernel paths a repository takes",
-                                f"device name {name!r} (--cpu-device-name) and CUDA {ANSWERED_CUDA} "
-                                "(torch.version.cuda, None on a CPU build): libraries pick their vendor backend "
-                                "and capability paths by them"])
+                                f"device name {name!r} (--cpu-device-name), and CUDA {ANSWERED_CUDA} as "
+                                "torch.version.cuda where torch's build answers none (a CPU build): libraries pick "
+                                "their vendor backend and capability paths by them"])
     return StageResult(name=NAME, selection=Selection(cpu_tier="triton", cpu_tier_reason=why), facts=Facts(cpu_tier=tier))
 
 
@@ -131,7 +131,7 @@ def not_exercised(run: TargetRun) -> list[str]:
     """The tests that passed under the tier having launched no kernel and called no route: they ran,
     and no kernel of the checkout's was tested by them (a CPU op of torch's answered instead)."""
     seen = run_evidence(run)
-    if not seen:
+    if not seen or seen["launches_by_test"] is None:  # the items ran in xdist's workers: unknown here
         return []
     exercised = {junit_id(test) for test in [*seen["launches_by_test"], *(run.receipt.routed_tests if run.receipt else [])]}
     return [case.test_id for case in run.cases if case.outcome == "passed" and case.test_id not in exercised]

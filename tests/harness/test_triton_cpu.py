@@ -226,19 +226,28 @@ def test_a_failure_on_an_object_the_tier_replaced_is_a_tier_crash_wherever_it_is
         """The function an interpreted kernel wraps, reached by a wrapper's `.fn` chain."""
 
     STATE.kernel_functions.add(plain_kernel)
+    STATE.jit_fields.update({"fn", "params", "arg_names"})  # as the target's first kernel sets them
     repository_file = str(tmp_path / "libentry.py")
     unwrapped = _raised_in(repository_file, "plain_kernel.fn", {"plain_kernel": plain_kernel})
     assert cpu_tier.crash_cause(unwrapped) == (
         "an object the tier replaced (AttributeError: 'function' object has no attribute 'fn': the plain function "
-        "of the interpreted kernel plain_kernel, reached past the interpreter's kernel object, where compiled code "
-        "has a JITFunction)")
-    stream = _raised_in(repository_file, "stream.priority", {"stream": cpu_devices._Stream()})
-    assert cpu_tier.crash_cause(stream).endswith("the tier's _Stream, where compiled code has another object)")
-    # the same failure on the repository's own objects stays the repository's
-    def own_function():
-        """A function of the repository's that no kernel wraps."""
-    assert cpu_tier.crash_cause(_raised_in(repository_file, "own_function.fn", {"own_function": own_function})) is None
-    assert cpu_tier.crash_cause(_raised_in(repository_file, "raise TypeError(\"'Config' object is not callable\")",
+        "of the interpreted kernel plain_kernel, where compiled code has a JITFunction)")
+    # an attribute a CUDA build's event has and the tier's lacks; a typo on it fails on a GPU too
+    event = {"event": cpu_devices._Event()}
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "event.ipc_handle()", event)).endswith(
+        "the tier's _Event, which lacks what compiled code or a CUDA build has)")
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "event.elapsed_tyme", event)) is None
+    properties = {"properties": cpu_devices.DeviceProperties(name="x")}
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "properties.pci_bus_id", properties)) is not None
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "properties.multi_processor_cnt", properties)) is None
+    # the repository's own objects, whatever their class is called, and a plain function asked for what no
+    # JIT function has, stay the repository's
+    class TensorHandle:
+        """A repository class named like one of the interpreter's."""
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "handle.data", {"handle": TensorHandle()})) is None
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "plain_kernel.warp_specialize",
+                                           {"plain_kernel": plain_kernel})) is None
+    assert cpu_tier.crash_cause(_raised_in(repository_file, "raise AssertionError(\"'TensorHandle' object\")",
                                            {})) is None
 
 
@@ -266,3 +275,49 @@ def test_a_test_that_launches_no_kernel_and_calls_no_route_is_reported_not_exerc
     run = _run(repo, "tests/test_scale.py", tmp_path)
     assert run.exit == 0 and run.stats.executed == 2, run.log_tail()
     assert tier_stage.not_exercised(run) == ["tests.test_scale::test_torch_alone"]
+
+
+OWN_CPU_REFERENCE_TEST = '''import torch
+
+from tiny.scale import scale_rows
+
+LIB = torch.library.Library("tiny_ref", "DEF")
+LIB.define("scale(Tensor x, float factor) -> Tensor")
+LIB.impl("scale", lambda x, factor: x * factor, "CPU")  # the repository's reference
+LIB.impl("scale", scale_rows, "CUDA")
+
+
+def test_kernel_against_its_reference():
+    x = torch.randn(4, 100)
+    torch.testing.assert_close(torch.ops.tiny_ref.scale(x.cuda(), 2.0).cpu(), torch.ops.tiny_ref.scale(x, 2.0))
+'''
+
+
+def test_an_operator_s_own_cpu_kernel_is_kept_and_its_test_then_exercises_no_kernel(tmp_path):
+    from kvtasks.stages import cpu_tier as tier_stage
+
+    repo = triton_repos.make_repo(tmp_path / "repo", {"tiny/__init__.py": "", "tiny/scale.py": triton_repos.gap_kernel(),
+                                                      "tests/test_ref.py": OWN_CPU_REFERENCE_TEST})
+    run = _run(repo, "tests/test_ref.py", tmp_path)
+    tier = run.receipt.cpu_tier
+    assert run.exit == 0, run.log_tail()
+    assert tier["cuda_registrations_kept"] == {"tiny_ref::scale": "the operator's own CPU kernel is kept"}
+    assert tier["cuda_registrations"] == {}
+    # on the tier both calls reach the reference: the test compared it with itself, and says so
+    assert tier_stage.not_exercised(run) == ["tests.test_ref::test_kernel_against_its_reference"]
+
+
+CHAINED_COMPARISON = triton_repos.gap_kernel().replace("mask=offs < n, other=0.0", "mask=0 <= offs < n, other=0.0")
+
+
+def test_a_chained_comparison_fails_where_triton_s_compiler_refuses_it_and_is_no_tier_crash(tmp_path):
+    from triton.runtime import interpreter
+
+    repo = triton_repos.make_repo(tmp_path / "repo", {"tiny/__init__.py": "", "tiny/scale.py": CHAINED_COMPARISON,
+                                                      "tests/test_scale.py": KERNEL_AND_TORCH_TESTS})
+    run = _run(repo, "tests/test_scale.py::test_kernel", tmp_path)
+    assert run.receipt.cpu_tier["crashes"] == []
+    if hasattr(interpreter.ASTTransformer, "visit_Compare"):  # 3.9 and later compile it
+        assert run.exit == 0, run.log_tail()
+    else:
+        assert run.exit == 1 and "simultaneous multiple comparison is not supported" in Path(run.log).read_text()

@@ -316,3 +316,6 @@ def test_tests_that_passed_without_a_kernel_launch_or_a_route_call_are_a_note_of
     # off the tier nothing is known of launches: nothing is said
     plain = run.model_copy(update={"receipt": receipt(routed_tests=[])})
     assert cpu_tier.not_exercised(plain) == []
+    # nor when xdist's workers ran the items: their launches never reached this receipt
+    workers = run.model_copy(update={"receipt": receipt(cpu_tier={"launches_by_test": None}, routed_tests=[])})
+    assert cpu_tier.not_exercised(workers) == []

@@ -3,6 +3,7 @@ a test outcome (an assertion, a bounds violation, an error of the repository's o
 import os
 import sys
 
+from .cpu_interpreter import CompilerRefusal
 from .cpu_sanitizer import BoundsViolation
 from .cpu_state import STATE
 
@@ -57,35 +58,65 @@ def _innermost(exc: BaseException) -> str | None:
     return None
 
 
-def _tier_module(name: str) -> bool:
-    """Whether a module is the interpreter or one of these hooks: the objects of its classes stand
-    where compiled code, or a CUDA build of torch, has others."""
-    path = os.path.abspath(getattr(sys.modules.get(name), "__file__", None) or "")
-    return path in HOOKS or path.endswith(os.path.join("triton", "runtime", "interpreter.py"))
+# what compiled code, or a CUDA build of torch, has where these hooks put their own objects: a missing
+# attribute is the tier's lack only when that counterpart has it (a typo fails on a GPU too)
+_COUNTERPARTS = {"InterpretedJITFunction": "triton.runtime.jit:JITFunction",
+                 "LaunchedKernel": "triton.compiler.compiler:CompiledKernel", "_Stream": "torch.cuda:Stream",
+                 "_Event": "torch.cuda:Event", "_DeviceContext": "torch.cuda:device",
+                 "LoopIndex": "triton.language:tensor", "InterpreterDriver": "triton.backends.nvidia.driver:CudaDriver"}
+# what a compiled kernel and torch.cuda.get_device_properties() hold per object (set by their __init__)
+_COMPILED_KERNEL_FIELDS = {"metadata", "packed_metadata", "src", "hash", "name", "asm", "kernel", "module",
+                           "function", "n_regs", "n_spills", "n_max_threads", "launch_enter_hook",
+                           "launch_exit_hook"}
+_CUDA_PROPERTIES = {"name", "major", "minor", "total_memory", "multi_processor_count", "is_integrated",
+                    "is_multi_gpu_board", "L2_cache_size", "max_threads_per_multi_processor", "regs_per_multiprocessor",
+                    "warp_size", "gcnArchName", "uuid", "pci_bus_id", "pci_device_id", "pci_domain_id",
+                    "shared_memory_per_block", "shared_memory_per_block_optin", "shared_memory_per_multiprocessor",
+                    "clock_rate", "memory_clock_rate", "memory_bus_width"}
 
 
-def _tier_class_names() -> set[str]:
-    return {name for module_name, module in list(sys.modules.items()) if _tier_module(module_name)
-            for name, value in vars(module).items() if isinstance(value, type) and value.__module__ == module_name}
+def _jit_function_has(name: str) -> bool:
+    from triton.runtime.jit import JITFunction
+
+    return name in STATE.jit_fields or hasattr(JITFunction, name)
 
 
-def _replaced(root: BaseException, message: str) -> str | None:
-    """What the tier put where the failing code expected another object, when `root` is about one:
-    the code fails in its own file, but on an object only the tier would have given it."""
-    if isinstance(root, AttributeError) and getattr(root, "obj", None) is not None:
-        obj = root.obj
-        try:
-            kernel = obj in STATE.kernel_functions
-        except TypeError:  # an unhashable object is no kernel's function
-            kernel = False
-        if kernel:
-            return (f"the plain function of the interpreted kernel {getattr(obj, '__name__', '?')}, reached past "
-                    "the interpreter's kernel object, where compiled code has a JITFunction")
-        if _tier_module(type(obj).__module__):
-            return f"the tier's {type(obj).__name__}, where compiled code has another object"
-    for name in _tier_class_names():
-        if f"'{name}' object" in message:
-            return f"the tier's {name}, where compiled code has another object"
+def _counterpart_has(kind: type, name: str) -> bool:
+    if kind.__name__ == "DeviceProperties":
+        return name in _CUDA_PROPERTIES
+    if kind.__name__ == "InterpretedJITFunction" and _jit_function_has(name):
+        return True
+    if kind.__name__ == "LaunchedKernel" and name in _COMPILED_KERNEL_FIELDS:
+        return True
+    module_name, _, class_name = _COUNTERPARTS.get(kind.__name__, ":").partition(":")
+    try:
+        counterpart = getattr(__import__(module_name, fromlist=[class_name]), class_name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return hasattr(counterpart, name)
+
+
+def _replaced(root: BaseException) -> str | None:
+    """What the tier put where the failing code expected another object, when `root` is an attribute
+    missing from such an object: the interpreter's own (compiled code has the compiler's there), one
+    of these hooks' whose counterpart has the attribute, or a kernel's plain function asked for what
+    a JITFunction has. Decided by the object alone, wherever it is raised."""
+    obj, name = getattr(root, "obj", None), getattr(root, "name", None)
+    if not isinstance(root, AttributeError) or obj is None or not name:
+        return None
+    kind = type(obj)
+    path = os.path.abspath(getattr(sys.modules.get(kind.__module__), "__file__", None) or "")
+    if path.endswith(os.path.join("triton", "runtime", "interpreter.py")):
+        return f"the interpreter's {kind.__name__}, where compiled code has the compiler's"
+    if path in HOOKS and _counterpart_has(kind, name):
+        return f"the tier's {kind.__name__}, which lacks what compiled code or a CUDA build has"
+    try:
+        kernel = obj in STATE.kernel_functions
+    except TypeError:  # an unhashable object is no kernel's function
+        kernel = False
+    if kernel and _jit_function_has(name):
+        return (f"the plain function of the interpreted kernel {getattr(obj, '__name__', '?')}, where compiled "
+                "code has a JITFunction")
     return None
 
 
@@ -93,18 +124,18 @@ def crash_cause(exc: BaseException) -> str | None:
     """What the tier could not do when `exc` ended a test or collection, or None when `exc` is a test
     outcome (an assertion, a bounds violation, an error of the repository's own code)."""
     root = _root_cause(exc)
-    if isinstance(root, BoundsViolation) or isinstance(exc, BoundsViolation):
+    if isinstance(root, (BoundsViolation, CompilerRefusal)) or isinstance(exc, BoundsViolation):
         return None
     message = str(root).strip().splitlines()[0][:300] if str(root).strip() else ""
     said = f"{type(root).__name__}: {message}" if message else type(root).__name__
     if any(marker in message for marker in _NO_CUDA):
         return f"an unanswered CUDA query ({said})"
-    replaced = _replaced(root, message)
-    if replaced is not None:
-        return f"an object the tier replaced ({said}: {replaced})"
     where = _innermost(root) or ""
     if isinstance(root, AssertionError) and "torch" + os.sep + "cuda" not in where:
         return None
+    replaced = _replaced(root)
+    if replaced is not None:
+        return f"an object the tier replaced ({said}: {replaced})"
     for folder in _tier_folders():
         if where == folder or where.startswith(folder + os.sep):
             shown = where.split("site-packages" + os.sep)[-1] if folder not in HOOKS else "kvtasks hooks"

@@ -26,26 +26,49 @@ def install_jit_functions(interpreter):
             launch = self.run
 
             def run(*args, **kwargs):
-                # compiled code returns the kernel it launched, which a kernel cache keeps and indexes by
-                # a grid to launch again: here, the interpreted kernel itself
                 launch(*args, **kwargs)
-                return self
+                return LaunchedKernel(self, args, kwargs)
             self.run = run
             STATE.kernel_functions.add(fn)
+            STATE.jit_fields.update(vars(self))
 
         @property
         def cache_key(self):
             # JITFunction's walks the globals the kernel uses, which on the tier hold the interpreter's
             # and the hooks' functions, and refuses them; the interpreter compiles nothing, so where the
-            # kernel lives and its source key it
+            # kernel lives and its code key it
             import hashlib
             import inspect
 
-            where = f"{self.fn.__module__}.{self.fn.__qualname__}\n{inspect.getsource(self.fn)}"
-            return hashlib.sha256(where.encode()).hexdigest()
+            try:
+                code = inspect.getsource(self.fn).encode()
+            except (OSError, TypeError):  # a kernel made at run time has no source file
+                code = self.fn.__code__.co_code
+            return hashlib.sha256(f"{self.fn.__module__}.{self.fn.__qualname__}\n".encode() + code).hexdigest()
 
     # triton.jit imports InterpretedFunction from the interpreter at each decoration
     interpreter.InterpretedFunction = InterpretedJITFunction
+
+
+class LaunchedKernel:
+    """What an interpreted kernel's run returns, as a JIT function's returns the kernel it compiled: a
+    kernel cache keeps it and indexes it by a grid to launch again, passing every argument (releases
+    before 3.7) or only those that are no constexprs, which compiled code has built in: those are the
+    ones of the launch it came from."""
+
+    def __init__(self, kernel, args, kwargs):
+        constexprs = {param.name for param in kernel.params if param.is_constexpr}
+        given = {**dict(zip(kernel.arg_names, args)), **kwargs}
+        self.kernel = kernel
+        self.constexprs = {name: value for name, value in given.items() if name in constexprs}
+        self.arguments = [name for name in kernel.arg_names if name not in constexprs]
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if len(args) + len(kwargs) >= len(self.kernel.arg_names):
+                return self.kernel[grid](*args, **kwargs)
+            return self.kernel[grid](**{**self.constexprs, **dict(zip(self.arguments, args)), **kwargs})
+        return launch
 
 
 # -- libdevice ---------------------------------------------------------------------------------------
@@ -221,9 +244,9 @@ def install_scalar_arguments(interpreter):
 def boolean_operation(name, *operands):
     """`a and b` / `a or b` in an interpreted kernel as Triton compiles it (its code generator's
     visit_BoolOp): each operand (a thunk) in turn; a Python value short-circuits or drops out, and the
-    tensors combine lane by lane. Python's own operator keeps one whole operand by whether all its
-    lanes are true: `offs < M and cols < N` is then `offs < M` alone wherever a lane is false, and a
-    mask the compiled kernel applies is lost."""
+    tensors combine lane by lane. Python's own operator asks the interpreter for a tensor's truth,
+    True for a tensor of several lanes: `rows < M and cols < N` was `cols < N` alone, and a mask the
+    compiled kernel applies was lost."""
     import triton.language as tl
 
     tensors, value = [], None
@@ -264,10 +287,21 @@ def logical_not(operand):
 _BOOLEAN_OPERATION, _LOGICAL_NOT = "_interpreter_boolean_operation", "_interpreter_logical_not"
 
 
+class CompilerRefusal(Exception):
+    """Kernel source Triton's compiler refuses: the code's failure, on a GPU too, never the tier's."""
+
+
 def install_kernel_source(interpreter):
-    """Kernel source as the compiler reads it: loop indices that answer `.to(dtype)`, and `and`, `or`
-    and `not` on tensors lane by lane."""
+    """Kernel source as the compiler reads it: loop indices that answer `.to(dtype)`; `and`, `or` and
+    `not` on tensors lane by lane; a chained comparison refused where the compiler refuses it (before
+    3.9, whose interpreter and compiler both run it)."""
     import ast
+    import inspect
+
+    base = interpreter.ASTTransformer
+    chains_compare = hasattr(base, "visit_Compare")
+    # 3.9's visit_Assign visits the assigned value itself; earlier releases' leave it as it is
+    visits_value = "self.visit(node.value)" in inspect.getsource(base.visit_Assign)
 
     def call(name, *args):
         return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
@@ -276,15 +310,24 @@ def install_kernel_source(interpreter):
         return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
                           body=expression)
 
-    class CompiledSemantics(interpreter.ASTTransformer):
+    class CompiledSemantics(base):
         def visit_For(self, node):
             self.generic_visit(node)
             node.iter = call(_LOOP_INDICES, node.iter)
             return node
 
         def visit_Assign(self, node):
-            node.value = self.visit(node.value)  # the interpreter's own visit_Assign leaves the value as it is
+            if not visits_value:
+                node.value = self.visit(node.value)
             return super().visit_Assign(node)
+
+        def visit_Compare(self, node):
+            if chains_compare:
+                return super().visit_Compare(node)
+            if len(node.ops) > 1:
+                raise CompilerRefusal(f"simultaneous multiple comparison is not supported: {ast.unparse(node)} "
+                                      "(Triton's compiler before 3.9 refuses it)")
+            return self.generic_visit(node)
 
         def visit_BoolOp(self, node):
             self.generic_visit(node)

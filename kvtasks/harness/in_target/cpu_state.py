@@ -66,8 +66,10 @@ class TierState:
     test: str | None = None
     launches: int = 0
     launches_by_test: dict[str, int] = field(default_factory=dict)  # kernel launches, by the test that ran them
+    items_elsewhere: bool = False  # an xdist controller: the items, and their launches, are its workers'
     # the plain functions of the interpreter's kernels: what a `.fn` chain reaches past an InterpretedFunction
     kernel_functions: Any = field(default_factory=weakref.WeakSet)
+    jit_fields: set[str] = field(default_factory=set)  # what a JITFunction's __init__ sets on a kernel
     redirected: int = 0  # device arguments and .cuda() calls sent to the CPU
     # what the receipt lists, each entry as it is written there
     violations: list[dict] = field(default_factory=list)
@@ -78,6 +80,7 @@ class TierState:
     versions: dict[str, str] = field(default_factory=dict)
     cuda_queries: dict[str, int] = field(default_factory=dict)
     cuda_registrations: dict[str, int] = field(default_factory=dict)  # CUDA-key torch.library impls made CPU's too
+    cuda_registrations_kept: dict[str, str] = field(default_factory=dict)  # ... not, and why
     libdevice_forwarded: dict[str, int] = field(default_factory=dict)
     libdevice_without_equivalent: dict[str, int] = field(default_factory=dict)
 

@@ -38,9 +38,10 @@ cpu_interpreter, cpu_devices, cpu_dispatch and cpu_crashes. It installs these:
   tl.static_range) over plain Python ints, where compiled code has int32 scalars; a loop index there
   is an int that also answers `.to(dtype)`, and so is arithmetic on it, so `(i * BLOCK).to(tl.int64)`
   runs as it compiles. `and`, `or` and `not` on tensors act lane by lane (logical_and, logical_or,
-  logical not), as compiled code has them, where Python's operators would keep or negate a whole
-  operand by whether all its lanes are true (a mask `rows < M and cols < N` would lose a half). A float kernel argument (not constexpr) is an fp32 scalar, as compiled code
-  has it, where the interpreter passes a Python float (`eps.to(tl.float32)`).
+  logical not), as compiled code has them: Python's operators ask the interpreter for a tensor's
+  truth, which is True for a tensor of several lanes, so `rows < M and cols < N` was `cols < N`
+  alone and `not t` was False. A float kernel argument (not constexpr) is an fp32 scalar, as
+  compiled code has it, where the interpreter passes a Python float (`eps.to(tl.float32)`).
 - a sparse grid: a launch of more than `sparse_programs` programs runs only the first and last
   program of each axis, so a > 2^31-element shape runs in seconds on tensors whose untouched pages
   are never committed. A test that ran a sparse launch claims only what the sanitizer checked: if it
@@ -84,6 +85,9 @@ class _Plugin:
 
     def pytest_runtest_setup(self, item):
         STATE.test = item.nodeid
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        STATE.test = None  # a launch outside any test's setup, call and teardown is no test's
 
     def pytest_exception_interact(self, node, call, report):
         # a failing test or collection (pytest calls it for neither skips nor xfails)
@@ -133,6 +137,8 @@ def register_pytest(config) -> None:
     import pytest
 
     plugin = _Plugin(pytest)
+    # an xdist controller runs no item: its workers' launches never reach this process's receipt
+    STATE.items_elsewhere = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
     plugin.pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(_sparse_outcome)
     config.pluginmanager.register(plugin)
 
@@ -149,11 +155,12 @@ def report() -> dict:
             "device_name": device_name_of(STATE.settings), "torch_version_cuda": _torch_cuda(),
             "autotune": "every config once per kernel and autotune key, first kept",
             "sparse_programs": STATE.settings.sparse_programs,
-            "versions": STATE.versions, "launches": STATE.launches, "launches_by_test": STATE.launches_by_test,
+            "versions": STATE.versions, "launches": STATE.launches, "launches_by_test": None if STATE.items_elsewhere else STATE.launches_by_test,
             "violations": STATE.violations,
             "sparse_launches": STATE.sparse, "autotuned": STATE.autotune,
             "bf16_skipped": STATE.bf16_skipped, "crashes": STATE.crashes, "redirected_device_calls": STATE.redirected,
             "cuda_queries": STATE.cuda_queries, "cuda_registrations": STATE.cuda_registrations,
+            "cuda_registrations_kept": STATE.cuda_registrations_kept,
             "libdevice": {"forwarded": STATE.libdevice_forwarded,
                           "without_equivalent": STATE.libdevice_without_equivalent}}
 
