@@ -380,6 +380,59 @@ def scale_rows(x, factor):
     return out
 '''
 
+# what an operator library's kernels do that the interpreter lacked: a pointer argument that is a
+# strided buffer of its own, a device function from a module that never names triton.language, the
+# all-ones value of an unsigned type, `dtype.value` on a constexpr dtype
+LIBRARY_KERNEL = '''import torch
+import triton
+import triton.language as tl
+
+from tiny.helpers import times
+
+
+class Buffer:
+    """A strided buffer of the library's own: a pointer argument that is no tensor."""
+
+    def __init__(self, tensor):
+        self.tensor, self.dtype = tensor, tensor.dtype
+
+    def data_ptr(self):
+        return self.tensor.data_ptr()
+
+    def untyped_storage(self):
+        return self.tensor.untyped_storage()
+
+    def size(self):
+        return self.tensor.size()
+
+    def stride(self):
+        return self.tensor.stride()
+
+
+@triton.jit
+def cast_to(x, dtype: tl.constexpr):
+    return x.to(dtype.value)
+
+
+@triton.jit
+def scale_kernel(out_ptr, in_ptr, n, factor, BT: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BT)
+    every_lane = ~tl.zeros([BT], dtype=tl.uint32) != 0
+    for start in range(0, n, BT):
+        cols = start + offs
+        x = cast_to(tl.load(in_ptr + row * n + cols, mask=(cols < n) & every_lane, other=0.0), tl.float32)
+        tl.store(out_ptr + row * n + cols, times(x, factor), mask=cols < n)
+
+
+def scale_rows(x, factor):
+    M, N = x.shape
+    out = torch.empty_like(x)
+    scale_kernel[(M,)](Buffer(out), x, N, factor, BT=32)
+    return out
+'''
+LIBRARY_HELPERS = "import triton\n\n\n@triton.jit\ndef times(x, factor):\n    return x * factor\n"
+
 # what each gap adds to the kernel module, the test and the repository
 GAPS = {
     # flash-linear-attention turns the autotune disk cache on by default
@@ -408,6 +461,8 @@ GAPS = {
     # FlagGems' masks: `and` and `not` on tensors, which compiled code applies lane by lane
     "and_mask": {"files": {"tiny/scale.py": AND_MASK,
                            "tiny/scale_tail.py": AND_MASK.replace("rows < M and not cols >= N", "rows < M")}},
+    "operator_library": {"files": {"tiny/scale.py": LIBRARY_KERNEL, "tiny/helpers.py": LIBRARY_HELPERS,
+                                   "tiny/scale_tail.py": LIBRARY_KERNEL.replace(", mask=cols < n)\n", ")\n")}},
     # an operator library registers its kernels for the CUDA key of aten's operators, for a context
     "cuda_registration": {"switch": REGISTRATION, "files": {"tests/test_scale.py": REGISTRATION_TEST}},
 }
