@@ -309,7 +309,7 @@ def run_item(repo: Path, node: str, options: dict | None = None) -> dict:
         outcomes, crashes = run.get("outcomes", []), found["tier_crashes"]
         text = "\n".join([run.get("log_tail", ""), *(case.get("message", "") for case in outcomes)])
         executed, timed_out, exit_code = run.get("executed", 0), run.get("timed_out", False), run.get("exit")
-        blocked, idle = found["blocked"], found.get("not_exercised", [])
+        blocked, idle, violations = found["blocked"], found.get("not_exercised", []), found.get("violations", [])
     else:
         with tempfile.TemporaryDirectory(prefix="tier-coverage-") as scratch:
             done = launching.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
@@ -319,10 +319,11 @@ def run_item(repo: Path, node: str, options: dict | None = None) -> dict:
             text = Path(done.log).read_text(errors="replace")
         crashes = ((done.receipt or {}).get("cpu_tier") or {}).get("crashes") or []
         executed, timed_out, exit_code, blocked, idle = done.stats.executed, done.timed_out, done.exit, None, []
-    return classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle)
+        violations = ((done.receipt or {}).get("cpu_tier") or {}).get("violations") or []
+    return classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle, violations)
 
 
-def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle=()) -> dict:
+def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle=(), violations=()) -> dict:
     if blocked:
         return {"class": "tier crash", "cause": f"could not run: {blocked}"}
     if timed_out:
@@ -330,6 +331,10 @@ def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, i
     failed = [case for case in outcomes if case["outcome"] in ("failed", "error")]
     if crashes and (not executed or len(failed) <= len({crash.get("test") for crash in crashes})):
         return {"class": "tier crash", "cause": crashes[0]["cause"]}
+    if failed and violations:  # the sanitizer's finding is the test's outcome, whatever wraps it
+        first = violations[0]
+        return {"class": "failed", "cause": f"bounds violation: {first.get('op')} in kernel {first.get('kernel')}, "
+                                            f"argument {first.get('argument')}"}
     if failed or exit_code not in (0, 5):
         cause = _marker_cause(text)
         if cause:

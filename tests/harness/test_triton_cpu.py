@@ -114,6 +114,7 @@ with torch.cuda.device(0), torch.cuda.stream(torch.cuda.Stream()):
 assert start.elapsed_time(end) >= 0 and torch.cuda.max_memory_allocated() == 0
 torch.cuda.reset_peak_memory_stats()
 assert triton.runtime.driver.active.get_current_target().arch == 90
+assert torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "cuda"
 
 
 @triton.jit
@@ -151,7 +152,8 @@ def test_cuda_queries_are_answered_and_libdevice_is_forwarded_or_named(tmp_path)
     assert run.exit == 0, Path(run.log).read_text()[-2000:]
     assert tier["device_capability"] == "9.0"
     assert {"get_device_capability", "get_device_properties", "mem_get_info", "get_current_target",
-            "synchronize", "max_memory_allocated", "reset_peak_memory_stats"} <= set(tier["cuda_queries"])
+            "synchronize", "max_memory_allocated", "reset_peak_memory_stats",
+            "accelerator.current_accelerator"} <= set(tier["cuda_queries"])
     assert tier["libdevice"] == {"forwarded": {"rsqrt": 1, "tanh": 1}, "without_equivalent": {"j0": 1}}
 
 

@@ -218,6 +218,13 @@ def _answer_cuda_queries(torch):
         torch._C._cuda_getDevice = answered("_cuda_getDevice", 0)
     cuda.Stream, cuda.Event, cuda.device = _Stream, _Event, _DeviceContext
     cuda.stream = lambda stream=None: stream if stream is not None else _DeviceContext()
+    # torch.accelerator (which a CPU build says it has none of) is the CUDA device too
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        for name, value in {"is_available": True, "current_accelerator": lambda: torch.device("cuda"),
+                            "device_count": 1, "current_device_index": 0, "current_device_idx": 0,
+                            "synchronize": None, "set_device_index": None, "set_device_idx": None}.items():
+            setattr(accelerator, name, answered(f"accelerator.{name}", value))
     # the tier's device is a CUDA device (Triton's target is "cuda"): torch's CUDA release is asked too
     if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
         torch.version.cuda = ANSWERED_CUDA
