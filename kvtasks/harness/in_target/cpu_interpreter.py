@@ -36,7 +36,8 @@ def install_jit_functions(interpreter):
         def cache_key(self):
             # JITFunction's walks the globals the kernel uses, which on the tier hold the interpreter's
             # and the hooks' functions, and refuses them; the interpreter compiles nothing, so where the
-            # kernel lives and its code key it
+            # kernel lives and its code key it (not the @jit helpers it calls: a cache keyed by it outlives
+            # an edit of a helper alone, which on the tier costs nothing but a stale key)
             import hashlib
             import inspect
 
