@@ -323,3 +323,30 @@ def test_a_chained_comparison_fails_where_triton_s_compiler_refuses_it_and_is_no
         assert run.exit == 0, run.log_tail()
     else:
         assert run.exit == 1 and "simultaneous multiple comparison is not supported" in Path(run.log).read_text()
+
+
+FP8_ROUND_TRIP = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def round_trip(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(in_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x.to(tl.float8e4nv).to(tl.float32), mask=offs < n)
+
+
+def test_fp8_rounds_as_the_hardware_does():
+    # a tie to even, a carry into the exponent, a subnormal, past the largest finite value
+    x = torch.tensor([1.0625, 1.96875, -0.001, 500.0, 0.3], device="cuda")
+    out = torch.empty_like(x)
+    round_trip[(1,)](out, x, 5, BLOCK=8)
+    torch.testing.assert_close(out, x.to(torch.float8_e4m3fn).float(), rtol=0, atol=0)
+'''
+
+
+def test_fp8_conversions_round_to_nearest_even_and_saturate(tmp_path):
+    repo = triton_repos.make_repo(tmp_path / "repo", {"tests/test_fp8.py": FP8_ROUND_TRIP})
+    run = _run(repo, "tests/test_fp8.py", tmp_path)
+    assert run.exit == 0 and run.stats.executed == 1, run.log_tail()

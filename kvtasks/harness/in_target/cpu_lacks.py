@@ -11,6 +11,10 @@ says what the tier is; each hook here says which release's interpreter lacks wha
   -1 into an unsigned array, which numpy 2 refuses.
 - `dtype.value` on a dtype passed as a constexpr: compiled code hands the function a tl.constexpr,
   whose value is the dtype; the interpreter hands it the dtype itself.
+- fp8 conversions as the hardware rounds them: the interpreter's own float-to-fp8 rounding adds the
+  cut-off bit without a tie to even or a carry into the exponent (1.0625 became 1.125 in e4m3, 1.96875
+  became 1.0). Conversions between fp32/fp16 and the fp8 types torch has run through torch's, which
+  round to nearest even and saturate to the largest finite value, as compiled code's `satfinite` does.
 """
 
 
@@ -19,6 +23,7 @@ def install(interpreter):
     _install_language_scope(interpreter)
     _install_unsigned_all_ones(interpreter)
     _install_constexpr_dtypes()
+    _install_fp8_conversions(interpreter)
 
 
 def _install_buffers(interpreter):
@@ -77,3 +82,34 @@ def _install_constexpr_dtypes():
 
     if not hasattr(tl.dtype, "value"):
         tl.dtype.value = property(lambda self: self)
+
+
+# Triton's fp8 types and torch's of the same layout
+_TORCH_FP8 = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b8": "float8_e4m3fnuz",
+              "fp8e5b16": "float8_e5m2fnuz"}
+
+
+def _install_fp8_conversions(interpreter):
+    import numpy as np
+    import torch
+    import triton.language as tl
+
+    builder = interpreter.InterpreterBuilder
+    convert = builder.create_fp_to_fp
+    nearest_even = (None, interpreter._ir.ROUNDING_MODE.RTNE)
+    wide = {tl.float32: torch.float32, tl.float16: torch.float16}
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        source, target = src.dtype.scalar, dst_type.scalar
+        into = getattr(torch, _TORCH_FP8.get(getattr(target, "name", ""), ""), None)
+        out_of = getattr(torch, _TORCH_FP8.get(getattr(source, "name", ""), ""), None)
+        data = np.ascontiguousarray(src.data)
+        if into is not None and source in wide and rounding_mode in nearest_even:
+            converted = torch.from_numpy(data).to(into).view(torch.uint8)
+        elif out_of is not None and target in wide:
+            converted = torch.from_numpy(data).view(out_of).to(wide[target])
+        else:
+            return convert(self, src, dst_type, rounding_mode)
+        return interpreter.TensorHandle(converted.numpy(), target)
+
+    builder.create_fp_to_fp = create_fp_to_fp
