@@ -273,8 +273,8 @@ REPOSITORIES = {
 # real ones do)
 SMOKE_ITEMS = ["tests/test_softmax.py::test_softmax[4-64-f32]"]
 
-# what a test's own output says when the tier, not the code, could not run it (a kvtasks without
-# crash records is read by these too, so before and after are classified alike)
+# what a test's own output says when the tier, not the code, could not run it: how a kvtasks from
+# before `check` and its crash records is read
 _CRASH_MARKERS = (
     ("unanswered CUDA query", re.compile(r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|"
                                          r"has no attribute '_cuda_|cannot import name '_cuda_")),
@@ -336,7 +336,9 @@ def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, i
         return {"class": "failed", "cause": f"bounds violation: {first.get('op')} in kernel {first.get('kernel')}, "
                                             f"argument {first.get('argument')}"}
     if failed or exit_code not in (0, 5):
-        cause = _marker_cause(text)
+        # a kvtasks with `check` records the tier's crashes itself (above): the markers would take the
+        # code's own failures inside a kernel (InterpreterError wraps them all) for the tier's
+        cause = _marker_cause(text) if check is None else None
         if cause:
             return {"class": "tier crash", "cause": cause}
         if failed:
