@@ -2,10 +2,12 @@
 its own environment, and one line over all of them.
 
     python bench/tier_matrix.py --python ENV/bin/python [--python ...] [tier_coverage's repository
-        options: --attorch DIR --liger DIR --fla DIR --flaggems DIR --torchao DIR, --limit N, --timeout S]
+        options: --attorch DIR --liger DIR --fla DIR --flaggems DIR --torchao DIR, --limit N, --timeout S,
+        --kvtasks SOURCE_TREE]
 
 Each `--python` is the interpreter of one environment holding one Triton release beside a CPU build of
-torch, numpy and pytest, and kvtasks' own dependencies (kvtasks itself comes from this source tree).
+torch, numpy and pytest, and kvtasks' own dependencies (kvtasks itself comes from this source tree,
+or from --kvtasks: an older checkout, to measure before).
 Every item runs under that interpreter, the targets included, as a validation there would run it.
 A release the tier does not know is refused there with one note: its items are tier crashes.
 Each release's coverage line is printed as `triton X.Y.Z (torch T): ...`, then the matrix line:
@@ -73,6 +75,7 @@ def main() -> int:
         parser.add_argument(f"--{name}", type=Path, help=f"passed to tier_coverage: {name}'s local copy")
     parser.add_argument("--limit", type=int, default=0, help="passed to tier_coverage: the first N items of each")
     parser.add_argument("--timeout", type=int, default=180, help="passed to tier_coverage: seconds per item")
+    parser.add_argument("--kvtasks", type=Path, help="passed to tier_coverage: the kvtasks source tree measured")
     parser.add_argument("--smoke", action="store_true", help="tier_coverage's smoke item under this interpreter")
     options = parser.parse_args()
     if options.smoke:
@@ -82,6 +85,7 @@ def main() -> int:
         coverage_args = [arg for name in REPOSITORIES if getattr(options, name)
                          for arg in (f"--{name}", str(getattr(options, name).resolve()))]
         coverage_args += ["--timeout", str(options.timeout)] + (["--limit", str(options.limit)] if options.limit else [])
+        coverage_args += ["--kvtasks", str(options.kvtasks.resolve())] if options.kvtasks else []
     every, seen = [], set()
     for python in pythons:
         triton, torch = versions(python)
