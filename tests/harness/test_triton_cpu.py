@@ -346,6 +346,89 @@ def test_fp8_rounds_as_the_hardware_does():
 '''
 
 
+BF16_ARITHMETIC = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def elementwise(out_ptr, x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    y = tl.load(y_ptr + offs, mask=offs < n)
+    half = tl.full((BLOCK,), 0.5, tl.bfloat16)
+    out = tl.maximum(x * y + x, y - half) / (tl.abs(y) + 1.0).to(tl.bfloat16)
+    tl.store(out_ptr + offs, tl.where(x > y, out, -out), mask=offs < n)
+
+
+@triton.jit
+def reductions(sum_ptr, max_ptr, argmax_ptr, cumsum_ptr, x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(sum_ptr, tl.sum(x, axis=0))
+    tl.store(max_ptr, tl.max(x, axis=0))
+    tl.store(argmax_ptr, tl.argmax(x, axis=0))
+    tl.store(cumsum_ptr + offs, tl.cumsum(x, axis=0))
+
+
+@triton.jit
+def matmul(out_ptr, a_ptr, b_ptr, M: tl.constexpr):
+    rows = tl.arange(0, M)[:, None] * M + tl.arange(0, M)[None, :]
+    acc = tl.dot(tl.load(a_ptr + rows), tl.load(b_ptr + rows))
+    tl.store(out_ptr + rows, acc.to(tl.bfloat16))
+
+
+@triton.jit
+def casts(out_ptr, ints_ptr, x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, x.to(tl.bfloat16))
+    tl.store(ints_ptr + offs, x.to(tl.bfloat16).to(tl.int32))
+
+
+def test_elementwise_and_constants_as_torch_rounds_them():
+    torch.manual_seed(0)
+    x, y = torch.randn(13, dtype=torch.bfloat16, device="cuda"), torch.randn(13, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty_like(x)
+    elementwise[(1,)](out, x, y, 13, BLOCK=16)
+    expected = torch.maximum(x * y + x, y - 0.5) / (y.abs() + 1.0)
+    torch.testing.assert_close(out, torch.where(x > y, expected, -expected), rtol=0, atol=0)
+
+
+def test_reductions_and_scans_on_bf16():
+    x = torch.tensor([1.0, 2.5, -3.0, 0.125, 7.0, -0.5, 3.0, 1.5], dtype=torch.bfloat16, device="cuda")
+    total, top, where, running = torch.empty(1, dtype=torch.bfloat16), torch.empty(1, dtype=torch.bfloat16), \
+        torch.empty(1, dtype=torch.int32), torch.empty_like(x)
+    reductions[(1,)](total, top, where, running, x, BLOCK=8)
+    assert (total.item(), top.item(), where.item()) == (11.625, 7.0, 4)
+    torch.testing.assert_close(running, x.float().cumsum(0).bfloat16(), rtol=0, atol=0)
+
+
+def test_dot_of_bf16_tiles_accumulates_in_fp32():
+    torch.manual_seed(1)
+    a, b = torch.randn(16, 16, dtype=torch.bfloat16), torch.randn(16, 16, dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    matmul[(1,)](out, a, b, M=16)
+    torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16(), rtol=0, atol=0.02)
+
+
+def test_fp32_to_bf16_rounds_to_nearest_even():
+    # below, at and above the halfway point of two bf16 neighbours, a tie to even, a carry
+    x = torch.tensor([1.00390625, 1.005859375, 1.01171875, 1.0029296875, 1.99609375, -3.00390625, 255.5, 0.0],
+                     device="cuda")
+    out, ints = torch.empty(8, dtype=torch.bfloat16), torch.empty(8, dtype=torch.int32)
+    casts[(1,)](out, ints, x, BLOCK=8)
+    torch.testing.assert_close(out, x.bfloat16(), rtol=0, atol=0)
+    assert ints.tolist() == x.bfloat16().int().tolist()
+"""
+
+
+def test_bf16_arithmetic_reductions_dot_and_casts_as_compiled_code_computes_them(tmp_path):
+    repo = triton_repos.make_repo(tmp_path / "repo", {"tests/test_bf16.py": BF16_ARITHMETIC})
+    run = _run(repo, "tests/test_bf16.py", tmp_path)
+    assert [case.outcome for case in run.cases] == ["passed"] * 4, run.log_tail()
+
+
 def test_fp8_conversions_round_to_nearest_even_and_saturate(tmp_path):
     repo = triton_repos.make_repo(tmp_path / "repo", {"tests/test_fp8.py": FP8_ROUND_TRIP})
     run = _run(repo, "tests/test_fp8.py", tmp_path)

@@ -9,9 +9,9 @@ from .cpu_state import STATE
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # the tier's own modules: a crash raised in one is the tier's
-HOOKS = tuple(os.path.join(_HERE, name) for name in ("cpu_crashes.py", "cpu_devices.py", "cpu_dispatch.py",
-                                                      "cpu_interpreter.py", "cpu_lacks.py", "cpu_sanitizer.py",
-                                                      "cpu_state.py", "cpu_tier.py"))
+HOOKS = tuple(os.path.join(_HERE, name) for name in ("cpu_bf16.py", "cpu_crashes.py", "cpu_devices.py",
+                                                      "cpu_dispatch.py", "cpu_interpreter.py", "cpu_lacks.py",
+                                                      "cpu_sanitizer.py", "cpu_state.py", "cpu_tier.py"))
 
 
 # -- tier crashes ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 On a run on the CPU tier the package installs them (`install(settings)`) as it loads, before the
 target starts, with TRITON_INTERPRET=1 already in the environment; its modules are cpu_sanitizer,
-cpu_interpreter, cpu_lacks, cpu_devices, cpu_dispatch and cpu_crashes. It installs these:
+cpu_interpreter, cpu_lacks, cpu_bf16, cpu_devices, cpu_dispatch and cpu_crashes. It installs these:
 
 - a bounds sanitizer: every active lane of every interpreted load, store and atomic must fall
   inside the allocation (the tensor argument's storage) it points into; otherwise it raises,
@@ -23,7 +23,8 @@ cpu_interpreter, cpu_lacks, cpu_devices, cpu_dispatch and cpu_crashes. It instal
   library's wrapper that unwraps `.fn` until it reaches one stops at the kernel.
 - what the interpreter lacks that compiled code has (cpu_lacks): pointer arguments that are no
   tensors, device functions whose module never names triton.language, unsigned all-ones values,
-  `dtype.value` on a constexpr dtype.
+  `dtype.value` on a constexpr dtype; and bf16 arithmetic, constants, casts and reductions computed
+  on values, not on the integers of their bits (cpu_bf16).
 - CUDA registrations made the CPU's: an operator implementation registered with torch.library for
   the CUDA (or AutogradCUDA) key is registered for the CPU key too, for as long as the library that
   made it lives, so the tier's tensors reach the library's kernel instead of torch's CPU kernel.
@@ -64,7 +65,7 @@ outcome, never a crash.
 """
 import os
 
-from . import cpu_devices, cpu_dispatch, cpu_interpreter, cpu_lacks, cpu_sanitizer
+from . import cpu_bf16, cpu_devices, cpu_dispatch, cpu_interpreter, cpu_lacks, cpu_sanitizer
 from .configuration import TierSettings
 from .cpu_crashes import crash_cause, record_crash
 from .cpu_sanitizer import BoundsViolation
@@ -133,6 +134,7 @@ def install(settings: TierSettings) -> None:
     cpu_interpreter.install_kernel_source(interpreter)
     cpu_interpreter.install_scalar_arguments(interpreter)
     cpu_lacks.install(interpreter)
+    cpu_bf16.install(interpreter)
     cpu_devices.install_device_redirect()
     cpu_dispatch.install_cuda_registrations()
 
