@@ -1,12 +1,13 @@
 """validate-kernel-pr check: one run of the checkout as a base run would, and what a PR could reach."""
 import json
+import subprocess
 
 from kvtasks.front import cli
 from kvtasks.run import check, executor
 from kvtasks.stages.launches import Launch
 from kvtasks.request import build_request
 from tests import triton_repos
-from tests.kernel_repos import make_repo
+from tests.kernel_repos import make_repo, snapshot
 
 JUNK_KERNEL = '''import torch
 import triton
@@ -99,3 +100,39 @@ def test_check_k_is_refused_for_a_script_target(tmp_path, capsys, gpu_host, monk
     repo = make_repo(tmp_path / "scripted", {"kernels/__init__.py": "", "bench/run.py": "if __name__ == '__main__':\n    print('ran')\n"})
     assert cli.main(["check", "--repo", str(repo), "--target", "bench/run.py", "-k", "fast", "--quiet"]) == 64
     assert "-k selects pytest items, and bench/run.py runs as a script" in capsys.readouterr().err
+
+
+def _with_work_in_progress(repo):
+    """A checkout as a developer has it: a note, a draft folder, an ignored build folder and an edit."""
+    (repo / ".gitignore").write_text("build/\n")
+    subprocess.run(["git", "-C", str(repo), "add", ".gitignore"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "ignore"],
+                   check=True)
+    (repo / "notes.txt").write_text("precious\n")
+    (repo / "wip").mkdir()
+    (repo / "wip" / "draft.py").write_text("DRAFT = 1\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "kernel.so").write_bytes(b"\x7fELF built once")
+    (repo / "tests" / "test_kernel.py").write_text((repo / "tests" / "test_kernel.py").read_text() + "# an edit\n")
+    return snapshot(repo)
+
+
+def test_check_refuses_a_checkout_with_work_in_progress_and_leaves_every_byte(tmp_path, capsys, gpu_host):
+    # every lend hands the tree back clean: lent as it was, the note, the draft, the build and the edit went with it
+    gpu_host(amd=[])
+    repo = make_repo(tmp_path / "repo", {"kernel.py": "SCALE = 1\n",
+                                         "tests/test_kernel.py": "def test_kernel():\n    assert True\n"})
+    supplied = _with_work_in_progress(repo)
+    found = check.check(build_request({"repo": str(repo), "target": "tests/test_kernel.py"}))
+    assert found["run"] is None and "worktree is not isolated-clean (4 entries: " in found["blocked"]
+    assert "?? notes.txt" in found["blocked"] and "!! build/kernel.so" in found["blocked"]
+    assert snapshot(repo) == supplied
+
+
+def test_a_validation_without_a_patch_refuses_a_checkout_with_work_in_progress(tmp_path, validate):
+    repo = make_repo(tmp_path / "repo", {"kernel.py": "SCALE = 1\n",
+                                         "tests/test_kernel.py": "def test_kernel():\n    assert True\n"})
+    _with_work_in_progress(repo)
+    done = validate(repo, "--target", "tests/test_kernel.py", "--label", "as-is")  # the fixture holds the bytes
+    merge = done.stage("merge_sim")
+    assert merge["status"] == "skip" and merge["dirty_entries"] == 4 and done.verdict == "INCONCLUSIVE"

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kvtasks.system import processes
-from kvtasks.worktree import GitFailed, Interrupted, PatchRefused, Worktree
+from kvtasks.worktree import GitFailed, Interrupted, NotClean, PatchRefused, Worktree
 from tests.kernel_repos import make_patch, make_repo, snapshot
 
 # every tree these destructive scenarios lend sits among repositories kvtasks was never given
@@ -171,3 +171,14 @@ def test_base_files_read_together_are_what_git_show_gives_one_by_one(tmp_path):
     tree = Worktree(repo, None)
     assert [tree.read_base(path) for path in paths] == list(shown.values())
     assert tree.exists_on_base("pkg/mod.py") and not tree.exists_on_base("pkg") and not tree.exists_on_base("gone.py")
+
+
+def test_a_tree_with_anything_uncommitted_is_never_lent_and_is_left_as_it_is(repo):
+    # the hand-back removes everything uncommitted, so the lend itself refuses, whoever asks for it
+    (repo / "notes.txt").write_text("precious\n")
+    (repo / "kernel.py").write_text("SCALE = 3  # being edited\n")
+    supplied = snapshot(repo)
+    with pytest.raises(NotClean, match=r"not clean \(2 entries: M kernel.py, \?\? notes.txt\); it was not lent"):
+        with Worktree(repo, None).lend("base"):
+            pytest.fail("a dirty tree was lent")
+    assert snapshot(repo) == supplied

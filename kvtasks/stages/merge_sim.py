@@ -1,7 +1,8 @@
 """merge_sim: does the PR apply to this base, and what exactly are base, patch and head?
 
 The tree is not touched here: the patch is applied to a private index (the head view) and
-checked against the tree with `git apply --check`. A dirty tree or a conflict halts the run.
+checked against the tree with `git apply --check`. A dirty tree (with or without a patch: what the
+caller has there would not survive a lend) or a conflict halts the run.
 """
 from __future__ import annotations
 
@@ -40,22 +41,25 @@ def run(ctx: Context) -> StageResult:
         "head_ref": request.head_ref,
     }
 
+    # with or without a patch: every lend hands the tree back clean, so an untracked, ignored or
+    # changed entry the caller has would be removed with what the runs wrote
+    with worktree.quiescent():
+        dirty = worktree.status()
+        applies = None if dirty or not request.has_patch else _check_apply(ctx)
+    if dirty:
+        shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
+        stage = result(NAME, "skip", f"worktree is not isolated-clean ({len(dirty)} entries: {shown}); "
+                                     "nothing was applied or run: commit, stash or remove them (a PR given by "
+                                     "refs is validated in a private clone)", dirty_entries=len(dirty))
+        stage.finding("merge.dirty-worktree", "note", "the supplied worktree has tracked, untracked or ignored files; "
+                              "nothing was applied and nothing was run")
+        stage.facts.set(repo=Repo(**{**repo, "head": None}), halt="the supplied worktree was not clean")
+        return stage
+
     if not request.has_patch:
         stage = result(NAME, "skip", "no patch: the checkout was validated directly; "
                                      "mergeability and base attribution were not tested")
         stage.facts.repo = Repo(**{**repo, "head": request.head_sha or base})
-        return stage
-
-    with worktree.quiescent():
-        dirty = worktree.status()
-        applies = None if dirty else _check_apply(ctx)
-    if dirty:
-        shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
-        stage = result(NAME, "skip", f"worktree is not isolated-clean ({len(dirty)} entries: {shown}); "
-                                     "the patch was not applied", dirty_entries=len(dirty))
-        stage.finding("merge.dirty-worktree", "note", "the supplied worktree has tracked, untracked or ignored files; "
-                              "nothing was applied and nothing was run")
-        stage.facts.set(repo=Repo(**{**repo, "head": None}), halt="the supplied worktree was not clean")
         return stage
 
     if applies is not None:

@@ -20,16 +20,16 @@ from typing import Iterator, Literal, Sequence
 from kvtasks.system import faults, locks, processes
 from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_exclusively, open_lock,
                                         release_exclusive)
-from kvtasks.worktree.git_commands import (GitFailed, PatchRefused, forget_callers_repository, git_environment, run_git,
-                                           source_identity, state_dir, toplevel_is)
+from kvtasks.worktree.git_commands import (GitFailed, NotClean, PatchRefused, forget_callers_repository, git_environment,
+                                           run_git, source_identity, state_dir, toplevel_is)
 from kvtasks.worktree.held import HeldFiles
 from kvtasks.worktree.journal import Journal, recover_dead, remove_untracked
 from kvtasks.worktree.reading import HeadView, StatusEntry, TreeReader
 from kvtasks.worktree.signals import Interrupted
 from kvtasks.worktree import guardian_start, signals
 
-__all__ = ["GitFailed", "HeadView", "Interrupted", "PatchRefused", "Side", "StatusEntry", "Worktree", "WorktreeBusy",
-           "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively", "in_use",
+__all__ = ["GitFailed", "HeadView", "Interrupted", "NotClean", "PatchRefused", "Side", "StatusEntry", "Worktree",
+           "WorktreeBusy", "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively", "in_use",
            "release_exclusive", "run_git", "source_identity", "state_dir"]
 
 
@@ -135,6 +135,10 @@ class Worktree(TreeReader):
                 self.recovered = recovered
                 print(f"kvtasks: a dead validator (pid {recovered['pid']}) had this worktree lent; its processes "
                       "were killed and the tree was restored", file=sys.__stderr__)
+            dirty = self.status()
+            if dirty:  # the hand-back removes everything not committed: never lend what the caller still has
+                shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
+                raise NotClean(f"the worktree is not clean ({len(dirty)} entries: {shown}); it was not lent")
             directories = self._lent_directories = self._directories()  # git does not see empty folders
             # before the journal opens: a lender killed from here on leaves a journal the guardian settles
             guard = guardian_start.watch(self.path, os.getpid(), processes.start_time(os.getpid()))

@@ -41,6 +41,11 @@ class GitFailed(Exception):
     """A git command failed; the message carries git's own last line."""
 
 
+class NotClean(GitFailed):
+    """The tree is not as a lend needs it (no tracked change, untracked or ignored entry): lending it
+    would remove what the caller has there, so it is refused untouched."""
+
+
 class PatchRefused(GitFailed):
     """The patch did not apply to the lent tree, so the head side was not built; the message is
     the one skip reason every stage gives for it."""
