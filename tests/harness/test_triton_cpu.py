@@ -412,6 +412,44 @@ def test_dot_of_bf16_tiles_accumulates_in_fp32():
     torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16(), rtol=0, atol=0.02)
 
 
+@triton.jit
+def masked(out_ptr, x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    y = tl.load(y_ptr + offs, mask=offs < n)
+    bigger = (x > y) & (offs < n)
+    tl.store(out_ptr + offs, tl.where(bigger, x, y), mask=offs < n)
+    tl.store(out_ptr + BLOCK + offs, tl.fma(x, y, x), mask=bigger)
+
+
+@triton.jit
+def narrow_and_wide(half_ptr, from_fp8_ptr, x_ptr, fp8_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(half_ptr + offs, tl.load(x_ptr + offs).to(tl.float16))
+    tl.store(from_fp8_ptr + offs, tl.load(fp8_ptr + offs).to(tl.bfloat16))
+
+
+def test_comparisons_stay_masks_and_an_fma_rounds_once():
+    # positive values whose bit patterns order as their values do: comparing bits was right, masks built on it too
+    x = torch.tensor([1.5, 2.0, 3.0, 0.5, 1.5, 1.0], dtype=torch.bfloat16, device="cuda")
+    y = torch.tensor([1.0, 2.5, 0.25, 1.0, 1.0234375, 1.0], dtype=torch.bfloat16, device="cuda")
+    out = torch.zeros(16, dtype=torch.bfloat16, device="cuda")
+    masked[(1,)](out, x, y, 5, BLOCK=8)
+    assert out[:5].tolist() == torch.maximum(x, y)[:5].tolist() and out[5:8].tolist() == [0.0] * 3
+    fused = (x.double() * y.double() + x.double()).bfloat16()  # one rounding of the exact value
+    assert out[8:13].tolist() == torch.where(x > y, fused, torch.zeros_like(fused))[:5].tolist()
+
+
+def test_bf16_to_fp16_and_fp8_to_bf16_keep_inf_and_nan():
+    x = torch.tensor([70144.0, -1e5, 1.0e-8, 2.76e-40, 3.0, 65504.0, float("nan"), 0.0], dtype=torch.bfloat16,
+                     device="cuda")
+    fp8 = torch.tensor([0x7F, 0xFF, 0x38, 0x01, 0x00, 0x7E, 0x40, 0x08], dtype=torch.uint8, device="cuda")
+    half, wide = torch.empty(8, dtype=torch.float16), torch.empty(8, dtype=torch.bfloat16)
+    narrow_and_wide[(1,)](half, wide, x, fp8.view(torch.float8_e4m3fn), BLOCK=8)
+    torch.testing.assert_close(half, x.half(), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(wide, fp8.view(torch.float8_e4m3fn).bfloat16(), rtol=0, atol=0, equal_nan=True)
+
+
 def test_fp32_to_bf16_rounds_to_nearest_even():
     # below, at and above the halfway point of two bf16 neighbours, a tie to even, a carry
     x = torch.tensor([1.00390625, 1.005859375, 1.01171875, 1.0029296875, 1.99609375, -3.00390625, 255.5, 0.0],
@@ -426,7 +464,7 @@ def test_fp32_to_bf16_rounds_to_nearest_even():
 def test_bf16_arithmetic_reductions_dot_and_casts_as_compiled_code_computes_them(tmp_path):
     repo = triton_repos.make_repo(tmp_path / "repo", {"tests/test_bf16.py": BF16_ARITHMETIC})
     run = _run(repo, "tests/test_bf16.py", tmp_path)
-    assert [case.outcome for case in run.cases] == ["passed"] * 4, run.log_tail()
+    assert [case.outcome for case in run.cases] == ["passed"] * 6, run.log_tail()
 
 
 def test_fp8_conversions_round_to_nearest_even_and_saturate(tmp_path):

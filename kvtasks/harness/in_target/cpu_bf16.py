@@ -5,11 +5,13 @@ bf16 constant (`builder.get_bf16`, before 3.9) did not exist. Every release from
 
 Here each float operation of the builder that meets a bf16 operand computes on the operands widened
 to fp32 (exact) and rounds a bf16 result back to nearest even, as the hardware's conversion does; so
-do casts between fp32 and bf16 (the interpreter truncated: 1.00390625 became 1.0 where compiled code
-gives 1.0078125) and the reductions and scans numpy runs directly. Bit moves (loads, stores, splats,
-reshapes, selects, bitcasts) keep the bits. A sum or scan of bf16 adds in fp32 and rounds once, where
-compiled code may round as it goes: the tier's result can be the closer one. An atomic on bf16
-memory is left as the interpreter has it.
+do casts between fp32 and bf16 (the interpreter truncated: 1.005859375 became 1.0 where compiled code
+gives 1.0078125) and the reductions and scans numpy runs directly. A comparison's booleans stay
+booleans; an fma rounds once. Conversions between bf16 and fp16 or fp8 go through fp32 with numpy's
+or torch's rounding, keeping NaN and inf. Bit moves (loads, stores, splats, reshapes, selects,
+bitcasts) keep the bits. A sum or scan of bf16 adds in fp32 and rounds once, where compiled code may
+round as it goes: the tier's result can be the closer one. An atomic on bf16 memory is left as the
+interpreter has it.
 """
 import re
 
@@ -37,6 +39,14 @@ def install(interpreter):
         wide = torch.from_numpy(np.ascontiguousarray(np.asarray(data, dtype=np.float32)))
         return wide.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
 
+    def rounded_once(exact):
+        """float64 values to bf16 in one rounding (torch would go through fp32, rounding twice)."""
+        _, exponent = np.frexp(exact)
+        quantum = np.ldexp(1.0, np.maximum(exponent, -125) - 8)  # 8 significant bits; subnormals below 2^-126
+        with np.errstate(over="ignore", invalid="ignore"):
+            nearest = np.where(np.isfinite(exact), np.rint(exact / quantum) * quantum, exact)
+            return rounded(nearest.astype(np.float32))  # exact: already a bf16 value, or inf
+
     def on_fp32(operation):
         def operate(self, *args, **kwargs):
             if not any(is_bf16(arg) for arg in (*args, *kwargs.values())):
@@ -45,14 +55,25 @@ def install(interpreter):
             narrow = not any(isinstance(arg, handle) and arg.dtype == tl.float32 for arg in (*args, *kwargs.values()))
             done = operation(self, *(widened(arg) if is_bf16(arg) else arg for arg in args),
                              **{name: widened(arg) if is_bf16(arg) else arg for name, arg in kwargs.items()})
-            if narrow and isinstance(done, handle) and done.dtype == tl.float32:
-                return handle(rounded(done.data), tl.bfloat16)
-            return done
+            if not (narrow and isinstance(done, handle) and done.dtype == tl.float32):
+                return done
+            if not np.issubdtype(done.data.dtype, np.floating):  # a comparison's booleans, labelled as before
+                return handle(done.data, tl.bfloat16)
+            return handle(rounded(done.data), tl.bfloat16)
         return operate
+
+    def create_fma(self, x, y, z):
+        # compiled code rounds an fma once: the product of two bf16 values is exact in float64, and so,
+        # all but always, is its sum with a third
+        if not all(is_bf16(operand) for operand in (x, y, z)):
+            return fma(self, x, y, z)
+        exact = [widened(operand).data.astype(np.float64) for operand in (x, y, z)]
+        return handle(rounded_once(exact[0] * exact[1] + exact[2]), tl.bfloat16)
 
     for name in dir(builder):
         if _FLOAT_OPERATIONS.match(name):
             setattr(builder, name, on_fp32(getattr(builder, name)))
+    fma, builder.create_fma = builder.create_fma, create_fma
 
     cast = builder.cast_impl
 
@@ -73,9 +94,16 @@ def install(interpreter):
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
         source, target = src.dtype.scalar, dst_type.scalar
         if source == tl.bfloat16 and target != tl.bfloat16:
-            return convert(self, widened(src), dst_type, rounding_mode) if target != tl.float32 else widened(src)
-        if target == tl.bfloat16 and source == tl.float32 and rounding_mode in nearest_even:
-            return handle(rounded(src.data), tl.bfloat16)
+            if target == tl.float32:
+                return widened(src)
+            if target == tl.float16 and rounding_mode in nearest_even:  # numpy rounds to even, overflows to inf
+                return handle(widened(src).data.astype(np.float16), tl.float16)
+            return convert(self, widened(src), dst_type, rounding_mode)  # fp8: through torch (cpu_lacks)
+        if target == tl.bfloat16 and source != tl.bfloat16 and rounding_mode in nearest_even:
+            if source == tl.float16:
+                return handle(rounded(src.data.astype(np.float32)), tl.bfloat16)
+            wide = src if source == tl.float32 else convert(self, src, tl.float32, None)  # fp8: through torch
+            return handle(rounded(wide.data), tl.bfloat16)
         return convert(self, src, dst_type, rounding_mode)
 
     builder.create_fp_to_fp = create_fp_to_fp
