@@ -7,7 +7,8 @@ from kvtasks.run import check, executor
 from kvtasks.stages.launches import Launch
 from kvtasks.request import build_request
 from tests import triton_repos
-from tests.kernel_repos import make_repo, snapshot
+from kvtasks.worktree import Worktree
+from tests.kernel_repos import make_patch, make_repo, snapshot
 
 JUNK_KERNEL = '''import torch
 import triton
@@ -136,3 +137,22 @@ def test_a_validation_without_a_patch_refuses_a_checkout_with_work_in_progress(t
     done = validate(repo, "--target", "tests/test_kernel.py", "--label", "as-is")  # the fixture holds the bytes
     merge = done.stage("merge_sim")
     assert merge["status"] == "skip" and merge["dirty_entries"] == 4 and done.verdict == "INCONCLUSIVE"
+
+
+def test_check_undoes_what_a_killed_validation_left_before_it_looks(tmp_path, capsys, gpu_host):
+    # a validation killed with its patch applied leaves a dirty tree that is not the caller's work: undone
+    # as a validation would, never named to the caller as theirs to commit or stash
+    gpu_host(amd=[])
+    repo = make_repo(tmp_path / "repo", {"kernel.py": "SCALE = 1\n",
+                                         "tests/test_kernel.py": "def test_kernel():\n    assert True\n"})
+    supplied = snapshot(repo)
+    patch = make_patch(repo, {"kernel.py": "SCALE = 2\n"}, tmp_path / "pr.patch")
+    killed = Worktree(repo, str(patch))
+    killed.journal.open(repo)
+    killed.apply(str(patch))
+    (repo / "written.log").write_text("the killed run wrote this")
+    killed.journal._update(pid=2 ** 22 + 1, pid_start=1)
+    found = check.check(build_request({"repo": str(repo), "target": "tests/test_kernel.py"}))
+    assert found["blocked"] is None or "isolated-clean" not in found["blocked"]
+    assert "was killed with patch" in capsys.readouterr().err
+    assert snapshot(repo) == supplied

@@ -17,12 +17,14 @@ run), 64 a usage error.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 from kvtasks import worktree
 from kvtasks.run import executor
 from kvtasks.harness.target_run import TargetRun
+from kvtasks.run.phases import recovery_note
 from kvtasks.run.pipeline import PIPELINE, run_row
 from kvtasks.request import UsageError, build_request, repo_config
 from kvtasks.stages.launches import Launch
@@ -82,6 +84,11 @@ def check(request, grid_secret: str = "", keyword: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="kvtasks-check-") as scratch:
         ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch),
                       grid_secret=grid_secret, launcher=launcher)
+        # what a killed validation left (its patch, its files) is undone first, as a validation does: never
+        # shown to the caller as their own uncommitted work
+        recovered = ctx.worktree.recover()
+        if recovered is not None:
+            print(f"kvtasks: {recovery_note(recovered)}", file=sys.stderr)
         for row in PIPELINE["prepare"]:
             produced = run_row(ctx, row)
             if produced is not None and produced.facts.halt:

@@ -64,8 +64,8 @@ def run_prepare(request: Request, workspace: Workspace) -> None:
     if recovered is not None:
         facts = next(result for result in results if result.name == run_facts.NAME)
         facts.facts.recovered_run = recovered
-        facts.finding("run.recovered", "note", _recovery_note(recovered))
-        print(f"kvtasks: {_recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
+        facts.finding("run.recovered", "note", recovery_note(recovered))
+        print(f"kvtasks: {recovery_note(recovered)}", file=sys.__stderr__)  # even under --quiet
     learned = merged(Facts, (result.facts for result in results))
     record = {"halted": learned.halt, "base_key": None, "head_key": None, "finished_utc": None,
               "base_oid": learned.repo.base if learned.repo else None, "prepared_at": time.time()}
@@ -106,7 +106,7 @@ def _crashed(group: str, exc: Exception, ctx: Context, loaded: dict | None = Non
     return done
 
 
-def _recovery_note(recovered: dict) -> str:
+def recovery_note(recovered: dict) -> str:
     if recovered.get("patch_reversed") is None:
         what = "was killed while it had the tree (no patch applied)"
     else:
