@@ -198,6 +198,9 @@ def test_a_crash_inside_the_tier_is_named_and_an_assertion_or_a_bounds_violation
         "an interpreter value lacks what compiled code has (AttributeError: 'int' object has no attribute 'to')")
     assert cpu_tier.crash_cause(raised_in(kernel, "raise AssertionError('Torch not compiled with CUDA enabled')")) \
         == "an unanswered CUDA query (AssertionError: Torch not compiled with CUDA enabled)"
+    # torch's own C++ accelerator query, reached through torch.compile, has no CUDA device to answer with
+    assert cpu_tier.crash_cause(raised_in(kernel, "raise RuntimeError('Cannot access accelerator device when none "
+                                                  "is available.')")).startswith("an unanswered CUDA query")
     assert cpu_tier.crash_cause(raised_in(kernel, "assert 1 == 2, 'values differ'")) is None
     assert cpu_tier.crash_cause(raised_in(autotuner, "raise cpu_tier.BoundsViolation('store')")) is None
     assert cpu_tier.crash_cause(raised_in(kernel, "raise ValueError('the repository refuses this shape')")) is None
@@ -418,7 +421,7 @@ def masked(out_ptr, x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=offs < n)
     y = tl.load(y_ptr + offs, mask=offs < n)
     bigger = (x > y) & (offs < n)
-    tl.store(out_ptr + offs, tl.where(bigger, x, y), mask=offs < n)
+    tl.store(out_ptr + offs, tl.where(~bigger, y, x), mask=offs < n)  # ~ on int1: 3.3 lacked its type
     tl.store(out_ptr + BLOCK + offs, tl.fma(x, y, x), mask=bigger)
 
 

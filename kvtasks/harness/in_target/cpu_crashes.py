@@ -18,7 +18,8 @@ HOOKS = tuple(os.path.join(_HERE, name) for name in ("cpu_bf16.py", "cpu_crashes
 
 # said by torch or a test helper when the CUDA build it expects is absent, wherever it is raised
 _NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "no CUDA GPUs are available",
-            "has no attribute '_cuda_", "CUDA driver", "libcuda")
+            "has no attribute '_cuda_", "CUDA driver", "libcuda",
+            "Cannot access accelerator device when none is available")  # torch's C++ accelerator query
 # an interpreter value (a Python scalar where compiled code has a tensor) missing a tensor's method
 _INTERPRETER_VALUE = ("'int' object has no attribute", "'float' object has no attribute",
                       "'bool' object has no attribute", "'NoneType' object has no attribute")

@@ -8,7 +8,8 @@ says what the tier is; each hook here says which release's interpreter lacks wha
   `triton`, or reaches `tl` from elsewhere): compiled code does not care; the interpreter asserts it
   sees `tl` in the function's globals to patch it. It patches the one `tl` the process has instead.
 - the all-ones value of an unsigned type (`~x`, `x ^ -1` on uint32): the interpreter before 3.9 fills
-  -1 into an unsigned array, which numpy 2 refuses.
+  -1 into an unsigned array, which numpy 2 refuses; and `~mask` on int1 under 3.3, whose builder has no
+  int1 type and no all-ones value for booleans.
 - `dtype.value` on a dtype passed as a constexpr: compiled code hands the function a tl.constexpr,
   whose value is the dtype; the interpreter hands it the dtype itself.
 - fp8 conversions as the hardware rounds them: the interpreter's own float-to-fp8 rounding adds the
@@ -23,6 +24,7 @@ def install(interpreter):
     _install_language_scope(interpreter)
     _install_unsigned_all_ones(interpreter)
     _install_constexpr_dtypes()
+    _install_int1_type(interpreter)
     _install_fp8_conversions(interpreter)
 
 
@@ -72,6 +74,8 @@ def _install_unsigned_all_ones(interpreter):
         np_type = interpreter._get_np_dtype(type)
         if np.issubdtype(np_type, np.unsignedinteger):
             return interpreter.TensorHandle(np.full(1, np.iinfo(np_type).max, dtype=np_type), type.scalar)
+        if np_type == np.bool_:  # int1's all-ones is True (3.3 refused the type)
+            return interpreter.TensorHandle(np.full(1, True), type.scalar)
         return all_ones(self, type)
 
     builder.get_all_ones_value = get_all_ones_value
@@ -82,6 +86,13 @@ def _install_constexpr_dtypes():
 
     if not hasattr(tl.dtype, "value"):
         tl.dtype.value = property(lambda self: self)
+
+
+def _install_int1_type(interpreter):
+    import triton.language as tl
+
+    if not hasattr(interpreter.InterpreterBuilder, "get_int1_ty"):
+        interpreter.InterpreterBuilder.get_int1_ty = lambda self: tl.int1
 
 
 # Triton's fp8 types and torch's of the same layout
