@@ -11,7 +11,7 @@ from pydantic import ConfigDict
 
 from kvtasks.stages import Context, Stage, StageResult, StageSpec, result
 from kvtasks.records import Repo
-from kvtasks.worktree import GitFailed
+from kvtasks.worktree import GitFailed, shown
 
 NAME = "merge_sim"
 
@@ -47,8 +47,7 @@ def run(ctx: Context) -> StageResult:
         dirty = worktree.status()
         applies = None if dirty or not request.has_patch else _check_apply(ctx)
     if dirty:
-        shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
-        stage = result(NAME, "skip", f"worktree is not isolated-clean ({len(dirty)} entries: {shown}); "
+        stage = result(NAME, "skip", f"worktree is not isolated-clean ({shown(dirty)}); "
                                      "nothing was applied or run: commit, stash or remove them (a PR given by "
                                      "refs is validated in a private clone)", dirty_entries=len(dirty))
         stage.finding("merge.dirty-worktree", "note", "the supplied worktree has tracked, untracked or ignored files; "

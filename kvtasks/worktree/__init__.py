@@ -20,17 +20,17 @@ from typing import Iterator, Literal, Sequence
 from kvtasks.system import faults, locks, processes
 from kvtasks.worktree.exclusive import (WorktreeBusy, held_by_a_validator, hold_exclusively, open_lock,
                                         release_exclusive)
-from kvtasks.worktree.git_commands import (GitFailed, NotClean, PatchRefused, forget_callers_repository, git_environment,
-                                           run_git, source_identity, state_dir, toplevel_is)
+from kvtasks.worktree.git_commands import (GitFailed, NotClean, PatchRefused, forget_callers_repository,
+                                           git_environment, run_git, source_identity, state_dir, toplevel_is)
 from kvtasks.worktree.held import HeldFiles
 from kvtasks.worktree.journal import Journal, recover_dead, remove_untracked
-from kvtasks.worktree.reading import HeadView, StatusEntry, TreeReader
+from kvtasks.worktree.reading import HeadView, StatusEntry, TreeReader, shown
 from kvtasks.worktree.signals import Interrupted
 from kvtasks.worktree import guardian_start, signals
 
 __all__ = ["GitFailed", "HeadView", "Interrupted", "NotClean", "PatchRefused", "Side", "StatusEntry", "Worktree",
-           "WorktreeBusy", "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively", "in_use",
-           "release_exclusive", "run_git", "source_identity", "state_dir"]
+           "WorktreeBusy", "forget_callers_repository", "git_environment", "held_by_a_validator", "hold_exclusively",
+           "in_use", "release_exclusive", "run_git", "shown", "source_identity", "state_dir"]
 
 
 Side = Literal["base", "head"]
@@ -49,6 +49,7 @@ class Worktree(TreeReader):
         self.recovered: dict | None = None  # what a lend found a dead validator had left, and undid
         self._held: HeldFiles | None = None  # the repository's control files as supplied, while lent
         self.tampered: list[str] = []  # held files a run changed (put back), until a stage takes them
+        self._seen_clean = False  # whether a lend found the tree as supplied clean (asked of git once)
 
     @cached_property
     def journal(self) -> Journal:
@@ -135,10 +136,11 @@ class Worktree(TreeReader):
                 self.recovered = recovered
                 print(f"kvtasks: a dead validator (pid {recovered['pid']}) had this worktree lent; its processes "
                       "were killed and the tree was restored", file=sys.__stderr__)
-            dirty = self.status()
-            if dirty:  # the hand-back removes everything not committed: never lend what the caller still has
-                shown = ", ".join(f"{entry.code.strip()} {entry.path}" for entry in dirty[:5])
-                raise NotClean(f"the worktree is not clean ({len(dirty)} entries: {shown}); it was not lent")
+            if not self._seen_clean:  # the hand-back removes all that is not committed: never lend what the
+                dirty = self.status()  # caller still has; once seen clean, every hand-back leaves it so
+                if dirty:
+                    raise NotClean(f"the worktree is not clean ({shown(dirty)}); it was not lent")
+                self._seen_clean = True
             directories = self._lent_directories = self._directories()  # git does not see empty folders
             # before the journal opens: a lender killed from here on leaves a journal the guardian settles
             guard = guardian_start.watch(self.path, os.getpid(), processes.start_time(os.getpid()))

@@ -27,6 +27,11 @@ class StatusEntry:
         return self.code in ("??", "!!")
 
 
+def shown(entries: list[StatusEntry], most: int = 5) -> str:
+    """How many entries, and the first few as git prints them: `2 entries: ?? notes.txt, M kernel.py`."""
+    return f"{len(entries)} entries: " + ", ".join(f"{entry.code.strip()} {entry.path}" for entry in entries[:most])
+
+
 @dataclass
 class HeadView:
     """The merged head as git objects: what the patch changes and the head text of any file."""

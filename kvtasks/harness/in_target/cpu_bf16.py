@@ -119,14 +119,14 @@ def _install_reductions(interpreter, widened, rounded, tl):
     def typed(dtype, like):  # like's type with dtype's elements (3.3's block_type has no with_element_ty)
         return tl.block_type(dtype, list(like.type.shape)) if like.type.is_block() else dtype
 
-    def on_values(method, results_bf16):
+    def on_values(method):
         def apply(self, input, *args, **kwargs):
             tensor = input[0] if isinstance(input, tuple) else input
             if tensor.dtype.scalar != tl.bfloat16:
                 return method(self, input, *args, **kwargs)
             wide = tl.core.tensor(widened(tensor.handle), typed(tl.float32, tensor))
             done = method(self, (wide, *input[1:]) if isinstance(input, tuple) else wide, *args, **kwargs)
-            return results_bf16(done)
+            return narrowed(done)
         return apply
 
     def narrowed(value):
@@ -140,4 +140,4 @@ def _install_reductions(interpreter, widened, rounded, tl):
     for owner, names in ((reduce_ops, ("sum", "min_max")), (scan_ops, ("cumsum", "cumprod"))):
         for name in names:
             if hasattr(owner, name):
-                setattr(owner, name, on_values(getattr(owner, name), narrowed))
+                setattr(owner, name, on_values(getattr(owner, name)))
