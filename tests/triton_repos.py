@@ -477,13 +477,20 @@ def gap_kernel(gap: str = "", masked: bool = True, **features: str) -> str:
     return kernel if masked else kernel.replace(MASKED_STORE, UNMASKED_STORE)
 
 
-def gap_repo(path: Path, gap: str) -> Path:
-    """One gap's repository: tests/test_scale.py runs the fixed kernel and the tail bug."""
-    spec = GAPS[gap]
-    return make_repo(path, {"tiny/__init__.py": "", "tiny/scale.py": gap_kernel(gap),
-                            "tiny/scale_tail.py": gap_kernel(gap, masked=False),
-                            "tests/test_scale.py": GAP_TEST.format(seeding=spec.get("seeding", ""), package="tiny"),
-                            **spec.get("files", {})})
+def gap_files(gap: str) -> dict[str, str]:
+    """One gap's files, its package `tiny_<gap>` and its test module `tests/test_<gap>.py`, which runs the
+    fixed kernel and the tail bug: every gap's files sit side by side in one repository."""
+    spec, package = GAPS[gap], f"tiny_{gap}"
+    files = {"tiny/__init__.py": "", "tiny/scale.py": gap_kernel(gap), "tiny/scale_tail.py": gap_kernel(gap, masked=False),
+             "tests/test_scale.py": GAP_TEST.format(seeding=spec.get("seeding", ""), package="tiny"),
+             **spec.get("files", {})}
+    # the templates name the package `tiny` and the test module test_scale
+    return {path.replace("tiny/", f"{package}/").replace("tests/test_scale.py", f"tests/test_{gap}.py"):
+            text.replace("from tiny.", f"from {package}.") for path, text in files.items()}
+
+
+def gaps_repo(path: Path, gaps) -> Path:
+    return make_repo(path, {name: text for gap in gaps for name, text in gap_files(gap).items()})
 
 
 def autotune_has_disk_cache() -> bool:
