@@ -48,20 +48,16 @@ def test_the_sanitizer_names_kernel_argument_offset_and_extent(tmp_path):
     assert "argument in_ptr: element offset 400 (byte 1600) is outside its allocation of 400 elements" in log
 
 
-def test_masked_kernel_passes_and_bf16_cells_are_skipped_as_an_interpreter_limitation(tmp_path):
+def test_a_masked_kernel_on_a_hard_coded_cuda_device_passes_only_with_the_redirect_and_skips_bf16_cells(tmp_path):
     repo = triton_repos.softmax_repo(tmp_path / "repo")
-    run = _run(repo, "tests/test_softmax.py", tmp_path)
+    run = _run(repo, "tests/test_softmax.py", tmp_path / "on")
     tier = run.receipt.cpu_tier
     assert run.exit == 0 and run.stats.executed == 2 and run.stats.skipped == 1
+    assert tier["redirected_device_calls"] >= 2
+    # bf16 cells are an interpreter limitation, said as such
     assert tier["bf16_skipped"] == ["tests/test_softmax.py::test_softmax[2-64-bf16]"]
     assert cpu_tier.BF16_REASON in Path(run.stats.junit_xml).read_text()
     assert tier["violations"] == [] and tier["versions"]["TRITON_INTERPRET"] == "1"
-
-
-def test_hard_coded_cuda_device_runs_on_the_cpu_only_with_the_redirect(tmp_path):
-    repo = triton_repos.softmax_repo(tmp_path / "repo")
-    redirected = _run(repo, "tests/test_softmax.py", tmp_path / "on")
-    assert redirected.exit == 0 and redirected.receipt.cpu_tier["redirected_device_calls"] >= 2
     plain = _run(repo, "tests/test_softmax.py", tmp_path / "off", cpu_tier=None,
                  env_extra={"TRITON_INTERPRET": "1"})
     assert plain.exit != 0 and plain.receipt.cpu_tier is None
