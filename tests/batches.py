@@ -1,4 +1,5 @@
-"""An eight-PR batch against the tiled repository, and running it through doit (tests and bench)."""
+"""An eight-PR batch against the tiled repository, running it through doit, and what a workspace's
+store says it launched (tests and bench)."""
 from __future__ import annotations
 
 import json
@@ -65,3 +66,9 @@ def base_runs_per_key(home: Path) -> Counter:
     """How often each base key's base-repo target was launched."""
     return Counter(row["key"] for row in Store(home / "cache").launches()
                    if row["kind"] == "base" and row["run"] == "base-repo")
+
+
+def launches(home: Path, label: str) -> dict[str, list[str]]:
+    """The runs a label's validation launched, per evidence kind, in launch order."""
+    rows = [row for row in Store(home / "cache").launches() if row["label"] == label]
+    return {kind: [row["run"] for row in rows if row["kind"] == kind] for kind in ("prepare", "base", "head")}

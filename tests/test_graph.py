@@ -81,22 +81,55 @@ def doit(home: Path, *args: str, **popen) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=600, **popen)
 
 
-def test_doit_report_rebuilds_identical_json_without_the_worktree(tiled, validate, home, tmp_path):
-    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", "pr-5", *GRID)
-    published = home / "reports" / "pr-5" / "validation_report.json"
+def test_doit_report_rebuilds_identical_json_without_the_worktree_and_the_cache_lists_and_collects(tiled, validate,
+                                                                                                   home, tmp_path):
+    label = "pr-1-the-tail-tile-fix-rebased-onto-the-nightly-base"  # longer than any fixed column
+    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", label, *GRID)
+    published = home / "reports" / label / "validation_report.json"
     original = published.read_bytes()
     launches = len(Store(home / "cache").launches())
     shutil.rmtree(home / "reports")
     shutil.rmtree(tiled)  # the worktree is gone: regeneration reads stored evidence only
-    done = doit(home, "report", "label=pr-5")
+    done = doit(home, "report", f"label={label}")
     assert done.returncode == 0, done.stderr
     assert published.read_bytes() == original
     # the pages are redrawn from the published JSON too
-    assert "PASS · pr-5" in (home / "reports" / "pr-5" / "index.html").read_text()
-    assert 'data-label="pr-5"' in (home / "reports" / "index.html").read_text()
+    assert f"PASS · {label}" in (home / "reports" / label / "index.html").read_text()
+    assert f'data-label="{label}"' in (home / "reports" / "index.html").read_text()
     assert len(Store(home / "cache").launches()) == launches
     every = doit(home, "report")
-    assert every.returncode == 0 and "pr-5: PASS" in every.stdout
+    assert every.returncode == 0 and f"{label}: PASS" in every.stdout
+
+    # the cache lists and collects what the validation stored, with no worktree either
+    listing = doit(home, "cache")
+    assert listing.returncode == 0 and "base" in listing.stdout and label in listing.stdout
+    record = Store(home / "cache").label(label)
+    lines = [line for line in doit(home, "cache", f"base={record['base_oid']}").stdout.splitlines() if line.strip()]
+    header = next(line for line in lines if line.split()[:2] == ["kind", "key"])
+    rows = [line for line in lines if label in line]
+    assert [row.split() for row in rows] == [
+        [kind, key, label, *row.split()[3:]] for kind, key, row in
+        zip(("prepare", "base", "head"), (label, record["base_key"], record["head_key"]), rows)]
+    assert {row.rindex(label) for row in rows} == {header.index("labels")}  # columns as wide as their values
+    pasted = rows[0].split()[2]
+    rebuilt = doit(home, "report", f"label={pasted}")
+    verdict = json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
+    assert rebuilt.returncode == 0 and f"{label}: {verdict}" in rebuilt.stdout
+    assert label not in doit(home, "cache", "base=" + "0" * 40).stdout
+    kept = doit(home, "cache-gc", "older=30d")
+    assert "removed 0 evidence entries" in kept.stdout
+    assert len(Store(home / "cache").entries()) == 3
+    copy = tmp_path / "copied-home"  # the index holds paths relative to the store: a copy is whole
+    shutil.copytree(home, copy)
+    assert "removed 3 evidence entries" in doit(copy, "cache-gc", "older=0s").stdout
+    assert len(Store(home / "cache").entries()) == 3 and doit(home, "report", f"label={label}").returncode == 0
+    gone = doit(home, "cache-gc", "older=0s")
+    assert "removed 3 evidence entries" in gone.stdout and Store(home / "cache").entries() == []
+    assert Store(home / "cache").labels() == []  # label records go with their evidence
+    report = doit(home, "report", f"label={label}")
+    assert report.returncode == 64 and len(report.stderr.strip().splitlines()) == 1
+    assert "stored evidence is gone" in report.stderr and "Traceback" not in report.stderr
+    assert doit(home, "cache-gc", "older=soon").returncode == 64
 
 
 def write_manifest(tiled, tmp_path, labels=("clean", "tail", "loose")) -> Path:
@@ -139,40 +172,6 @@ def test_a_killed_batch_resumes_without_rerunning_the_base(tiled, home, tmp_path
     done = doit(home, "batch", f"manifest={manifest}")
     assert len([row for row in base_launches(home) if row["run"] == "base-repo"]) == 1
     assert (home / "reports" / "nightly" / "index.md").is_file(), done.stdout
-
-
-def test_cache_listing_and_collection(tiled, validate, home, tmp_path):
-    label = "pr-1-the-tail-tile-fix-rebased-onto-the-nightly-base"  # longer than any fixed column
-    validate(tiled, "--patch", str(docs_patch(tiled, tmp_path)), "--label", label, *GRID)
-    listing = doit(home, "cache")
-    assert listing.returncode == 0 and "base" in listing.stdout and label in listing.stdout
-    record = Store(home / "cache").label(label)
-    lines = [line for line in doit(home, "cache", f"base={record['base_oid']}").stdout.splitlines() if line.strip()]
-    header = next(line for line in lines if line.split()[:2] == ["kind", "key"])
-    rows = [line for line in lines if label in line]
-    assert [row.split() for row in rows] == [
-        [kind, key, label, *row.split()[3:]] for kind, key, row in
-        zip(("prepare", "base", "head"), (label, record["base_key"], record["head_key"]), rows)]
-    assert {row.rindex(label) for row in rows} == {header.index("labels")}  # columns as wide as their values
-    pasted = rows[0].split()[2]
-    rebuilt = doit(home, "report", f"label={pasted}")
-    verdict = json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
-    assert rebuilt.returncode == 0 and f"{label}: {verdict}" in rebuilt.stdout
-    assert label not in doit(home, "cache", "base=" + "0" * 40).stdout
-    kept = doit(home, "cache-gc", "older=30d")
-    assert "removed 0 evidence entries" in kept.stdout
-    assert len(Store(home / "cache").entries()) == 3
-    copy = tmp_path / "copied-home"  # the index holds paths relative to the store: a copy is whole
-    shutil.copytree(home, copy)
-    assert "removed 3 evidence entries" in doit(copy, "cache-gc", "older=0s").stdout
-    assert len(Store(home / "cache").entries()) == 3 and doit(home, "report", f"label={label}").returncode == 0
-    gone = doit(home, "cache-gc", "older=0s")
-    assert "removed 3 evidence entries" in gone.stdout and Store(home / "cache").entries() == []
-    assert Store(home / "cache").labels() == []  # label records go with their evidence
-    report = doit(home, "report", f"label={label}")
-    assert report.returncode == 64 and len(report.stderr.strip().splitlines()) == 1
-    assert "stored evidence is gone" in report.stderr and "Traceback" not in report.stderr
-    assert doit(home, "cache-gc", "older=soon").returncode == 64
 
 
 def test_a_second_validator_on_a_busy_worktree_is_refused(tiled, home, tmp_path):

@@ -216,9 +216,11 @@ def test_doit_serve_serves_the_pages_on_localhost_only(tmp_path):
     publish(home / "reports", compose("pr-1", grid_failing_one_cell()))
     errors = tmp_path / "serve.stderr"
     with errors.open("w") as stderr:  # with every thread's stack, should SIGINT not stop it
+        # started as a script's background job starts it, with SIGINT ignored: Ctrl-C must still stop it
         server = subprocess.Popen([sys.executable, "-m", "doit", "-f", str(PROJECT / "dodo.py"), "serve", "port=0"],
                                   cwd=PROJECT, env={**os.environ, "KVTASKS_HOME": str(home), "PYTHONFAULTHANDLER": "1"},
-                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         line = ""
         while "http://" not in line:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import signal
 from urllib.parse import quote
 from pathlib import Path
 from typing import Any
@@ -144,13 +145,23 @@ def rewrite_tables(reports: Path) -> None:
 
 # -- doit serve ------------------------------------------------------------------------------------
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
 def serve(reports: Path, port: int) -> None:
-    """Serve reports/ on localhost only, for people who prefer a URL to a file; Ctrl-C stops it."""
+    """Serve reports/ on localhost only, for people who prefer a URL to a file; Ctrl-C (SIGINT) or
+    SIGTERM stops it. Both are handled here: a server started from a script's background job
+    inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt."""
     rewrite_tables(reports)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(reports))
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        before = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         print(f"serving {reports} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
+        finally:
+            for sig, disposition in before.items():
+                signal.signal(sig, disposition)

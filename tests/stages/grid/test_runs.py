@@ -1,6 +1,6 @@
 """How many times a validation launches the target, per side and channel: on the argnames channel one
 pytest session per side runs the repository's tests, the grid and the poisoned cell, and still has
-to prove the channel; the env and cli channels cannot merge."""
+to prove the channel; the env and cli channels cannot merge (their launches: test_stage.py)."""
 import json
 import os
 from pathlib import Path
@@ -9,6 +9,7 @@ import pytest
 
 from kvtasks.front import cli
 from kvtasks.evidence.store import Store
+from tests.batches import launches
 from tests.kernel_repos import ARGNAMES_TEST, TILED, TILED_TAIL_BUG, git, make_patch, snapshot, tiled_repo
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
@@ -18,11 +19,6 @@ ARGNAMES = ["--target", "tests/test_argnames.py", "--shape-argnames", "M,N,dtype
 @pytest.fixture
 def tiled(tmp_path):
     return tiled_repo(tmp_path / "tiled")
-
-
-def launches(home: Path, label: str) -> dict[str, list[str]]:
-    rows = [row for row in Store(home / "cache").launches() if row["label"] == label]
-    return {kind: [row["run"] for row in rows if row["kind"] == kind] for kind in ("prepare", "base", "head")}
 
 
 def patch(repo: Path, tmp_path: Path, name: str, kernel: str) -> str:
@@ -35,14 +31,19 @@ def test_the_argnames_channel_runs_one_session_per_side_and_reuses_the_base(tile
                        *grid)
     assert blocked.verdict == "BLOCK"
     assert launches(home, "tail") == {"prepare": [], "base": ["base-session"], "head": ["head-session"]}
+    selection = blocked.report["test_selection"]
+    assert selection["grid_channel"] == "pytest" and selection["grid_independence"] == "adds-coverage"
     stage = blocked.stage("correctness_grid")
+    assert stage["status"] == "fail" and stage["stats"]["executed"] == 3 and stage["stats"]["failures"] == 2
     # the proof is still the poisoned cell failing, now an item of the session, beside repo tests that passed
     assert stage["hook_proof"] == "the poisoned cell failed in the merged session head-session"
     assert blocked.stage("baseline_control")["s1_grid"]["hook_proof"].endswith("merged session base-session")
     assert blocked.stage("correctness_repo_tests")["stats"]["executed"] == 2  # the mark's own two cells only
     assert stage["cells"] == {"64,2000,f32": "executed", "4,128,f32": "executed", "3,100,f16": "executed"}
     assert any("(failing cells 64,2000,f32, 3,100,f16)" in f["detail"] for f in blocked.findings("blocker"))
-    assert "head-grid items of the merged session head-session" in blocked.stage("execution_receipt")["receipt_scope"]
+    receipt = blocked.stage("execution_receipt")
+    assert "head-grid items of the merged session head-session" in receipt["receipt_scope"]
+    assert receipt["shape_namespace"].startswith("pytest parametrize cells")
     assert "reused_from" not in blocked.stage("baseline_control")
 
     clean = validate(tiled, "--patch", patch(tiled, tmp_path, "clean", "# no change in behaviour\n" + TILED),
@@ -92,18 +93,6 @@ def test_a_session_a_grid_cell_kills_runs_its_parts_alone(tiled, validate, home,
     # the repository's own tests are judged from their own run, not from the session the grid killed
     assert result.stage("correctness_repo_tests")["status"] == "pass"
     assert result.stage("correctness_grid")["status"] == "fail"
-
-
-@pytest.mark.parametrize("channel", [
-    ["--target", "tests/test_env.py", "--shape-env", "TILED_SHAPES"],
-    ["--target", "bench/check_tiled.py", "--shape-arg", "--shapes"],
-], ids=["env", "cli"])
-def test_channels_that_cannot_merge_launch_each_part(tiled, validate, home, tmp_path, channel):
-    result = validate(tiled, "--patch", patch(tiled, tmp_path, "tail", TILED_TAIL_BUG), "--label", "apart",
-                      *channel, *ROUTE, "--grid", "64,2000,f32")
-    assert result.stage("correctness_grid")["status"] == "fail"
-    assert launches(home, "apart") == {"prepare": [], "base": ["base-repo", "base-grid-probe", "base-grid"],
-                                       "head": ["head-repo", "head-grid-probe", "head-grid"]}
 
 
 def test_without_a_gpu_the_head_run_gpu_requirement_made_is_adopted(tiled, home, tmp_path):

@@ -8,6 +8,7 @@ from kvtasks.stages import Context, StageResult, selection
 from kvtasks.stages.grid import channel, default_grid
 from kvtasks.stages.grid.plan import grid_seed
 from kvtasks.worktree import Worktree
+from tests.batches import launches
 from tests.kernel_repos import (ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT,
                                 TILED_TAIL_BUG, check, git, make_patch, make_repo, tiled_repo)
 from tests.kit import stage_context
@@ -28,9 +29,10 @@ def readme(repo, tmp_path):
     return make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch")
 
 
-def test_env_channel_finds_the_hidden_tail_bug(tiled, validate, tmp_path):
+# the argnames channel's cells, proof and launches: test_runs.py
+def test_env_channel_finds_the_hidden_tail_bug(tiled, validate, home, tmp_path):
     result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "tests/test_env.py",
-                      "--shape-env", "TILED_SHAPES", "--grid", "64,2000,f32", *ROUTE)
+                      "--shape-env", "TILED_SHAPES", "--grid", "64,2000,f32", "--label", "env", *ROUTE)
     assert result.stage("correctness_repo_tests")["status"] == "pass"  # its own aligned rows stay green
     selection = result.report["test_selection"]
     assert selection["grid_channel"] == "env"
@@ -45,19 +47,9 @@ def test_env_channel_finds_the_hidden_tail_bug(tiled, validate, tmp_path):
     assert receipt["status"] == "pass" and receipt["required_shapes"] == ["64,2000,f32"]
     assert receipt["executed_shapes"] == ["64,2000,f32"] and "head-grid" in receipt["receipt_scope"]
     assert result.verdict == "BLOCK"
-
-
-def test_pytest_argnames_channel_replaces_the_parametrize_cells(tiled, validate, tmp_path):
-    result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "tests/test_argnames.py",
-                      "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32;4,128,f32;3,100,f16", *ROUTE)
-    selection = result.report["test_selection"]
-    assert selection["grid_channel"] == "pytest" and selection["grid_independence"] == "adds-coverage"
-    grid = result.stage("correctness_grid")
-    assert grid["status"] == "fail" and grid["stats"]["executed"] == 3 and grid["stats"]["failures"] == 2
-    assert result.verdict == "BLOCK"
-    # each cell is its own JUnit item, so the blocker names the cells that failed, not the aligned one
-    assert any("(failing cells 64,2000,f32, 3,100,f16)" in f["detail"] for f in result.findings("blocker"))
-    assert result.stage("execution_receipt")["shape_namespace"].startswith("pytest parametrize cells")
+    # the env channel cannot merge: each part is a launch of its own
+    assert launches(home, "env") == {"prepare": [], "base": ["base-repo", "base-grid-probe", "base-grid"],
+                                     "head": ["head-repo", "head-grid-probe", "head-grid"]}
 
 
 def test_a_one_name_grid_hands_each_cell_over_as_the_value_itself(tiled, validate, tmp_path):
@@ -75,14 +67,17 @@ def test_rows(M):
     assert grid["status"] == "pass" and grid["stats"]["executed"] == 2 and grid["hook_probe_exit"] != 0, grid["note"]
 
 
-def test_cli_channel_on_a_script_target(tiled, validate, tmp_path):
+def test_cli_channel_on_a_script_target(tiled, validate, home, tmp_path):
     result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "bench/check_tiled.py",
-                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", *ROUTE)
+                      "--shape-arg", "--shapes", "--grid", "64,2000,f32", "--label", "cli", *ROUTE)
     selection = result.report["test_selection"]
     assert selection["runner"] == "script" and selection["grid_channel"] == "cli"
     assert selection["grid_independence"] == "adds-coverage"
     assert result.stage("correctness_grid")["status"] == "fail"
     assert result.verdict == "BLOCK"
+    # nor can the cli channel
+    assert launches(home, "cli") == {"prepare": [], "base": ["base-repo", "base-grid-probe", "base-grid"],
+                                     "head": ["head-repo", "head-grid-probe", "head-grid"]}
 
 
 TILED_FILES = {"kernels/__init__.py": "", "kernels/tiled.py": TILED, "tests/test_env.py": ENV_TEST,
