@@ -42,7 +42,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from kvtasks.system import cgroups, processes
+from kvtasks.system import cgroups, process_table, processes
 from kvtasks.records import Survivor
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -80,56 +80,52 @@ class Watch:
     subreaper: bool = False
     children_before: set[int] = field(default_factory=set)
     leader: int | None = None
-    leader_created: float | None = None
+    leader_started: int | None = None  # in clock ticks since boot, as /proc says it
 
     def started(self, pid: int) -> None:
         """The leader started (its pid is also its process group's id)."""
         self.leader = pid
-        try:
-            self.leader_created = psutil.Process(pid).create_time()
-        except psutil.Error:
-            self.leader_created = None
+        entry = process_table.stat(pid)
+        self.leader_started = entry.started if entry is not None else None
 
     def _scan(self) -> dict[int, tuple[str, str, int]]:
         """The launch's processes, zombies included, from one reading of the process table:
-        pid -> (how it was found, its status, its parent). What a daemon cannot shed finds it: its
+        pid -> (how it was found, its state letter, its parent). What a daemon cannot shed finds it: its
         process group as launched, the launch's cgroup, being the launcher's child by adoption
         (started no earlier than the leader, and not its child before: a process that took the
         reaped leader's pid included), or descending from one of those."""
         me = os.getpid()
-        table = {}
-        for process in psutil.process_iter(["ppid", "status", "create_time"]):
-            table[process.pid] = process.info
+        table = process_table.read()
         found: dict[int, tuple[str, str, int]] = {}
         members = set(cgroups.members(self.cgroup)) if self.cgroup is not None else set()
-        for pid, info in table.items():
+        for pid, entry in table.items():
             how = None
             if pid == me:
                 continue
             if pid in members:
                 how = "cgroup"
-            elif self.leader is not None and _group_of(pid) == self.leader:
+            elif self.leader is not None and entry.group == self.leader:
                 how = "process group"
-            elif self.subreaper and info["ppid"] == me and pid not in self.children_before \
-                    and (self.leader_created is None or (info["create_time"] or 0) >= self.leader_created):
+            elif self.subreaper and entry.parent == me and pid not in self.children_before \
+                    and (self.leader_started is None or entry.started >= self.leader_started):
                 how = "orphan"
             if how is not None:
-                found[pid] = (how, info["status"], info["ppid"])
+                found[pid] = (how, entry.state, entry.parent)
         children: dict[int, list[int]] = {}
-        for pid, info in table.items():
-            children.setdefault(info["ppid"], []).append(pid)
+        for pid, entry in table.items():
+            children.setdefault(entry.parent, []).append(pid)
         pending = list(found)
         while pending:
             for child in children.get(pending.pop(), []):
                 if child not in found and child != me:
-                    found[child] = ("descendant", table[child]["status"], table[child]["ppid"])
+                    found[child] = ("descendant", table[child].state, table[child].parent)
                     pending.append(child)
         return found
 
     def _settle(self, found: dict[int, tuple[str, str, int]]) -> tuple[list[int], int]:
         """(the live processes of a scan, how many of its dead the launcher reaped: its own children
         only, by pid)."""
-        alive = [pid for pid, (_, status, _) in found.items() if status != psutil.STATUS_ZOMBIE]
+        alive = [pid for pid, (_, state, _) in found.items() if state != process_table.ZOMBIE]
         return alive, self._reap([pid for pid, (_, _, parent) in found.items() if parent == os.getpid()])
 
     def end(self, bound_s: float = END_BOUND_S, grace_s: float = GRACE_S) -> list[Survivor]:
@@ -211,17 +207,11 @@ class Watch:
                 cgroups.end(self.cgroup)
 
 
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
 def watch() -> Watch:
     """Before a launch's leader starts: become a subreaper, note the children already here, and
     make the launch's cgroup where the host allows one."""
-    children = {child.pid for child in psutil.Process().children()}
+    me = os.getpid()
+    children = {pid for pid, entry in process_table.read().items() if entry.parent == me}
     return Watch(cgroup=cgroups.make(), subreaper=_prctl(_PR_SET_CHILD_SUBREAPER, 1), children_before=children)
 
 
