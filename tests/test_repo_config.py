@@ -58,6 +58,8 @@ def configured(tmp_path):
     branch(repo, "common", {"kernels/common.py": "FACTOR = 2.0  # the factor both kernels use\n",
                             "kernels/scale.py": KERNEL_TAIL_BUG})
     branch(repo, "docs", {"README.md": "kernels, documented\n"})
+    branch(repo, "unmapped", {"README.md": "kernels, documented\n", "kernels/__init__.py": "VERSION = 2\n",
+                              "setup.py": "from setuptools import setup\n\nsetup()\n"})
     branch(repo, "own-config", {"README.md": "docs\n",
                                 "pyproject.toml": CONFIG.replace('"kernels/scale.py" = ["scale"]', '"nothing" = []')})
     return repo
@@ -101,6 +103,35 @@ def test_a_pr_touching_no_mapped_file_is_the_usage_error(configured, home, idle_
     assert code == 64 and len(said) == 1
     assert "the PR changes README.md" in said[0] and "kernels/scale.py -> scale" in said[0]
     assert not (home / "reports").exists()
+
+
+def test_a_pr_changing_what_no_target_validates_is_never_nothing_to_validate(configured, home, idle_gpu, tmp_path,
+                                                                            capsys, monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step-summary.md"))
+    # even where the gate lets INCONCLUSIVE pass: nothing of the PR was tested
+    code = by_refs(configured, "unmapped", "--fail-on", "block")
+    said = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(said) == 1 and said[0].startswith("validate-kernel-pr: error: not validated: the PR "
+                                                               "changes kernels/__init__.py, setup.py, which no target")
+    pr = json.loads((home / "reports" / "unmapped" / "pr_report.json").read_text())
+    assert pr["verdict"] == "INCONCLUSIVE" and pr["unreached"] == ["kernels/__init__.py", "setup.py"]  # not README.md
+    posted = (home / "reports" / "unmapped" / "comment.md").read_text()
+    assert posted.startswith("## kvtasks: **INCONCLUSIVE** for `unmapped`: nothing of it was validated")
+    assert (tmp_path / "step-summary.md").read_text() == posted + "\n"
+    # documentation alone is nothing to validate
+    assert by_refs(configured, "docs") == 0
+    assert json.loads((home / "reports" / "docs" / "pr_report.json").read_text())["verdict"] is None
+
+
+def test_what_no_target_validates_is_any_file_but_documentation_ci_and_what_base_maps_to_no_target():
+    config = repo_config.RepoConfig(file="pyproject.toml", targets={"scale": {}},
+                                    map={"kernels/scale.py": ["scale"], "examples/*": []})
+    changed = ["README.md", "docs/conf.py", "kernels/README.rst", ".github/workflows/ci.yml", "LICENSE",
+               "examples/run.py", "kernels/scale.py", "kernels/configs/autotune.json", "csrc/scale.cu",
+               "CMakeLists.txt", "requirements.txt", "pyproject.toml", "tests/test_scale.py", "conftest.py"]
+    assert config.unreached(changed) == ["kernels/configs/autotune.json", "csrc/scale.cu", "CMakeLists.txt",
+                                         "requirements.txt", "pyproject.toml", "tests/test_scale.py", "conftest.py"]
 
 
 def test_base_configuration_is_used_and_a_pr_changing_it_is_told_so(configured, home, idle_gpu, tmp_path):

@@ -58,9 +58,14 @@ def single_request(workspace: Workspace, given: dict, demo_without_repo: bool = 
 
 def validation(workspace: Workspace, given: dict, demo_without_repo: bool = True) -> Namespace:
     """One PR: on one target, or on each target the repository's configuration maps its changes to
-    (in CI, a PR that touches no mapped file: nothing to validate, said in its report and comment)."""
+    (in CI, a PR that touches no mapped file: nothing to validate, or not validated where it changes
+    more than documentation and CI files, said in its report and comment)."""
     try:
         chosen = pr_targets.target_options(workspace, given)
+    except pr_targets.UnreachedChanges as unreached:
+        if not pr_targets.in_ci():
+            raise
+        raise pr_targets.write_unreached(workspace.reports, str(given.get("label") or "pr"), unreached) from None
     except pr_targets.NothingToValidate as nothing:
         if not pr_targets.in_ci():
             raise

@@ -3,9 +3,12 @@ the PR's own report when there are several: one report per target and, beside th
 verdict with each target's, as a fleet PR has per architecture.
 
 With refs (or a patch) and no --target, the targets are those the configuration's map sends the
-PR's changed files to; a PR that changes no mapped file is a usage error naming the files and the
-map, never a pass (in CI, where the variable CI is set, a one-line "nothing to validate" report and
-comment instead, and exit 0). `--target NAME` picks a named target. Options given by the caller win.
+PR's changed files to. A PR that changes no mapped file is a usage error naming the files and the
+map, never a pass. In CI (where the variable CI is set) it is instead, when it changes documentation
+and CI files only (or files base maps to no target), a one-line "nothing to validate" report and
+comment, exit 0; when it changes anything else, an INCONCLUSIVE report and comment naming what no
+target validates, exit 2 under every --fail-on. `--target NAME` picks a named target. Options given by
+the caller win.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from kvtasks.request.repo_config import RepoConfig, load
 from kvtasks.request import patch_paths
 from kvtasks.request.model import checked_label
 from kvtasks.system.files import write_atomic
-from kvtasks.errors import UsageError
+from kvtasks.errors import INCONCLUSIVE_EXIT, KvtasksError, UsageError
 from kvtasks.evidence.workspace import Workspace
 
 PR_REPORT = "pr_report.json"
@@ -36,6 +39,20 @@ class NothingToValidate(UsageError):
     def __init__(self, message: str, changed: list[str], file: str):
         super().__init__(message)
         self.changed, self.file = changed, file
+
+
+class UnreachedChanges(UsageError):
+    """The PR changes files no target validates, and no mapped file: nothing of it would be tested."""
+
+    def __init__(self, message: str, unreached: list[str], file: str):
+        super().__init__(message)
+        self.unreached, self.file = unreached, file
+
+
+class NotValidated(KvtasksError):
+    """In CI: a PR whose changes no target validates, said in its INCONCLUSIVE report and comment."""
+
+    exit_code = INCONCLUSIVE_EXIT
 
 
 def in_ci() -> bool:
@@ -56,6 +73,27 @@ def write_nothing_to_validate(reports: Path, label: str, nothing: NothingToValid
     write_atomic(folder / "summary.md", f"## kvtasks: nothing to validate\n\n{line}\n".encode())
     comment.append_to_step_summary(posted)
     return f"{line}\nreport: {folder / PR_REPORT}"
+
+
+def write_unreached(reports: Path, label: str, unreached: UnreachedChanges) -> NotValidated:
+    """In CI, a PR that changes files no target validates (and no mapped one): an INCONCLUSIVE report and
+    comment naming them; nothing was run, and a gate never passes it (exit 2 under every --fail-on)."""
+    folder = reports / checked_label(label)
+    files = unreached.unreached
+    line = (f"not validated: the PR changes {', '.join(files[:20])}{' ...' if len(files) > 20 else ''}, which no "
+            f"target of the map in base's {unreached.file} validates; map them in base's {unreached.file} (a glob "
+            f"mapped to [] needs no validation), or give --target")
+    write_atomic(folder / PR_REPORT, (json.dumps({"kvtasks_version": __version__, "label": label,
+                                                   "verdict": "INCONCLUSIVE", "process_exit_code": INCONCLUSIVE_EXIT,
+                                                   "not_validated": line, "unreached": files},
+                                                  indent=2) + "\n").encode())
+    posted = f"## kvtasks: **INCONCLUSIVE** for {comment.inline(label)}: nothing of it was validated\n\n{comment.inline(line)}\n"
+    write_atomic(folder / comment.COMMENT, posted.encode())
+    write_atomic(folder / "summary.md", f"## kvtasks: INCONCLUSIVE, not validated\n\n{line}\n".encode())
+    comment.append_to_step_summary(posted)
+    return NotValidated(f"{line} (report: {folder / PR_REPORT})")
+
+
 # worst first, as a fleet PR's archs are merged
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
 
@@ -97,11 +135,14 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
 def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
     names = config.targets_for(changed)
     if not names:
-        globs = "; ".join(f"{pattern} -> {', '.join(targets)}" for pattern, targets in config.map.items())
-        raise NothingToValidate(f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no "
-                                f"glob of the map in base's {config.file} matches any of them "
-                                f"({globs or 'the map is empty'}); give --target to validate it anyway",
-                                changed=changed, file=config.file)
+        globs = "; ".join(f"{pattern} -> {', '.join(targets) or 'no target'}" for pattern, targets in config.map.items())
+        said = (f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no glob of the map "
+                f"in base's {config.file} sends any of them to a target ({globs or 'the map is empty'}); give --target "
+                "to validate it anyway")
+        unreached = config.unreached(changed)
+        if unreached:
+            raise UnreachedChanges(said, unreached=unreached, file=config.file)
+        raise NothingToValidate(said, changed=changed, file=config.file)
     if len(names) == 1:
         return [{**config.options(names[0]), **given}]
     if given.get("out"):

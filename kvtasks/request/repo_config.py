@@ -9,6 +9,7 @@ kvtasks.toml (its top level, or its own [tool.kvtasks]).
     shape_vars = "M,N"
     [tool.kvtasks.map]                    # source globs -> the targets a change there needs
     "kernels/softmax*.py" = ["softmax"]
+    "examples/*" = []                     # a change here needs no target (declared by base)
 
 Only base's configuration is read (a PR cannot choose how it is validated); options given on the
 command line win over it. Values are typed (kvtasks.request.config_model): a tolerance table may be a
@@ -30,6 +31,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 # where the configuration lives, in the order they are looked for
 FILES = ("kvtasks.toml", "pyproject.toml")
+# what no test, kernel, build or dependency reads: documentation and CI files (fnmatch, `*` crossing
+# folders). A change of these alone is nothing to validate; any other file a map does not reach (a
+# constant, an autotune config, a C/CUDA source, a build file, a test) is a change nobody validated.
+NEEDS_NO_VALIDATION = ("*.md", "*.rst", "*.adoc", "docs/*", "doc/*", "LICENSE*", "COPYING*", "AUTHORS*", "NOTICE*",
+                       "CODEOWNERS", "*/CODEOWNERS", ".mailmap", ".editorconfig", ".gitignore", ".github/*",
+                       ".gitlab-ci.yml", ".gitlab/*", ".circleci/*", ".buildkite/*", "azure-pipelines.yml",
+                       ".pre-commit-config.yaml", ".readthedocs.yml", ".readthedocs.yaml")
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,14 @@ class RepoConfig:
             raise UsageError(f"--target {named!r} is neither a target named in base's {self.file} "
                              f"({', '.join(self.targets)}) nor a file of the checkout")
         return {**self.defaults, **given}
+
+    def unreached(self, changed: list[str]) -> list[str]:
+        """The changed files no target validates: matched by no glob of the map that names a target,
+        by none that base maps to no target (`"glob" = []`), and neither documentation nor CI."""
+        def reached(path: str) -> bool:
+            return any(fnmatch.fnmatchcase(path, pattern) for pattern in self.map) or \
+                any(fnmatch.fnmatchcase(path, pattern) for pattern in NEEDS_NO_VALIDATION)
+        return [path for path in changed if not reached(path)]
 
     def targets_for(self, changed: list[str]) -> list[str]:
         """The targets whose globs match a changed file, in the order the targets are declared."""
