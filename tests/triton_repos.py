@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -485,8 +486,11 @@ def gap_files(gap: str) -> dict[str, str]:
              "tests/test_scale.py": GAP_TEST.format(seeding=spec.get("seeding", ""), package="tiny"),
              **spec.get("files", {})}
     # the templates name the package `tiny` and the test module test_scale
-    return {path.replace("tiny/", f"{package}/").replace("tests/test_scale.py", f"tests/test_{gap}.py"):
-            text.replace("from tiny.", f"from {package}.") for path, text in files.items()}
+    renamed = {path.replace("tiny/", f"{package}/").replace("tests/test_scale.py", f"tests/test_{gap}.py"):
+               text.replace("from tiny.", f"from {package}.") for path, text in files.items()}
+    left = [path for path, text in renamed.items() if re.search(r"\btiny\b", path + text)]
+    assert not left, f"{gap}: the package is still named tiny in {left}"  # another spelling of the import
+    return renamed
 
 
 def gaps_repo(path: Path, gaps) -> Path:

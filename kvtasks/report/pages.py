@@ -15,6 +15,7 @@ import functools
 import http.server
 import json
 import signal
+import threading
 from urllib.parse import quote
 from pathlib import Path
 from typing import Any
@@ -151,14 +152,17 @@ def _stop(signum, frame):
 
 def serve(reports: Path, port: int) -> None:
     """Serve reports/ on localhost only, for people who prefer a URL to a file; Ctrl-C (SIGINT) or
-    SIGTERM stops it. Both are handled here: a server started from a script's background job
-    inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt."""
+    SIGTERM stops it, and it returns (exit 0). Both are handled here, in the main thread: a server
+    started from a script's background job inherits SIGINT ignored, and Python then never turns it
+    into KeyboardInterrupt."""
     rewrite_tables(reports)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(reports))
+    handled = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    before = {}
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
-        before = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        print(f"serving {reports} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
         try:
+            before.update({sig: signal.signal(sig, _stop) for sig in handled})
+            print(f"serving {reports} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
             server.serve_forever()
         except KeyboardInterrupt:
             pass
