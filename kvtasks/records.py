@@ -209,6 +209,7 @@ class Selection(Record):
     runner_selected_by_structure: str | None = None
     runner_structure_reason: str | None = None
     runner_risk: str | None = None
+    unvalidated_changes: list[str] | None = None  # changed files no target of base's map validates
     # the grid's channel step -> keys, receipt, report; the grid stage updates independence and axes
     grid_channel: Literal["", "env", "cli", "pytest"] | None = None
     grid_channel_basis: str | None = None

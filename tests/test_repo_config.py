@@ -15,6 +15,7 @@ from kvtasks.request import repo_config, validate_request
 from kvtasks.stages.policy.criteria import parse_tol_table
 from kvtasks.errors import UsageError
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_repo, write_files
+from tests.kit import stage_context
 
 CONFIG = '''[project]
 name = "kernels"
@@ -58,6 +59,7 @@ def configured(tmp_path):
     branch(repo, "common", {"kernels/common.py": "FACTOR = 2.0  # the factor both kernels use\n",
                             "kernels/scale.py": KERNEL_TAIL_BUG})
     branch(repo, "docs", {"README.md": "kernels, documented\n"})
+    branch(repo, "mixed", {"kernels/scale.py": KERNEL_TAIL_BUG, "csrc/scale.cu": "// the CUDA build of scale\n"})
     branch(repo, "unmapped", {"README.md": "kernels, documented\n", "kernels/__init__.py": "VERSION = 2\n",
                               "setup.py": "from setuptools import setup\n\nsetup()\n"})
     branch(repo, "own-config", {"README.md": "docs\n",
@@ -122,6 +124,35 @@ def test_a_pr_changing_what_no_target_validates_is_never_nothing_to_validate(con
     # documentation alone is nothing to validate
     assert by_refs(configured, "docs") == 0
     assert json.loads((home / "reports" / "docs" / "pr_report.json").read_text())["verdict"] is None
+
+
+def test_what_a_pr_changes_beside_its_mapped_files_is_named_and_keeps_the_report_from_pass(configured, home, idle_gpu):
+    by_refs(configured, "mixed")
+    chosen = report(home, "mixed")
+    assert chosen["test_selection"]["target"] == "tests/test_scale.py"
+    assert chosen["test_selection"]["unvalidated_changes"] == ["csrc/scale.cu"]
+    [said] = [f for f in chosen["findings"] if f["rule"] == "config.not-validated"]
+    assert said["severity"] == "note" and "csrc/scale.cu, which no target of base's map validates" in said["detail"]
+    assert chosen["verdict"] == "BLOCK"  # the tail bug the mapped target caught still blocks
+    # a PR of mapped files alone carries none
+    by_refs(configured, "tail-bug")
+    assert "unvalidated_changes" not in report(home, "tail-bug")["test_selection"]
+
+
+def test_no_pass_while_a_changed_file_is_validated_by_no_target():
+    from types import SimpleNamespace
+
+    from kvtasks.stages import selection
+
+    ctx = stage_context({"tests/test_x.py": "def test_x():\n    pass\n"}, target="tests/test_x.py",
+                        unvalidated_changes=("csrc/scale.cu",))
+    decided = selection.run(ctx)
+    assert decided.selection.unvalidated_changes == ["csrc/scale.cu"]
+    assert [f.rule for f in decided.findings] == ["config.not-validated"]
+    shown = SimpleNamespace(expected_route="kernels.scale:scale_rows", shape_vars="M,N", runner="pytest")
+    assert selection.passes(SimpleNamespace(test_selection=SimpleNamespace(**vars(shown), unvalidated_changes=None))) == []
+    assert selection.passes(SimpleNamespace(test_selection=SimpleNamespace(**vars(shown), unvalidated_changes=[
+        "csrc/scale.cu"]))) == ["the PR changes csrc/scale.cu, which no target validates"]
 
 
 def test_what_no_target_validates_is_any_file_but_documentation_ci_and_what_base_maps_to_no_target():

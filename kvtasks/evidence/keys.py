@@ -95,7 +95,9 @@ def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: 
 # option that is keyed (the namespaces), where things are, or what reaches the keys through what it
 # decides (the interpreter and PYLIB through the runtime hash, the grid's secret through the cells).
 REQUEST_FIELDS = {"source": "neither", "network_namespace": "neither", "sandbox_namespace": "neither",
-                  "readonly": "neither", "default_out": "neither", "host": "neither", "resolved": "neither"}
+                  "readonly": "neither", "default_out": "neither", "host": "neither", "resolved": "neither",
+                  # said by prepare's selection, which runs for every validation
+                  "unvalidated_changes": "neither"}
 HOST_SETTINGS = {"pylib": "neither", "python_bin": "neither", "picker": "neither", "gpu_arch": "neither",
                  "grid_secret": "neither", "gpu_reclaim_s": "neither", "idle": "neither", "heartbeat_s": "neither",
                  "timeout": "base",

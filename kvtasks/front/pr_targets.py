@@ -143,14 +143,16 @@ def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
         if unreached:
             raise UnreachedChanges(said, unreached=unreached, file=config.file)
         raise NothingToValidate(said, changed=changed, file=config.file)
+    # what the PR changes beside the mapped files that no target validates: each report says so and cannot PASS
+    unvalidated = {"unvalidated_changes": unreached} if (unreached := config.unreached(changed)) else {}
     if len(names) == 1:
-        return [{**config.options(names[0]), **given}]
+        return [{**config.options(names[0]), **given, **unvalidated}]
     if given.get("out"):
         raise UsageError(f"--out names one report, and this PR needs {len(names)} targets ({', '.join(names)}); "
                    "their reports go to the workspace's reports/<label>.<target>/")
     label = str(given.get("label") or "pr")
     shared = {key: value for key, value in given.items() if key != "default_out"}
-    return [{**config.options(name), **shared, "label": f"{label}.{name}"} for name in names]
+    return [{**config.options(name), **shared, **unvalidated, "label": f"{label}.{name}"} for name in names]
 
 
 def pr_label(labels: list[str]) -> str:

@@ -10,7 +10,6 @@ is held; `resolved` says whether it ran.
 from __future__ import annotations
 
 import hashlib
-
 import os
 import re
 from pathlib import Path
@@ -116,6 +115,7 @@ class Request(BaseModel):
         "reports/<label>/ copy is written)", path=True, keys="neither")] = None
     # the report copy a front door writes when --out is not given; resolve() drops it inside the worktree
     default_out: str | None = None
+    unvalidated_changes: tuple[str, ...] = ()  # changed files base's map sends to no target: no PASS (pr_targets)
     host: HostSettings = Field(default_factory=HostSettings.from_environ)
     # whether resolve() has checked it against the worktree and the host (and found the namespaces)
     resolved: bool = False

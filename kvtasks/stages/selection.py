@@ -83,6 +83,12 @@ def run(ctx: Context) -> StageResult:
     if provenance in ("pr-added", "pr-modified"):
         stage_result.finding("selection.provenance", "note", f"target is {provenance}: {provenance_reason}")
 
+    if request.unvalidated_changes:
+        selection["unvalidated_changes"] = list(request.unvalidated_changes)
+        stage_result.finding("config.not-validated", "note",
+                             f"the PR also changes {', '.join(request.unvalidated_changes)}, which no target of base's "
+                             "map validates: no run here tests them")
+
     configuration = _configuration_changes(ctx)
     if configuration:
         stage_result.finding("config.changed-by-pr", "note",
@@ -117,10 +123,12 @@ def passes(report: Report) -> list[str]:
         missing.append("--expected-route and --shape-vars are required for PASS")
     if selection.runner not in ("pytest", "script"):
         missing.append("no runner")
+    if selection.unvalidated_changes:
+        missing.append(f"the PR changes {', '.join(selection.unvalidated_changes)}, which no target validates")
     return missing
 
 
 STAGE = StageSpec(NAME, run, passes=passes, sets=(
     "target", "shape_env", "shape_arg", "shape_argnames", "grid", "expected_route", "shape_vars", "axes_requested",
     "test_provenance", "test_provenance_reason", "runner", "runner_reason", "runner_basis", "runner_selected_by_structure",
-    "runner_structure_reason", "runner_risk"))
+    "runner_structure_reason", "runner_risk", "unvalidated_changes"))

@@ -22,7 +22,9 @@ PUBLISHED = {"1": "9f6e3b189e18bf272bf363542a63fd5e23377e5148e563cc60968459af2d1
              # 4.1.0 adds logs: each launch's log, copied beside the report, by a path relative to reports/
              "4.1.0": "dca9a311db35185f7b4dcded50cb0830e744dcfcef92d44133e9d7cc3f7698c6",
              # 4.2.0 adds cpu_tier.device_name: the device name torch.cuda answered on the CPU tier
-             "4.2.0": "ebd08abe1547920fd161a8497a733313ba91f14ba524c2797d5f52eb6eaf4677"}
+             "4.2.0": "ebd08abe1547920fd161a8497a733313ba91f14ba524c2797d5f52eb6eaf4677",
+             # 4.3.0 adds test_selection.unvalidated_changes: changed files no target of base's map validates
+             "4.3.0": "3f1fd9bf8d7ad4af7bcd1ef91ab952546980dd46a08c0f2774105a0daf203322"}
 
 
 def schema_text() -> str:
