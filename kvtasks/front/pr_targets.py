@@ -7,8 +7,9 @@ PR's changed files to. A PR that changes no mapped file is a usage error naming 
 map, never a pass. In CI (where the variable CI is set) it is instead, when it changes documentation
 and CI files only (or files base maps to no target), a one-line "nothing to validate" report and
 comment, exit 0; when it changes anything else, an INCONCLUSIVE report and comment naming what no
-target validates, exit 2 under every --fail-on. `--target NAME` picks a named target. Options given by
-the caller win.
+target validates, exit 2 under every --fail-on. Where the PR changes mapped files and others no target
+validates, each target's report names those (`unvalidated_changes`) and cannot PASS. `--target NAME`
+picks a named target. Options given by the caller win.
 """
 from __future__ import annotations
 
