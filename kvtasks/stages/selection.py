@@ -86,7 +86,7 @@ def run(ctx: Context) -> StageResult:
     if request.unvalidated_changes:
         selection["unvalidated_changes"] = list(request.unvalidated_changes)
         stage_result.finding("config.not-validated", "note",
-                             f"the PR also changes {', '.join(request.unvalidated_changes)}, which no target of base's "
+                             f"the PR also changes {_named(request.unvalidated_changes)}, which no target of base's "
                              "map validates: no run here tests them")
 
     configuration = _configuration_changes(ctx)
@@ -116,6 +116,10 @@ def run(ctx: Context) -> StageResult:
     return stage_result
 
 
+def _named(files) -> str:
+    return ", ".join(files[:20]) + (f" and {len(files) - 20} more" if len(files) > 20 else "")
+
+
 def passes(report: Report) -> list[str]:
     """PASS names the route it watched and the shapes it covered, and ran the target somehow."""
     selection, missing = report.test_selection, []
@@ -124,7 +128,7 @@ def passes(report: Report) -> list[str]:
     if selection.runner not in ("pytest", "script"):
         missing.append("no runner")
     if selection.unvalidated_changes:
-        missing.append(f"the PR changes {', '.join(selection.unvalidated_changes)}, which no target validates")
+        missing.append(f"the PR changes {_named(selection.unvalidated_changes)}, which no target validates")
     return missing
 
 
