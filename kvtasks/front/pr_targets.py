@@ -60,39 +60,43 @@ def in_ci() -> bool:
     return os.environ.get(CI_VARIABLE, "").strip().lower() in ("1", "true", "yes")
 
 
+def _listed(files: list[str]) -> str:
+    return f"{', '.join(files[:20])}{' ...' if len(files) > 20 else ''}"
+
+
+def _say_without_a_run(reports: Path, label: str, record: dict, heading: str, summary: str, line: str) -> Path:
+    """A PR's one-line answer when nothing was run: its pr_report.json (`record` in it), comment and
+    summary, and the step summary; the report's path."""
+    folder = reports / checked_label(label)
+    write_atomic(folder / PR_REPORT, (json.dumps({"kvtasks_version": __version__, "label": label, **record},
+                                                  indent=2) + "\n").encode())
+    posted = f"## kvtasks: {heading} for {comment.inline(label)}{summary}\n\n{comment.inline(line)}\n"
+    write_atomic(folder / comment.COMMENT, posted.encode())
+    write_atomic(folder / "summary.md", f"## kvtasks: {heading}\n\n{line}\n".encode())
+    comment.append_to_step_summary(posted)
+    return folder / PR_REPORT
+
+
 def write_nothing_to_validate(reports: Path, label: str, nothing: NothingToValidate) -> str:
     """In CI, a PR that touches no mapped file gets a one-line report and comment (and exits 0): what
     it changed and which map said so; nothing was run."""
-    folder = reports / checked_label(label)
     line = (f"nothing to validate: the PR changes no file the map in base's {nothing.file} sends to a target "
-            f"({', '.join(nothing.changed[:20])}{' ...' if len(nothing.changed) > 20 else ''})")
-    write_atomic(folder / PR_REPORT, (json.dumps({"kvtasks_version": __version__, "label": label, "verdict": None,
-                                                   "nothing_to_validate": line, "changed": nothing.changed},
-                                                  indent=2) + "\n").encode())
-    posted = f"## kvtasks: nothing to validate for {comment.inline(label)}\n\n{comment.inline(line)}\n"
-    write_atomic(folder / comment.COMMENT, posted.encode())
-    write_atomic(folder / "summary.md", f"## kvtasks: nothing to validate\n\n{line}\n".encode())
-    comment.append_to_step_summary(posted)
-    return f"{line}\nreport: {folder / PR_REPORT}"
+            f"({_listed(nothing.changed)})")
+    written = _say_without_a_run(reports, label, {"verdict": None, "nothing_to_validate": line,
+                                                  "changed": nothing.changed}, "nothing to validate", "", line)
+    return f"{line}\nreport: {written}"
 
 
 def write_unreached(reports: Path, label: str, unreached: UnreachedChanges) -> NotValidated:
     """In CI, a PR that changes files no target validates (and no mapped one): an INCONCLUSIVE report and
     comment naming them; nothing was run, and a gate never passes it (exit 2 under every --fail-on)."""
-    folder = reports / checked_label(label)
-    files = unreached.unreached
-    line = (f"not validated: the PR changes {', '.join(files[:20])}{' ...' if len(files) > 20 else ''}, which no "
-            f"target of the map in base's {unreached.file} validates; map them in base's {unreached.file} (a glob "
-            f"mapped to [] needs no validation), or give --target")
-    write_atomic(folder / PR_REPORT, (json.dumps({"kvtasks_version": __version__, "label": label,
-                                                   "verdict": "INCONCLUSIVE", "process_exit_code": INCONCLUSIVE_EXIT,
-                                                   "not_validated": line, "unreached": files},
-                                                  indent=2) + "\n").encode())
-    posted = f"## kvtasks: **INCONCLUSIVE** for {comment.inline(label)}: nothing of it was validated\n\n{comment.inline(line)}\n"
-    write_atomic(folder / comment.COMMENT, posted.encode())
-    write_atomic(folder / "summary.md", f"## kvtasks: INCONCLUSIVE, not validated\n\n{line}\n".encode())
-    comment.append_to_step_summary(posted)
-    return NotValidated(f"{line} (report: {folder / PR_REPORT})")
+    line = (f"not validated: the PR changes {_listed(unreached.unreached)}, which no target of the map in base's "
+            f"{unreached.file} validates; map them in base's {unreached.file} (a glob mapped to [] needs no "
+            "validation), or give --target")
+    written = _say_without_a_run(reports, label, {"verdict": "INCONCLUSIVE", "process_exit_code": INCONCLUSIVE_EXIT,
+                                                  "not_validated": line, "unreached": unreached.unreached},
+                                 "**INCONCLUSIVE**", ": nothing of it was validated", line)
+    return NotValidated(f"{line} (report: {written})")
 
 
 # worst first, as a fleet PR's archs are merged
@@ -137,7 +141,7 @@ def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
     names = config.targets_for(changed)
     if not names:
         globs = "; ".join(f"{pattern} -> {', '.join(targets) or 'no target'}" for pattern, targets in config.map.items())
-        said = (f"the PR changes {', '.join(changed[:20])}{' ...' if len(changed) > 20 else ''}, and no glob of the map "
+        said = (f"the PR changes {_listed(changed)}, and no glob of the map "
                 f"in base's {config.file} sends any of them to a target ({globs or 'the map is empty'}); give --target "
                 "to validate it anyway")
         unreached = config.unreached(changed)
