@@ -158,11 +158,14 @@ def test_no_pass_while_a_changed_file_is_validated_by_no_target():
 def test_what_no_target_validates_is_any_file_but_documentation_ci_and_what_base_maps_to_no_target():
     config = repo_config.RepoConfig(file="pyproject.toml", targets={"scale": {}},
                                     map={"kernels/scale.py": ["scale"], "examples/*": []})
-    changed = ["README.md", "docs/conf.py", "kernels/README.rst", ".github/workflows/ci.yml", "LICENSE",
-               "examples/run.py", "kernels/scale.py", "kernels/configs/autotune.json", "csrc/scale.cu",
-               "CMakeLists.txt", "requirements.txt", "pyproject.toml", "tests/test_scale.py", "conftest.py"]
+    changed = ["README.md", "docs/conf.py", ".github/workflows/ci.yml", "LICENSE", "examples/run.py",
+               "kernels/scale.py", "kernels/configs/autotune.json", "csrc/scale.cu", "CMakeLists.txt",
+               "requirements.txt", "pyproject.toml", "tests/test_scale.py", "conftest.py",
+               # a document inside the package may be data the package reads
+               "kernels/README.md", "kernels/prompts/template.rst"]
     assert config.unreached(changed) == ["kernels/configs/autotune.json", "csrc/scale.cu", "CMakeLists.txt",
-                                         "requirements.txt", "pyproject.toml", "tests/test_scale.py", "conftest.py"]
+                                         "requirements.txt", "pyproject.toml", "tests/test_scale.py", "conftest.py",
+                                         "kernels/README.md", "kernels/prompts/template.rst"]
 
 
 def test_base_configuration_is_used_and_a_pr_changing_it_is_told_so(configured, home, idle_gpu, tmp_path):

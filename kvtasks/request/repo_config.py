@@ -31,12 +31,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 # where the configuration lives, in the order they are looked for
 FILES = ("kvtasks.toml", "pyproject.toml")
-# what no test, kernel, build or dependency reads: documentation and CI files (fnmatch, `*` crossing
-# folders). A change of these alone is nothing to validate; any other file a map does not reach (a
-# constant, an autotune config, a C/CUDA source, a build file, a test) is a change nobody validated.
-NEEDS_NO_VALIDATION = ("*.md", "*.rst", "*.adoc", "docs/*", "doc/*", "LICENSE*", "COPYING*", "AUTHORS*", "NOTICE*",
-                       "CODEOWNERS", "*/CODEOWNERS", ".mailmap", ".editorconfig", ".gitignore", ".github/*",
-                       ".gitlab-ci.yml", ".gitlab/*", ".circleci/*", ".buildkite/*", "azure-pipelines.yml",
+# what no test, kernel, build or dependency reads: documentation and CI files. A change of these alone
+# is nothing to validate; any other file a map does not reach (a constant, an autotune config, a C/CUDA
+# source, a build file, a test, a document inside the package, which it may read as data) is a change
+# nobody validated. Folders by fnmatch (`*` crossing folders); documents at the top level only.
+NEEDS_NO_VALIDATION = ("docs/*", "doc/*", ".github/*", ".gitlab/*", ".circleci/*", ".buildkite/*")
+TOP_LEVEL_DOCUMENTS = ("*.md", "*.rst", "*.adoc", "LICENSE*", "COPYING*", "AUTHORS*", "NOTICE*", "CODEOWNERS",
+                       ".mailmap", ".editorconfig", ".gitignore", ".gitlab-ci.yml", "azure-pipelines.yml",
                        ".pre-commit-config.yaml", ".readthedocs.yml", ".readthedocs.yaml")
 
 
@@ -70,8 +71,8 @@ class RepoConfig:
         """The changed files no target validates: matched by no glob of the map that names a target,
         by none that base maps to no target (`"glob" = []`), and neither documentation nor CI."""
         def reached(path: str) -> bool:
-            return any(fnmatch.fnmatchcase(path, pattern) for pattern in self.map) or \
-                any(fnmatch.fnmatchcase(path, pattern) for pattern in NEEDS_NO_VALIDATION)
+            documents = TOP_LEVEL_DOCUMENTS if "/" not in path else ()
+            return any(fnmatch.fnmatchcase(path, pattern) for pattern in (*self.map, *NEEDS_NO_VALIDATION, *documents))
         return [path for path in changed if not reached(path)]
 
     def targets_for(self, changed: list[str]) -> list[str]:
