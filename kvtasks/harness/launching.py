@@ -63,14 +63,16 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
         visible_devices: Mapping[str, str] = NO_DEVICE, argv: list[str] | None = None,
         env_extra: Mapping[str, str] | None = None, grid_argnames: list[str] = (),
         grid_rows: list[list[str]] = (), poisoned_row: list[str] = (), cpu_tier: dict | None = None,
-        sensitivity: dict | None = None, seen_as: str | None = None, scratch: Path | None = None) -> TargetRun:
+        sensitivity: dict | None = None, seen_as: str | None = None, scratch: Path | None = None,
+        impact: Path | None = None) -> TargetRun:
     """Run the target once under the label's phase (the part before the first '-'), with the route
     probe installed; the run carries its own receipt and observed_work. A grid reaches it through
     argv, env_extra, or the probe's parametrize replacement (grid_argnames + grid_rows); with a
     poisoned_row too, one merged session runs the repository's tests, the grid and the poisoned cell
     (kvtasks.harness.session reads its parts). With
     cpu_tier (its settings) Triton kernels run in the interpreter under the tier's hooks; with
-    sensitivity (mode, error, output) the probe corrupts what the routes produce.
+    sensitivity (mode, error, output) the probe corrupts what the routes produce; with impact (a
+    file) the probe maps which item called which route there instead of watching them.
 
     The process sees `seen_as` (default: the label) as its VALIDATION_PHASE, its phase's caches
     under `scratch` (default: run_dir), and its probe, JUnit file, log and receipt in a randomly
@@ -85,7 +87,7 @@ def run(request: Request, *, runner: str, run_dir: Path, label: str,
     probe = receipts.prepare(private / "probe", routes=routes, shape_vars=request.shape_var_names,
                              receipt=private / "receipt.json", grid_argnames=grid_argnames, grid_rows=grid_rows,
                              poisoned_row=poisoned_row, cpu_tier=cpu_tier, sensitivity=sensitivity,
-                             captures=private / "calls" if seen_as in CAPTURED else None)
+                             captures=private / "calls" if seen_as in CAPTURED else None, impact=impact)
     env = target_env(request, scratch, phase, seen_as, visible_devices, first=[str(probe.folder)])
     env.update(env_extra or {})
     env.update(probe.environment)

@@ -106,7 +106,8 @@ class ProbeModule:
 
 def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: Path,
             grid_argnames: list[str] = (), grid_rows: list[list[str]] = (), poisoned_row: list[str] = (),
-            cpu_tier: dict | None = None, sensitivity: dict | None = None, captures: Path | None = None) -> ProbeModule:
+            cpu_tier: dict | None = None, sensitivity: dict | None = None, captures: Path | None = None,
+            impact: Path | None = None) -> ProbeModule:
     """A fresh, randomly named copy of the in-target package in `folder` (a launch's own), and its
     configuration beside it, which says what it corrupts (nothing for an ordinary run): the files of
     a corrupted run and of the run it repeats differ only there, and the package reads and removes
@@ -115,7 +116,8 @@ def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: 
     With grid_argnames it also replaces the cells of the parametrize mark binding those names; with
     a poisoned_row too it adds the grid's cells and that row beside the mark's own instead (a
     merged session, kvtasks.harness.session); with cpu_tier (the tier's settings) it installs the
-    Triton CPU hooks; with sensitivity (mode, error, output) it corrupts what the routes produce."""
+    Triton CPU hooks; with sensitivity (mode, error, output) it corrupts what the routes produce; with
+    impact (a file), it only maps which item called which route there (kvtasks.run.impact)."""
     folder.mkdir(parents=True, exist_ok=True)
     name = neutral_name()
     copy_package(folder / name)
@@ -123,7 +125,8 @@ def prepare(folder: Path, *, routes: list[str], shape_vars: list[str], receipt: 
         routes=list(routes), shape_vars=list(shape_vars), receipt=str(receipt), nonce=secrets.token_hex(16),
         grid_argnames=list(grid_argnames), grid_rows=[list(row) for row in grid_rows],
         poisoned_row=list(poisoned_row),
-        cpu_tier=TierSettings.of(cpu_tier) if cpu_tier else None, captures=str(captures or ""))
+        cpu_tier=TierSettings.of(cpu_tier) if cpu_tier else None, captures=str(captures or ""),
+        impact=str(impact or ""))
     receipt.unlink(missing_ok=True)
     receipt.with_name(receipt.name + ".progress").unlink(missing_ok=True)
     corrupted = {key: value for key, value in (sensitivity or {}).items() if value not in (None, "")}

@@ -45,7 +45,7 @@ def _target_run(ctx: Context, asked: Launch) -> TargetRun:
                          **devices_and_tier(ctx), argv=list(asked.argv), env_extra=dict(asked.env),
                          grid_argnames=list(asked.grid_argnames), grid_rows=[list(row) for row in asked.grid_rows],
                          poisoned_row=list(asked.poisoned_row), sensitivity=asked.corruption, seen_as=asked.seen_as,
-                         scratch=asked.scratch)
+                         scratch=asked.scratch, impact=asked.impact)
 
 
 def _timing(ctx: Context, asked: Timing) -> TargetRun:

@@ -38,6 +38,7 @@ class Launch(BaseModel):
     corruption: dict | None = None  # the sensitivity settings: what the probe does to the routes' outputs
     seen_as: str | None = None  # the label the process sees (default: the label)
     scratch: Path | None = None  # the phase caches it sees (default: the run's scratch folder)
+    impact: Path | None = None  # the impact map's file: the probe maps which item called which route
 
     @property
     def side(self) -> str:

@@ -39,6 +39,7 @@ class Configuration:
     poisoned_row: list[str] = field(default_factory=list)
     cpu_tier: TierSettings | None = None
     captures: str = ""  # where the route calls this run captures go (capture.py)
+    impact: str = ""  # where the impact map's probe writes which item called which route (impact.py)
 
     @property
     def merged(self) -> bool:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from . import after_import, corruption, judges, loads, nonfinite, state, writes
+from . import after_import, corruption, impact, judges, loads, nonfinite, state, writes
 from .configuration import decode
 from .receipt import Loaded, PartReceipt, Receipt, to_json
 
@@ -110,8 +110,14 @@ def _instrument(run, module):
             continue
         if code is None:
             run.unresolved.append(route)
+        elif run.configuration.impact:
+            impact.wrap(run, route, owner, attribute, code, _route_modules(run))
         else:
             _watch_with_wrapper(run, route, owner, attribute, code)
+
+
+def _route_modules(run) -> frozenset:
+    return frozenset(route.partition(":")[0] for route in run.configuration.routes)
 
 
 def install():
@@ -179,6 +185,8 @@ def write_receipt(exit_status=None):
         if exit_status is not None:
             run.exit = exit_status
         written = to_json(_receipt(run))
+        if run.configuration.impact:
+            impact.write(run)
     temporary = run.configuration.receipt + ".tmp"
     with open(temporary, "w") as handle:
         json.dump(written, handle)

@@ -19,11 +19,24 @@ def normalise(value) -> str:
     return text
 
 
+def _held(frame_locals, name: str):
+    """A local's value, or for `arg.shape[i]` (a dimension the route names nowhere) that dimension."""
+    if name in frame_locals:
+        return frame_locals[name]
+    argument, _, rest = name.partition(".shape[")
+    if not rest.endswith("]") or not rest[:-1].isdigit() or argument not in frame_locals:
+        raise KeyError(name)
+    return tuple(frame_locals[argument].shape)[int(rest[:-1])]
+
+
 def shape_of(frame_locals, names) -> str | None:
     """The shape vars' values at a route's return, comma-joined; None unless all are there."""
-    if not names or not frame_locals or not all(name in frame_locals for name in names):
+    if not names or not frame_locals:
         return None
-    return ",".join(normalise(frame_locals[name]) for name in names)
+    try:
+        return ",".join(normalise(_held(frame_locals, name)) for name in names)
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return None
 
 
 def floating_outputs(value, where="return"):

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
-from . import grid, loads, monitor, state
+from . import grid, impact, loads, monitor, state
 from .configuration import TierSettings
 from .state import PytestLoaded
 
@@ -150,6 +150,11 @@ class Plugin:
         process (a CUDA context an out-of-bounds store poisoned) cannot touch the repository's
         tests, and the order within each part stays pytest's."""
         run = self.run
+        if run.configuration.impact:
+            items[:], dropped = impact.sample(items)
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+            impact.note_params(run, items)
         if not run.configuration.grid_argnames:
             return
         rows = len(run.configuration.grid_rows)

@@ -84,6 +84,9 @@ class Run:
     written: bool = False
     exit: int | None = None
     routed_test: str | None = None  # the item whose route call the progress file last noted
+    # the impact map's probe (impact.py): per item the routes it called, and its parametrize values
+    impact_calls: dict[str, dict[str, dict]] = field(default_factory=dict)
+    impact_params: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.capture is None:
