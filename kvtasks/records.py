@@ -189,6 +189,31 @@ class Facts(Record):
     grid_plan: Plan | None = None  # the grid's channel step -> the grid's runs
 
 
+class InferredTarget(BaseModel):
+    """A target the impact map inferred from the PR's changed files (kvtasks.sources.impact_map), and
+    why: what a maintainer copies into [tool.kvtasks]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    target: str
+    route: str
+    shape_vars: list[str]
+    shape_argnames: list[str]
+    changed: list[str]  # the changed files that lead to the route
+    tests: list[str]  # the target's items that called the route on base
+    why: str
+    map_base_oid: str = ""  # the base whose map it was read from
+    map_reused: bool = False  # the map was stored by an earlier PR on this base (no base test run)
+
+    def options(self) -> dict[str, str]:
+        """As the options a configured target would give."""
+        options = {"target": self.target, "expected_route": self.route, "shape_vars": ",".join(self.shape_vars)}
+        if self.shape_argnames:
+            options["shape_argnames"] = ",".join(self.shape_argnames)
+        return options
+
+
 class Selection(Record):
     """What the report shows as test_selection, and what later stages read of it."""
 
@@ -210,6 +235,7 @@ class Selection(Record):
     runner_structure_reason: str | None = None
     runner_risk: str | None = None
     unvalidated_changes: list[str] | None = None  # changed files no target of base's map validates
+    inferred: InferredTarget | None = None  # how the impact map chose this target, with no configuration
     # the grid's channel step -> keys, receipt, report; the grid stage updates independence and axes
     grid_channel: Literal["", "env", "cli", "pytest"] | None = None
     grid_channel_basis: str | None = None

@@ -1,0 +1,169 @@
+"""The impact map (built by kvtasks.run.impact) and what it infers from a PR's changed files: the
+routes a change reaches, the tests that call them, their shape vars and the parametrize argnames that
+feed those.
+
+A change anywhere in a module counts for every function of that module: the map's items that called
+one of them lead to the routes those items called (the launchers of a `@triton.jit` kernel; in a
+checkout without one, the functions the tests call themselves). A changed test file leads to the
+routes its own items called, and is their target. A change that reaches no route through the map (a
+constant, a data file, a C source, a build file, a test no route is called from) is unreached: the
+PR's report names it and cannot PASS. Documentation and CI files need no validation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from kvtasks.records import InferredTarget
+from kvtasks.sources.launchers import Function, is_test_path
+
+TESTS_PER_ROUTE = 2  # the test files that validate one route: those with the most items calling it
+SHAPE_VARS = 4  # at most this many dimensions named per route
+
+
+class RouteCall(BaseModel):
+    """An item's calls of one route, and what its first call held."""
+    count: int
+    outside: bool  # called from outside the mapped modules (by the test itself)
+    arrays: dict[str, list[int]] = Field(default_factory=dict)  # array argument -> its dimensions
+    scalars: dict[str, int | str] = Field(default_factory=dict)  # integers and short strings its frame held at return
+
+    @property
+    def ints(self) -> dict[str, int]:
+        return {name: value for name, value in self.scalars.items() if type(value) is int}
+
+
+class Item(BaseModel):
+    params: dict[str, Any] = Field(default_factory=dict)
+    calls: dict[str, RouteCall] = Field(default_factory=dict)
+
+
+class ImpactMap(BaseModel):
+    """Base's map: its functions, and per test item which of them it called."""
+    base_oid: str
+    functions: list[Function]
+    items: dict[str, Item]
+    tests: list[str]  # the test files run to build it
+    note: str = ""  # how its run went
+
+
+def _routes_of(impact: ImpactMap, item: Item) -> list[str]:
+    launchers = {function.route for function in impact.functions if function.launches}
+    if launchers:
+        return sorted(route for route in item.calls if route in launchers)
+    return sorted(route for route, call in item.calls.items() if call.outside)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def reach(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[dict, list[str]]:
+    """({route: {test file: {"items": [...], "changed": {...}}}}, the changed files no route is reached from)."""
+    by_path: dict[str, set[str]] = {}
+    for function in impact.functions:
+        by_path.setdefault(function.path, set()).add(function.route)
+    reached: dict[str, dict[str, dict]] = {}
+    unreached = []
+    for path in changed:
+        if needs_no_validation(path):
+            continue
+        if is_test_path(path):
+            leads = [(nodeid, item) for nodeid, item in impact.items.items() if _file_of(nodeid) == path]
+        else:
+            functions = by_path.get(path, set())
+            leads = [(nodeid, item) for nodeid, item in impact.items.items() if functions & item.calls.keys()]
+        hit = False
+        for nodeid, item in leads:
+            for route in _routes_of(impact, item):
+                entry = reached.setdefault(route, {}).setdefault(_file_of(nodeid), {"items": set(), "changed": set()})
+                entry["items"].add(nodeid)
+                entry["changed"].add(path)
+                hit = True
+        if not hit:
+            unreached.append(path)
+    for route, files in reached.items():  # a changed test file is its routes' target; other files add none
+        tests_changed = {path for path in changed if is_test_path(path)}
+        if tests_changed & files.keys():
+            reached[route] = {path: entry for path, entry in files.items()
+                              if path in tests_changed or entry["changed"] - tests_changed}
+    return reached, unreached
+
+
+def _shape_vars(calls: list[RouteCall]) -> list[str]:
+    """The route's array dimensions, by the local name that held each in every call, else `arg.shape[i]`."""
+    named: list[str] = []
+    for argument, dims in calls[0].arrays.items():
+        for index in range(len(dims)):
+            def value(call, argument=argument, index=index):
+                dims = call.arrays.get(argument)
+                return dims[index] if dims is not None and len(dims) > index else None
+            values = [value(call) for call in calls]
+            local = [name for name in calls[0].ints if name not in named and not name.startswith("_")
+                     and all(call.ints.get(name) == seen for call, seen in zip(calls, values))]
+            known = [name for name in named if all(_held(call, name) == seen for call, seen in zip(calls, values))]
+            if not known:
+                named.append(local[0] if local else f"{argument}.shape[{index}]")
+    return named[:SHAPE_VARS]
+
+
+def _held(call: RouteCall, name: str):
+    if name in call.scalars:
+        return call.scalars[name]
+    argument, _, rest = name.partition(".shape[")
+    dims = call.arrays.get(argument)
+    index = int(rest.rstrip("]")) if rest else -1
+    return dims[index] if dims is not None and 0 <= index < len(dims) else None
+
+
+def _argnames(items: list[Item], calls: list[RouteCall], shape_vars: list[str]) -> list[tuple[str, str]]:
+    """(shape var, argname): per shape var, the parametrize argname whose value was that dimension in
+    every item; then each other argname whose value a local of the route held in every item (a dtype's
+    name), by that local: a parametrize mark is a channel only when the grid fills all its names."""
+    found: list[tuple[str, str]] = []
+
+    def feeds(argname: str, name: str) -> bool:
+        return all(type(item.params.get(argname)) in (int, str) and item.params[argname] == _held(call, name)
+                   for item, call in zip(items, calls))
+    for name in shape_vars:
+        candidates = [argname for argname in items[0].params if argname not in dict(found).values()
+                      and feeds(argname, name)]
+        if candidates:
+            found.append((name, candidates[0]))
+    if not found:
+        return found
+    for argname in items[0].params:
+        if argname in dict(found).values():
+            continue
+        locals_ = sorted((name for name in calls[0].scalars if name not in dict(found) and feeds(argname, name)),
+                         key=lambda name: name != argname)
+        if locals_:
+            found.append((locals_[0], argname))
+    return found
+
+
+def infer(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[list[InferredTarget], list[str]]:
+    """The targets a PR's changed files lead to, and the changed files that lead to none."""
+    reached, unreached = reach(impact, changed, needs_no_validation)
+    short = {route: route.rpartition(":")[2].rpartition(".")[2] for route in reached}
+    inferred = []
+    for route in sorted(reached):
+        name = short[route] if list(short.values()).count(short[route]) == 1 else route.replace(":", "_")
+        name = name.replace(".", "_")
+        files = sorted(reached[route].items(), key=lambda pair: (-len(pair[1]["items"]), pair[0]))[:TESTS_PER_ROUTE]
+        for position, (path, entry) in enumerate(files):
+            nodeids = sorted(entry["items"])
+            items = [impact.items[nodeid] for nodeid in nodeids]
+            calls = [item.calls[route] for item in items]
+            shape_vars = _shape_vars(calls)
+            fed = _argnames(items, calls, shape_vars)
+            if fed:
+                shape_vars = [name for name, _ in fed]
+            inferred.append(InferredTarget(
+                name=name if position == 0 else f"{name}-{position + 1}", target=path, route=route,
+                shape_vars=shape_vars, shape_argnames=[argname for _, argname in fed],
+                changed=sorted(entry["changed"]), tests=nodeids,
+                why=f"{', '.join(sorted(entry['changed']))} -> {len(nodeids)} items of {path} called {route} on base",
+                map_base_oid=impact.base_oid))
+    return inferred, unreached
