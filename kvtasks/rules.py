@@ -15,6 +15,7 @@ _DECIDED_ELSEWHERE: dict[str, str] = {
     'baseline.run-unusable': 'the base run cannot stand as evidence',
     # config
     'config.changed-by-pr': "the PR changes kvtasks' configuration in the repository; base's was used",
+    'config.inferred': "no target was configured: base's impact map chose it from the PR's changed files",
     'config.not-validated': "the PR changes files no target of base's map validates; PASS waits on them",
     # containment
     'containment.git-changed-by-run': "a run changed the repository's own .git hooks, info or config; they were put back",

@@ -97,7 +97,7 @@ def runtime_hash(request: Request, fingerprint: RuntimeFingerprint | None, gpu: 
 REQUEST_FIELDS = {"source": "neither", "network_namespace": "neither", "sandbox_namespace": "neither",
                   "readonly": "neither", "default_out": "neither", "host": "neither", "resolved": "neither",
                   # said by prepare's selection, which runs for every validation
-                  "unvalidated_changes": "neither"}
+                  "unvalidated_changes": "neither", "inferred": "neither"}
 HOST_SETTINGS = {"pylib": "neither", "python_bin": "neither", "picker": "neither", "gpu_arch": "neither",
                  "grid_secret": "neither", "gpu_reclaim_s": "neither", "idle": "neither", "heartbeat_s": "neither",
                  "timeout": "base",

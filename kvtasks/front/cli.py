@@ -4,6 +4,7 @@
     validate-kernel-pr --repo W --target T ...              the same, the flag form
     validate-kernel-pr batch --manifest FILE | report | serve | cache | cache-gc --older 30d
     validate-kernel-pr check [--target T | NAME ...] [--json FILE]   run a target once, as a base run would
+    validate-kernel-pr check --repo W --suggest-config   the [tool.kvtasks] table inferred for a checkout
     validate-kernel-pr schema [--config | --summary] | fleet-node | --version
 
 Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE (or kvtasks crashed: its traceback is in
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 from kvtasks import __version__, errors, report, worktree
-from kvtasks.front import front_doors, graph, machine_summary
+from kvtasks.front import front_doors, graph, inference, machine_summary
 from kvtasks.run import check
 from kvtasks.system import progress
 from kvtasks.errors import UsageError
@@ -213,9 +214,17 @@ def _check(argv: list[str], workspace: Workspace) -> int:
     flags = parser(prog="validate-kernel-pr check", description=description.strip(), epilog="Exit codes:" + exits)
     flags.add_argument("--json", dest="json_out", metavar="FILE", help="also write what was found as JSON to FILE")
     flags.add_argument("-k", dest="keyword", metavar="EXPR", help="run only the items pytest's -k EXPR selects")
+    flags.add_argument("--suggest-config", action="store_true",
+                       help="print the [tool.kvtasks] table the checkout's impact map infers (runs its tests once)")
     options, output = parse_validation(argv, flags=flags)
-    json_out, keyword = options.pop("json_out"), options.pop("keyword")
+    json_out, keyword, suggest = options.pop("json_out"), options.pop("keyword"), options.pop("suggest_config")
     given = {name: value for name, value in options.items() if value not in (None, [], False)}
+    if suggest:
+        if "repo" not in given:
+            raise UsageError("--suggest-config maps a repository's tests: give --repo")
+        progress.show(output["quiet"])
+        print("\n".join(inference.suggested_config(workspace, Path(str(given["repo"])).expanduser(), given)))
+        return 0
     request = check.request_of(workspace, given)
     progress.show(output["quiet"])
     return check.said(request, json_out, workspace.store.grid_secret(request.host.grid_secret), keyword)

@@ -9,7 +9,9 @@ and CI files only (or files base maps to no target), a one-line "nothing to vali
 comment, exit 0; when it changes anything else, an INCONCLUSIVE report and comment naming what no
 target validates, exit 2 under every --fail-on. Where the PR changes mapped files and others no target
 validates, each target's report names those (`unvalidated_changes`) and cannot PASS. `--target NAME`
-picks a named target. Options given by the caller win.
+picks a named target. Options given by the caller win. A repository that configures no target and
+no map gets its targets inferred from base's impact map (kvtasks.front.inference), answered the
+same way when the PR reaches none.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from pathlib import Path
 
 from kvtasks import __version__
 from kvtasks.worktree import clones
+from kvtasks.worktree.git_commands import run_git
+from kvtasks.front.inference import NoRouteReached, inferred_targets
 from kvtasks.run.pipeline import REPORT
 from kvtasks.report import EXIT_CODES, comment
 from kvtasks.request.repo_config import RepoConfig, load
@@ -35,19 +39,21 @@ CI_VARIABLE = "CI"
 
 
 class NothingToValidate(UsageError):
-    """The PR changes no file the configuration's map sends to a target."""
+    """The PR changes no file the configuration's map sends to a target (or, with none, documentation
+    and CI files only); `line` is what its report says."""
 
-    def __init__(self, message: str, changed: list[str], file: str):
+    def __init__(self, message: str, changed: list[str], line: str):
         super().__init__(message)
-        self.changed, self.file = changed, file
+        self.changed, self.line = changed, line
 
 
 class UnreachedChanges(UsageError):
-    """The PR changes files no target validates, and no mapped file: nothing of it would be tested."""
+    """The PR changes files no target validates, and no mapped file: nothing of it would be tested;
+    `line` is what its report says."""
 
-    def __init__(self, message: str, unreached: list[str], file: str):
+    def __init__(self, message: str, unreached: list[str], line: str):
         super().__init__(message)
-        self.unreached, self.file = unreached, file
+        self.unreached, self.line = unreached, line
 
 
 class NotValidated(KvtasksError):
@@ -80,8 +86,7 @@ def _say_without_a_run(reports: Path, label: str, record: dict, heading: str, su
 def write_nothing_to_validate(reports: Path, label: str, nothing: NothingToValidate) -> str:
     """In CI, a PR that touches no mapped file gets a one-line report and comment (and exits 0): what
     it changed and which map said so; nothing was run."""
-    line = (f"nothing to validate: the PR changes no file the map in base's {nothing.file} sends to a target "
-            f"({_listed(nothing.changed)})")
+    line = nothing.line
     written = _say_without_a_run(reports, label, {"verdict": None, "nothing_to_validate": line,
                                                   "changed": nothing.changed}, "nothing to validate", "", line)
     return f"{line}\nreport: {written}"
@@ -90,9 +95,7 @@ def write_nothing_to_validate(reports: Path, label: str, nothing: NothingToValid
 def write_unreached(reports: Path, label: str, unreached: UnreachedChanges) -> NotValidated:
     """In CI, a PR that changes files no target validates (and no mapped one): an INCONCLUSIVE report and
     comment naming them; nothing was run, and a gate never passes it (exit 2 under every --fail-on)."""
-    line = (f"not validated: the PR changes {_listed(unreached.unreached)}, which no target of the map in base's "
-            f"{unreached.file} validates; map them in base's {unreached.file} (a glob mapped to [] needs no "
-            "validation), or give --target")
+    line = unreached.line
     written = _say_without_a_run(reports, label, {"verdict": "INCONCLUSIVE", "process_exit_code": INCONCLUSIVE_EXIT,
                                                   "not_validated": line, "unreached": unreached.unreached},
                                  "**INCONCLUSIVE**", ": nothing of it was validated", line)
@@ -103,23 +106,26 @@ def write_unreached(reports: Path, label: str, unreached: UnreachedChanges) -> N
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
 
 
-def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, list[str] | None]:
-    """Base's checkout (the private one of a PR given by refs) and the files the PR changes (None: no PR change)."""
+def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, list[str] | None, str]:
+    """Base's checkout (the private one of a PR given by refs), the files the PR changes (None: no PR
+    change) and base's OID ("" where the checkout has none)."""
     repo = str(given["repo"])
     if given.get("base_ref") and given.get("head_ref"):
         try:
             refs = clones.prepare(repo, str(given["base_ref"]), str(given["head_ref"]), workspace.clones)
         except clones.RefsError as exc:
             raise UsageError(str(exc)) from None
-        return refs.worktree, sorted(set(patch_paths(refs.patch.read_bytes())))
+        return refs.worktree, sorted(set(patch_paths(refs.patch.read_bytes()))), refs.base_oid
     patch = given.get("patch")
     tree = Path(repo).expanduser()
     if not patch:
-        return tree, None
+        return tree, None, ""
     try:
-        return tree, sorted(set(patch_paths(Path(str(patch)).expanduser().read_bytes())))
+        changed = sorted(set(patch_paths(Path(str(patch)).expanduser().read_bytes())))
     except OSError:
-        return tree, None  # build_request says what is wrong with the patch
+        return tree, None, ""  # build_request says what is wrong with the patch
+    head = run_git(tree, "rev-parse", "--verify", "-q", "HEAD^{commit}") if tree.is_dir() else None
+    return tree, changed, head.stdout.strip() if head is not None and head.returncode == 0 else ""
 
 
 def target_options(workspace: Workspace, given: dict) -> list[dict]:
@@ -128,13 +134,25 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
     by_refs, by_patch = given.get("base_ref") or given.get("head_ref"), given.get("patch") or given.get("head_sha")
     if not given.get("repo") or (by_refs and by_patch):  # build_request says what is wrong with the PR's naming
         return [given]
-    tree, changed = _base_tree_and_changes(workspace, given)
+    tree, changed, base_oid = _base_tree_and_changes(workspace, given)
     config = load(tree) if tree.is_dir() else None
-    if config is None:
-        return [given]
-    if given.get("target") or given.get("tests") or changed is None:
+    named = given.get("target") or given.get("tests")
+    if config is not None and (named or changed is None):
         return [config.chosen(given, tree)]
-    return _mapped(config, changed, given)
+    if config is not None and (config.map or config.targets):
+        return _mapped(config, changed, given)
+    if named or changed is None or not base_oid:
+        return [given]
+    defaults = config.defaults if config is not None else {}
+    try:
+        return inferred_targets(workspace, tree, base_oid, changed, {**defaults, **given})
+    except NoRouteReached as none:
+        if none.nothing:
+            raise NothingToValidate(str(none), changed=changed, line=(
+                f"nothing to validate: the PR changes documentation and CI files only ({_listed(changed)})")) from None
+        raise UnreachedChanges(str(none), unreached=none.unreached, line=(
+            f"not validated: the PR changes {_listed(none.unreached)}, which no test of base reaches through its "
+            "impact map; give --target, or configure the repository's [tool.kvtasks]")) from None
 
 
 def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
@@ -146,8 +164,13 @@ def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
                 "to validate it anyway")
         unreached = config.unreached(changed)
         if unreached:
-            raise UnreachedChanges(said, unreached=unreached, file=config.file)
-        raise NothingToValidate(said, changed=changed, file=config.file)
+            raise UnreachedChanges(said, unreached=unreached, line=(
+                f"not validated: the PR changes {_listed(unreached)}, which no target of the map in base's "
+                f"{config.file} validates; map them in base's {config.file} (a glob mapped to [] needs no "
+                "validation), or give --target"))
+        raise NothingToValidate(said, changed=changed, line=(
+            f"nothing to validate: the PR changes no file the map in base's {config.file} sends to a target "
+            f"({_listed(changed)})"))
     # what the PR changes beside the mapped files that no target validates: each report says so and cannot PASS
     unvalidated = {"unvalidated_changes": unreached} if (unreached := config.unreached(changed)) else {}
     if len(names) == 1:

@@ -15,7 +15,7 @@ from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, Survivor,
 # repo tests' and grid's stage objects)
 # a semantic version: MAJOR when a field is removed or its meaning changes, MINOR when one is added,
 # PATCH when only descriptions change (docs/reference.md keeps the changelog)
-SCHEMA_VERSION = "4.3.0"
+SCHEMA_VERSION = "4.4.0"
 SCHEMA_ID = f"urn:kvtasks:validation-report:{SCHEMA_VERSION}"
 Verdict = Literal["PASS", "NEEDS_WORK", "BLOCK", "INCONCLUSIVE"]
 Status = Literal["pass", "fail", "skip", "info"]

@@ -17,8 +17,9 @@ from kvtasks.request.model import Request, doit_variables
 from kvtasks.request.resolution import locate, resolve
 
 # what a front door may add beside the declared options: its own report copy when --out is not given,
-# and the changed files base's map sends to no target (kvtasks.front.pr_targets)
-FRONT_DOOR_DEFAULTS = ("default_out", "unvalidated_changes")
+# the changed files base's map sends to no target (kvtasks.front.pr_targets), and how the impact map
+# chose a target where none was configured (kvtasks.front.inference)
+FRONT_DOOR_DEFAULTS = ("default_out", "unvalidated_changes", "inferred")
 
 
 def validate_request(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Request:

@@ -21,6 +21,7 @@ from pydantic_core import PydanticUseDefault
 from kvtasks import variables
 from kvtasks.errors import UsageError
 from kvtasks.host import HostSettings
+from kvtasks.records import InferredTarget
 from kvtasks.request.namespaces import PID_NAMESPACE, SANDBOX_SCRIPT
 from kvtasks.request.options import DeclaredOption, Option, Route, grid_rows, names, option_of, switched
 
@@ -106,16 +107,15 @@ class Request(BaseModel):
     sandbox: Annotated[bool, Option(
         "run targets in a mount namespace where the evidence store is read-only (refused if impossible)",
         switch=True, keys="base")] = False
-    # the unshare command (mount namespace) --sandbox found working here by resolve(); () = none
-    sandbox_namespace: tuple[str, ...] = ()
+    sandbox_namespace: tuple[str, ...] = ()  # the unshare command --sandbox found working here by resolve(); () = none
     readonly: tuple[str, ...] = ()  # folders --sandbox mounts read-only for targets: the front door's workspace
     label: Annotated[str, Option("run name (default run)", keys="neither")] = "run"
     out: Annotated[str | None, Option(
         "report path (default ./validation_report.json; run from inside the worktree, only the workspace's "
         "reports/<label>/ copy is written)", path=True, keys="neither")] = None
-    # the report copy a front door writes when --out is not given; resolve() drops it inside the worktree
-    default_out: str | None = None
+    default_out: str | None = None  # the report copy a front door writes without --out; resolve() drops it in the tree
     unvalidated_changes: tuple[str, ...] = ()  # changed files base's map sends to no target: no PASS (pr_targets)
+    inferred: InferredTarget | None = None  # the impact map chose this target (kvtasks.front.inference)
     host: HostSettings = Field(default_factory=HostSettings.from_environ)
     # whether resolve() has checked it against the worktree and the host (and found the namespaces)
     resolved: bool = False

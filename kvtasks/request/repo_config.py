@@ -41,6 +41,12 @@ TOP_LEVEL_DOCUMENTS = ("*.md", "*.rst", "*.adoc", "LICENSE*", "COPYING*", "AUTHO
                        ".pre-commit-config.yaml", ".readthedocs.yml", ".readthedocs.yaml")
 
 
+def needs_no_validation(path: str) -> bool:
+    """Whether a changed file is documentation or CI, which no test, kernel, build or dependency reads."""
+    documents = TOP_LEVEL_DOCUMENTS if "/" not in path else ()
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in (*NEEDS_NO_VALIDATION, *documents))
+
+
 @dataclass(frozen=True)
 class RepoConfig:
     file: str  # the file it was read from, relative to the repository
@@ -70,10 +76,8 @@ class RepoConfig:
     def unreached(self, changed: list[str]) -> list[str]:
         """The changed files no target validates: matched by no glob of the map that names a target,
         by none that base maps to no target (`"glob" = []`), and neither documentation nor CI."""
-        def reached(path: str) -> bool:
-            documents = TOP_LEVEL_DOCUMENTS if "/" not in path else ()
-            return any(fnmatch.fnmatchcase(path, pattern) for pattern in (*self.map, *NEEDS_NO_VALIDATION, *documents))
-        return [path for path in changed if not reached(path)]
+        return [path for path in changed if not needs_no_validation(path)
+                and not any(fnmatch.fnmatchcase(path, pattern) for pattern in self.map)]
 
     def targets_for(self, changed: list[str]) -> list[str]:
         """The targets whose globs match a changed file, in the order the targets are declared."""

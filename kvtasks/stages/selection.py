@@ -89,6 +89,12 @@ def run(ctx: Context) -> StageResult:
                              f"the PR also changes {_named(request.unvalidated_changes)}, which no target of base's "
                              "map validates: no run here tests them")
 
+    if request.inferred is not None:
+        selection["inferred"] = request.inferred
+        stage_result.finding("config.inferred", "note",
+                             f"no target was configured; base's impact map chose {request.inferred.target} for "
+                             f"{request.inferred.route} ({request.inferred.why})")
+
     configuration = _configuration_changes(ctx)
     if configuration:
         stage_result.finding("config.changed-by-pr", "note",
@@ -135,4 +141,4 @@ def passes(report: Report) -> list[str]:
 STAGE = StageSpec(NAME, run, passes=passes, sets=(
     "target", "shape_env", "shape_arg", "shape_argnames", "grid", "expected_route", "shape_vars", "axes_requested",
     "test_provenance", "test_provenance_reason", "runner", "runner_reason", "runner_basis", "runner_selected_by_structure",
-    "runner_structure_reason", "runner_risk", "unvalidated_changes"))
+    "runner_structure_reason", "runner_risk", "unvalidated_changes", "inferred"))

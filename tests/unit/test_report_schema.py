@@ -24,7 +24,9 @@ PUBLISHED = {"1": "9f6e3b189e18bf272bf363542a63fd5e23377e5148e563cc60968459af2d1
              # 4.2.0 adds cpu_tier.device_name: the device name torch.cuda answered on the CPU tier
              "4.2.0": "ebd08abe1547920fd161a8497a733313ba91f14ba524c2797d5f52eb6eaf4677",
              # 4.3.0 adds test_selection.unvalidated_changes: changed files no target of base's map validates
-             "4.3.0": "3f1fd9bf8d7ad4af7bcd1ef91ab952546980dd46a08c0f2774105a0daf203322"}
+             "4.3.0": "3f1fd9bf8d7ad4af7bcd1ef91ab952546980dd46a08c0f2774105a0daf203322",
+             # 4.4.0 adds test_selection.inferred: how base's impact map chose a target no configuration named
+             "4.4.0": "049ba5a6bde931082903e639b20ad687c8a1db9b0b383f7adcb99f9cd079d31f"}
 
 
 def schema_text() -> str:

@@ -1,0 +1,188 @@
+"""Zero configuration: base's impact map, built once per base, and the targets it infers from a PR's
+changed files (kvtasks.run.impact, kvtasks.sources.impact_map, kvtasks.front.inference)."""
+import json
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from kvtasks.evidence.workspace import Workspace
+from kvtasks.front import cli, pr_targets
+from kvtasks.harness.in_target.nonfinite import shape_of
+from kvtasks.request.repo_config import needs_no_validation
+from kvtasks.run import impact
+from kvtasks.sources import launchers
+from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, infer
+from tests.kernel_repos import make_repo
+from tests.test_repo_config import branch
+
+COMMON = "def tiles(n, tile):\n    return range(0, n, tile)\n"
+SCALE = '''import numpy as np
+
+from kernels.common import tiles
+
+
+def scale_rows(x, factor):
+    M, N = x.shape
+    out = np.zeros_like(x)
+    for start in tiles(N, 8):
+        out[:, start:start + 8] = x[:, start:start + 8] * factor
+    return out
+'''
+SHIFT = SCALE.replace("scale_rows(x, factor)", "shift_rows(x, amount)").replace("* factor", "+ amount")
+SCALE_TAIL_BUG = SCALE.replace("tiles(N, 8)", "tiles(N - N % 8, 8)")
+TEST = '''import numpy as np
+import pytest
+
+from kernels.{module} import {function}
+
+
+@pytest.mark.parametrize("M,N", [(4, 16), (3, 13), (5, 21)])
+def test_{module}(M, N):
+    x = np.arange(M * N, dtype=np.float32).reshape(M, N)
+    np.testing.assert_allclose({function}(x, 2.0), x {op} 2.0, atol=1e-6)
+'''
+TEST_SCALE = TEST.format(module="scale", function="scale_rows", op="*")
+TEST_SHIFT = TEST.format(module="shift", function="shift_rows", op="+")
+
+
+@pytest.fixture(scope="module")
+def two_kernels(tmp_path_factory):
+    repo = make_repo(tmp_path_factory.mktemp("zero-config") / "kernels", {
+        "kernels/__init__.py": "", "kernels/common.py": COMMON, "kernels/scale.py": SCALE, "kernels/shift.py": SHIFT,
+        "kernels/constants.py": "FACTOR = 2.0\n", "tests/test_scale.py": TEST_SCALE, "tests/test_shift.py": TEST_SHIFT,
+        "README.md": "kernels\n", "docs/index.md": "kernels\n"})
+    branch(repo, "scale", {"kernels/scale.py": SCALE.replace("    M, N = x.shape\n", "    M, N = x.shape  # rows\n")})
+    branch(repo, "tail-bug", {"kernels/scale.py": SCALE_TAIL_BUG})
+    branch(repo, "helper", {"kernels/common.py": COMMON.replace("return", "return  # every tile\n    ")})
+    branch(repo, "test-only", {"tests/test_shift.py": TEST_SHIFT.replace("(5, 21)", "(5, 21), (2, 9)")})
+    branch(repo, "docs", {"README.md": "kernels, documented\n", "docs/index.md": "more\n"})
+    branch(repo, "constant", {"kernels/constants.py": "FACTOR = 3.0\n"})
+    branch(repo, "mixed", {"kernels/scale.py": SCALE_TAIL_BUG, "kernels/constants.py": "FACTOR = 3.0\n"})
+    return repo
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return Workspace(tmp_path_factory.mktemp("home"))
+
+
+def targets(workspace, repo, head: str) -> list[dict]:
+    return pr_targets.target_options(workspace, {"repo": str(repo), "base_ref": "main", "head_ref": head,
+                                                 "label": head})
+
+
+def test_a_pr_touching_one_kernel_selects_only_its_tests_route_shapes_and_argnames(two_kernels, workspace):
+    [options] = targets(workspace, two_kernels, "scale")
+    assert (options["target"], options["expected_route"]) == ("tests/test_scale.py", "kernels.scale:scale_rows")
+    assert (options["shape_vars"], options["shape_argnames"]) == ("M,N", "M,N")
+    inferred = options["inferred"]
+    assert inferred.changed == ["kernels/scale.py"] and len(inferred.tests) == 3
+    assert all(test.startswith("tests/test_scale.py::test_scale[") for test in inferred.tests)
+
+
+def test_a_helper_both_kernels_use_selects_both(two_kernels, workspace):
+    chosen = targets(workspace, two_kernels, "helper")
+    assert sorted((options["label"], options["target"], options["expected_route"]) for options in chosen) == [
+        ("helper.scale_rows", "tests/test_scale.py", "kernels.scale:scale_rows"),
+        ("helper.shift_rows", "tests/test_shift.py", "kernels.shift:shift_rows")]
+
+
+def test_a_pr_touching_only_a_test_file_selects_that_test(two_kernels, workspace):
+    [options] = targets(workspace, two_kernels, "test-only")
+    assert (options["target"], options["expected_route"]) == ("tests/test_shift.py", "kernels.shift:shift_rows")
+
+
+def test_the_map_is_built_once_per_base_and_reused_by_the_next_pr(two_kernels, workspace, monkeypatch):
+    targets(workspace, two_kernels, "scale")
+
+    def no_base_run(*args, **kwargs):
+        raise AssertionError("a second PR on the same base ran base's tests again")
+    monkeypatch.setattr(impact, "build", no_base_run)
+    [options] = targets(workspace, two_kernels, "tail-bug")
+    assert options["inferred"].map_reused and options["expected_route"] == "kernels.scale:scale_rows"
+    assert len(list((workspace.store.root / "impact").glob("*.json"))) == 1
+
+
+def test_what_reaches_no_route_is_named_and_only_documentation_is_nothing(two_kernels, workspace):
+    with pytest.raises(pr_targets.NothingToValidate):
+        targets(workspace, two_kernels, "docs")
+    with pytest.raises(pr_targets.UnreachedChanges) as unreached:
+        targets(workspace, two_kernels, "constant")
+    assert unreached.value.unreached == ["kernels/constants.py"]
+    [options] = targets(workspace, two_kernels, "mixed")
+    assert options["unvalidated_changes"] == ["kernels/constants.py"]
+
+
+def test_an_inferred_target_is_validated_as_a_configured_one_and_says_so(two_kernels, tmp_path, monkeypatch, idle_gpu):
+    monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))
+    status = cli.main(["--repo", str(two_kernels), "--base-ref", "main", "--head-ref", "tail-bug", "--label", "tail",
+                       "--grid", "5,19;7,33", "--no-perf", "--quiet"])
+    report = json.loads((tmp_path / "home" / "reports" / "tail" / "validation_report.json").read_text())
+    assert (status, report["verdict"]) == (1, "BLOCK"), report["decided_by"]
+    inferred = report["test_selection"]["inferred"]
+    assert (inferred["route"], inferred["target"], inferred["shape_argnames"]) == (
+        "kernels.scale:scale_rows", "tests/test_scale.py", ["M", "N"])
+    assert "config.inferred" in {finding["rule"] for finding in report["findings"]}
+
+
+KERNELS = '''import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[], key=["n"])
+@triton.jit
+def _scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def launch(x):
+    n = x.numel()
+    _scale_kernel[(triton.cdiv(n, 1024),)](x, n, BLOCK=1024)
+    return x
+
+
+class Op:
+    @staticmethod
+    def forward(x):
+        return launch(x)
+'''
+
+
+def test_launchers_are_the_functions_that_launch_a_jit_kernel_read_statically(tmp_path):
+    (tmp_path / "src" / "lib").mkdir(parents=True)
+    (tmp_path / "src" / "lib" / "ops.py").write_text(KERNELS)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_ops.py").write_text("def test_x():\n    pass\n")
+    found = {function.route: function.launches for function in launchers.functions(tmp_path)}
+    assert found == {"lib.ops:launch": True, "lib.ops:Op.forward": False}
+
+
+def test_with_launchers_the_routes_are_they_and_a_dimension_without_a_local_name_is_named_by_its_argument():
+    functions = [launchers.Function("lib.ops:launch", "lib/ops.py", True),
+                 launchers.Function("lib.ops:Op.forward", "lib/ops.py", False)]
+    calls = {"lib.ops:Op.forward": RouteCall(count=1, outside=True, arrays={"x": [7]}),
+             "lib.ops:launch": RouteCall(count=1, outside=False, arrays={"x": [7]}, scalars={"n": 7, "BLOCK": 9})}
+    items = {f"tests/test_ops.py::test_x[{size}]": Item(params={"size": size}, calls={
+        route: call.model_copy(update={"arrays": {"x": [size, 3]}, "scalars": {"n": size}}) for route, call in calls.items()})
+        for size in (7, 11)}
+    impact_map = ImpactMap(base_oid="b", functions=functions, items=items, tests=["tests/test_ops.py"])
+    [inferred], unreached = infer(impact_map, ["lib/ops.py"], needs_no_validation)
+    assert (inferred.route, inferred.shape_vars, inferred.shape_argnames, unreached) == (
+        "lib.ops:launch", ["n"], ["size"], [])
+    assert shape_of({"x": type("T", (), {"shape": (5, 3)})()}, ["x.shape[1]"]) == "3"
+
+
+def test_check_suggests_the_configuration_the_map_infers(two_kernels, workspace, monkeypatch, capsys):
+    targets(workspace, two_kernels, "scale")  # base's map, which the checkout's HEAD shares
+    monkeypatch.setenv("KVTASKS_HOME", str(workspace.root))
+    monkeypatch.setattr(impact, "build", lambda *args, **kwargs: pytest.fail("the stored map was not reused"))
+    assert cli.main(["check", "--repo", str(two_kernels), "--suggest-config", "--quiet"]) == 0
+    table = tomllib.loads(capsys.readouterr().out)["tool"]["kvtasks"]
+    assert table["targets"]["scale_rows"] == {"target": "tests/test_scale.py", "expected_route": "kernels.scale:scale_rows",
+                                             "shape_vars": "M,N", "shape_argnames": "M,N"}
+    assert table["map"] == {"kernels/common.py": ["scale_rows", "shift_rows"], "kernels/scale.py": ["scale_rows"],
+                            "kernels/shift.py": ["shift_rows"]}
