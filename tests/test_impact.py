@@ -186,3 +186,14 @@ def test_check_suggests_the_configuration_the_map_infers(two_kernels, workspace,
                                              "shape_vars": "M,N", "shape_argnames": "M,N"}
     assert table["map"] == {"kernels/common.py": ["scale_rows", "shift_rows"], "kernels/scale.py": ["scale_rows"],
                             "kernels/shift.py": ["shift_rows"]}
+
+
+def test_the_map_keeps_every_item_that_finished_before_a_kill(tmp_path):
+    written = tmp_path / "impact.json"
+    lines = [json.dumps({"test": f"tests/test_x.py::test_x[{n}]", "params": {"n": n},
+                         "calls": {"m:f": {"count": 1, "outside": True, "arrays": {"x": [n]}, "scalars": {"n": n}}}})
+             for n in (1, 2)]
+    written.write_text("\n".join(lines) + '\n{"test": "tests/test_x.py::test_x[3]", "par')
+    items = impact._items(written)
+    assert sorted(items) == ["tests/test_x.py::test_x[1]", "tests/test_x.py::test_x[2]"]
+    assert items["tests/test_x.py::test_x[2]"].calls["m:f"].ints == {"n": 2}

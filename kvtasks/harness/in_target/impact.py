@@ -3,21 +3,37 @@ called, with what.
 
 Every function the validator lists (the configuration's routes) is wrapped lightly: a call counts
 for the item running, and the first call of a function in an item keeps the dimensions of its array
-arguments by name, the integers and short strings its frame held at return (the names a launcher gives
-its dimensions and its dtype)
-and whether it was called from outside the listed modules (by a test, not by another listed
-function). No output is watched and nothing is corrupted or captured: the map is base evidence about
-reach, not a judgment. The items of a test function are sampled (SAMPLE, evenly spread): an operator
+arguments by name, the integers and short strings its frame held at return (the names a launcher
+gives its dimensions and its dtype) and whether it was called from outside the listed modules (by a
+test, not by another listed function); each item's line is appended to the map's file as it finishes.
+No output is watched and nothing is corrupted or captured: the map is base evidence about reach, not
+a judgment. The items of a test function are sampled (SAMPLE, evenly spread): an operator
 library's suite is large, and reach is a property of the function, seldom of its every cell.
 """
 import functools
 import inspect
 import json
-import os
+import signal
 import sys
+import threading
 
 SAMPLE = 3  # items kept per test function
 SCALAR_TEXT = 32  # a longer string in a route's frame is no dtype's name
+# an item is stopped past this: its first calls were recorded as they began, and the Triton
+# interpreter can spend minutes on one large cell the map learns nothing more from
+ITEM_SECONDS = 20.0
+
+
+def _stop_item(_signum, _frame):
+    raise TimeoutError(f"kvtasks' impact map stops an item after {ITEM_SECONDS:.0f} s")
+
+
+def item_started() -> None:
+    """Bound the item's time, unless something of the repository's (pytest-timeout) uses SIGALRM."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, _stop_item):
+        signal.signal(signal.SIGALRM, _stop_item)
+        signal.setitimer(signal.ITIMER_REAL, ITEM_SECONDS)
 
 
 def sample(items: list) -> tuple[list, list]:
@@ -97,14 +113,12 @@ def wrap(run, route, owner, attribute, code, listed_modules: frozenset) -> None:
     setattr(owner, attribute, descriptor(mapped) if descriptor else mapped)
 
 
-def write(run) -> None:
-    """The map's file: per item its parameters and the listed functions it called."""
-    path = run.configuration.impact
-    items = {test: {"params": run.impact_params.get(test, {}), "calls": calls}
-             for test, calls in run.impact_calls.items()}
-    for test, params in run.impact_params.items():
-        items.setdefault(test, {"params": params, "calls": {}})
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump({"items": items}, handle)
-    os.replace(temporary, path)
+def item_done(run, nodeid: str) -> None:
+    """Append the finished item's line to the map's file: a run killed at its timeout keeps every item
+    that finished before it (an interpreter-bound suite is often cut there)."""
+    if signal.getsignal(signal.SIGALRM) is _stop_item:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    line = json.dumps({"test": nodeid, "params": run.impact_params.get(nodeid, {}),
+                       "calls": run.impact_calls.pop(nodeid, {})})
+    with open(run.configuration.impact, "a") as handle:
+        handle.write(line + "\n")

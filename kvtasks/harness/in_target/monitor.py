@@ -185,8 +185,6 @@ def write_receipt(exit_status=None):
         if exit_status is not None:
             run.exit = exit_status
         written = to_json(_receipt(run))
-        if run.configuration.impact:
-            impact.write(run)
     temporary = run.configuration.receipt + ".tmp"
     with open(temporary, "w") as handle:
         json.dump(written, handle)

@@ -176,10 +176,14 @@ class Plugin:
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.run.test = nodeid
+        if self.run.configuration.impact:
+            impact.item_started()
         self.run.progress(f"start {nodeid}")
 
     def pytest_runtest_logfinish(self, nodeid, location):
         self.run.test = ""
+        if self.run.configuration.impact:
+            impact.item_done(self.run, nodeid)
         self.run.judges_replaced.update(loads.judges_replaced())  # after teardown: a test's monkeypatch is undone
 
     @pytest.hookimpl(hookwrapper=True)
