@@ -74,7 +74,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
         for claim in picker.held():
             if claim.index not in claimed_before:
                 picker.release(claim)
-    note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {run.stats.executed} items run, "
+    note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {len(items)} items mapped, "
             f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout")
     return ImpactMap(base_oid=base_oid, functions=functions, items=items, tests=tests, note=note)
 

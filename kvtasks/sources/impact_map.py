@@ -124,8 +124,11 @@ def _argnames(items: list[Item], calls: list[RouteCall], shape_vars: list[str]) 
     found: list[tuple[str, str]] = []
 
     def feeds(argname: str, name: str) -> bool:
-        return all(type(item.params.get(argname)) in (int, str) and item.params[argname] == _held(call, name)
-                   for item, call in zip(items, calls))
+        """The argname's value was the local's in every item, and either they share a name or the
+        value varied between items: one coincidence of a value is no evidence of a channel."""
+        values = [item.params.get(argname) for item in items]
+        return all(type(value) in (int, str) and value == _held(call, name) for value, call in zip(values, calls)) \
+            and (argname.lower() == name.lower() or len(set(values)) > 1)
     for name in shape_vars:
         candidates = [argname for argname in items[0].params if argname not in dict(found).values()
                       and feeds(argname, name)]
@@ -146,7 +149,8 @@ def _argnames(items: list[Item], calls: list[RouteCall], shape_vars: list[str]) 
 def infer(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[list[InferredTarget], list[str]]:
     """The targets a PR's changed files lead to, and the changed files that lead to none."""
     reached, unreached = reach(impact, changed, needs_no_validation)
-    short = {route: route.rpartition(":")[2].rpartition(".")[2] for route in reached}
+    # a target is named by its route's function (Class_method for a method), by its module too where two share it
+    short = {route: route.rpartition(":")[2].replace(".", "_") for route in reached}
     inferred = []
     for route in sorted(reached):
         name = short[route] if list(short.values()).count(short[route]) == 1 else route.replace(":", "_")
