@@ -83,6 +83,9 @@ class Plan(BaseModel):
     # one parametrize mark binds exactly the grid's argnames: each side runs its repository tests, the
     # grid and the poisoned cell in one pytest session (stacked marks' cells are a product no row joins)
     merged_session: bool = False
+    # the mark binds names beside the grid's (a dtype): each keeps its first literal row's cell in every
+    # grid row, so the grid's rows fill the whole mark (argname -> cell)
+    fill: dict[str, str] = {}
 
 
 class Repo(BaseModel):

@@ -12,15 +12,15 @@ from kvtasks import sources
 from kvtasks.sources import argparse_flags, parametrize_marks, reads_env, row_text
 from kvtasks.stages import Context, StageResult, StageSpec
 from kvtasks.records import Selection
-from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, grid_seed, independence_of, parse_axis,
-                                      parse_grid, stacked_marks)
+from kvtasks.stages.grid.plan import (CHANNEL, GridSelection, Plan, default_grid, filled_mark, grid_seed, independence_of,
+                                      parse_axis, parse_grid, stacked_marks)
 
 
 def channel(ctx: Context) -> StageResult:
     request = ctx.request
     runner = ctx.selection.runner or "none"
     source_tree = sources.parse(ctx.target_text())
-    tried, chosen, defaults, evidence, exact = [], "", None, "", []
+    tried, chosen, defaults, evidence, exact, fill = [], "", None, "", [], {}
 
     if request.shape_arg:
         flags = argparse_flags(source_tree) if source_tree else {}
@@ -54,9 +54,13 @@ def channel(ctx: Context) -> StageResult:
         elif stacked:
             bound, defaults = stacked[0]
             chosen, evidence = "pytest", f"stacked @pytest.mark.parametrize marks bind {' + '.join(bound)}"
+        elif wider and (filled := filled_mark(marks, wanted)) is not None:
+            names, defaults, fill = filled
+            chosen, evidence = "pytest", (f"@pytest.mark.parametrize binds {', '.join(names)}; the grid fills "
+                                          f"{', '.join(wanted)} and keeps {row_text([f'{k}={v}' for k, v in fill.items()])}")
         elif wider:
             tried.append(f"--shape-argnames {','.join(wanted)}: the parametrize mark binds more names "
-                         f"({','.join(wider[0])}); its other cells cannot be filled, so it is refused")
+                         f"({','.join(wider[0])}) and its rows are computed, so its other cells cannot be filled")
         else:
             tried.append(f"--shape-argnames {','.join(wanted)}: no parametrize mark binds exactly those names "
                          f"(found: {'; '.join(','.join(n) for n, _ in marks) or 'none'})")
@@ -97,7 +101,7 @@ def channel(ctx: Context) -> StageResult:
         axis_state_reason=state_reason)
     stage_result = StageResult(name=CHANNEL, selection=Selection(**dict(selection)))
     plan = Plan(channel=chosen, reason="; ".join(tried), rows=rows, defaults=defaults, axes=axes, axis_state=state,
-                merged_session=chosen == "pytest" and bool(exact))
+                merged_session=chosen == "pytest" and bool(exact), fill=fill)
     stage_result.facts.grid_plan = plan
     return stage_result
 

@@ -54,6 +54,22 @@ def stacked_marks(group: list[tuple[list[str], list[str] | None]], wanted: list[
     return bound, defaults
 
 
+def filled_mark(marks: list[tuple[list[str], list[str] | None]], wanted: list[str]
+                ) -> tuple[list[str], list[str], dict[str, str]] | None:
+    """A parametrize mark binding the grid's argnames and more (a dtype): (its names, its rows' cells of
+    the grid's argnames, each other name's cell in its first row, which every grid row keeps); None when
+    no such mark has literal rows."""
+    for names, rows in marks:
+        if not set(wanted) < set(names) or not rows:
+            continue
+        table = [cells for row in rows if len(cells := grid_rows(row)[0]) == len(names)]
+        if len(table) != len(rows):
+            continue
+        defaults = [row_text(cells[names.index(name)] for name in wanted) for cells in table]
+        return names, defaults, {name: table[0][index] for index, name in enumerate(names) if name not in wanted}
+    return None
+
+
 def parse_axis(spec: str) -> Axis | None:
     name, _, rest = spec.partition("=")
     flag, _, values = rest.partition(":")

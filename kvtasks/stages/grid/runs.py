@@ -34,8 +34,10 @@ def run_grid(ctx: Context, plan: Plan, label: str, rows: list[list[str]], axis_a
         argv = [request.shape_arg, *(row_text(row) for row in rows)]
     elif plan.channel == "env":
         env_extra = {request.shape_env: grid_text}
-    elif plan.channel == "pytest":
-        argnames = request.argnames
+    elif plan.channel == "pytest":  # a wider mark's other names keep their cell in every row, the poisoned one's too
+        argnames = [*request.argnames, *plan.fill]
+        rows = [[*row, *plan.fill.values()] for row in rows]
+        poisoned_row = [*poisoned_row, *plan.fill.values()] if poisoned_row else poisoned_row
     ctx.say(f"{NAME}: running {label} ({len(rows)} cells)")
     return ctx.launch(Launch(label=label, target=None if request is ctx.request else request.target,
                              argv=(*argv, *axis_argv), env=tuple(env_extra.items()), grid_argnames=tuple(argnames),

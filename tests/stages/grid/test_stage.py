@@ -112,7 +112,22 @@ def test_a_failed_channel_guess_is_explained():
     reason = prepared_selection({"README.md": "docs\n"}, target="tests/test_env.py", shape_env="WRONG_NAME",
                                 shape_argnames="M,N", grid="64,2000").grid_channel_reason
     assert "--shape-env WRONG_NAME: neither the target" in reason
-    assert "--shape-argnames M,N: the parametrize mark binds more names (M,N,dtype_str)" in reason
+    assert ("--shape-argnames M,N: the parametrize mark binds more names (M,N,dtype_str) and its rows are "
+            "computed") in reason
+
+
+def test_a_mark_binding_more_names_than_the_grid_keeps_its_first_row_s_cells_for_them(tiled, validate, tmp_path):
+    # a dtype parametrized beside the dimensions, as most kernel tests do: the grid fills M and N
+    selected = prepared_selection({"README.md": "docs\n"}, target="tests/test_argnames.py", shape_argnames="M,N",
+                                  grid="64,2000")
+    assert selected.grid_channel == "pytest" and "keeps dtype_str=f32" in selected.grid_channel_basis
+    result = validate(tiled, "--patch", str(tail_bug(tiled, tmp_path)), "--target", "tests/test_argnames.py",
+                      "--shape-argnames", "M,N", "--grid", "64,2000", "--label", "filled",
+                      "--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N")
+    grid = result.stage("correctness_grid")
+    assert grid["status"] == "fail" and grid["hook_probe_exit"] != 0, grid["note"]
+    assert result.stage("baseline_control")["s1_grid"]["exit"] == 0  # base passes the filled cells
+    assert result.verdict == "BLOCK"
 
 
 def test_axis_reaches_the_public_api_assert_and_is_the_grids_one_independence(tiled, validate, tmp_path):
