@@ -16,7 +16,7 @@ from kvtasks.request.repo_config import needs_no_validation
 from kvtasks.run import impact
 from kvtasks.sources import launchers
 from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, infer
-from tests.kernel_repos import make_repo
+from tests.kernel_repos import git, make_repo, write_files
 from tests.test_repo_config import branch
 
 COMMON = "def tiles(n, tile):\n    return range(0, n, tile)\n"
@@ -197,3 +197,20 @@ def test_the_map_keeps_every_item_that_finished_before_a_kill(tmp_path):
     items = impact._items(written)
     assert sorted(items) == ["tests/test_x.py::test_x[1]", "tests/test_x.py::test_x[2]"]
     assert items["tests/test_x.py::test_x[2]"].calls["m:f"].ints == {"n": 2}
+
+
+def test_a_new_base_re_runs_only_the_test_files_whose_imports_changed(two_kernels, workspace):
+    targets(workspace, two_kernels, "scale")  # main's map
+    git(two_kernels, "checkout", "-q", "-b", "shift-base", "main")
+    write_files(two_kernels, {"kernels/shift.py": SHIFT + "# shifted on this base\n"})
+    git(two_kernels, "commit", "-qam", "shift-base")
+    git(two_kernels, "checkout", "-q", "-b", "on-shift-base")
+    write_files(two_kernels, {"kernels/scale.py": SCALE_TAIL_BUG})
+    git(two_kernels, "commit", "-qam", "on-shift-base")
+    git(two_kernels, "checkout", "-q", "main")
+    [options] = pr_targets.target_options(workspace, {"repo": str(two_kernels), "base_ref": "shift-base",
+                                                      "head_ref": "on-shift-base", "label": "next"})
+    assert options["expected_route"] == "kernels.scale:scale_rows" and not options["inferred"].map_reused
+    stored = ImpactMap.model_validate_json(impact.map_file(workspace, options["inferred"].map_base_oid).read_text())
+    assert "1 of 2 test files kept" in stored.note
+    assert {nodeid.split("::")[0] for nodeid in stored.items} == {"tests/test_scale.py", "tests/test_shift.py"}

@@ -1,7 +1,10 @@
 """The impact map, built once per base: base's tests run once under the map's probe with every function
 of the checkout watched (kvtasks.sources.launchers), recording per item which it called and with
 what shapes (kvtasks.harness.in_target.impact). It is base evidence keyed by base's OID: every PR on
-that base reads it, and none runs base's tests for it again.
+that base reads it, and none runs base's tests for it again. A new base whose ancestor's map is
+stored re-runs only the test files whose imports (kvtasks.sources.import_graph) changed since, and
+keeps that map's items for the rest; a change every test depends on (a conftest.py, pytest's or the
+build's configuration, a data file) re-runs them all.
 
 The run is prepared as a validation's base run is (runner, runtime probe, GPU claim, CPU tier) and
 launched through the run's executor; it writes no report. Each test function is sampled (a few items
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kvtasks import worktree
 from kvtasks.errors import UsageError
@@ -21,18 +24,22 @@ from kvtasks.evidence.workspace import Workspace
 from kvtasks.request import build_request
 from kvtasks.run import executor
 from kvtasks.run.pipeline import PIPELINE, run_row
-from kvtasks.sources import launchers
+from kvtasks.request.repo_config import needs_no_validation
+from kvtasks.sources import import_graph, launchers
 from kvtasks.sources.impact_map import ImpactMap, Item
 from kvtasks.stages import Context
 from kvtasks.stages.launches import Launch
 from kvtasks.stages.target_runs import gate
 from kvtasks.system.files import write_atomic
 from kvtasks.worktree import Worktree
+from kvtasks.worktree.git_commands import run_git
 
 MAP_VERSION = 1  # the map file's format, and what the probe records: a new one is a new key
 # the caller's options that shape how base's tests run (the rest are about a PR's validation)
 RUN_OPTIONS = ("python_path", "env", "runtime_module", "cpu_tier", "cpu_sparse_grid", "cpu_device_capability",
                "cpu_device_name", "no_network", "sandbox")
+# what every test file depends on beside its imports: a change of one re-runs the whole suite
+SUITE_WIDE = {"conftest.py", "pyproject.toml", "setup.cfg", "setup.py", "pytest.ini", "tox.ini"}
 
 
 def map_file(workspace: Workspace, base_oid: str) -> Path:
@@ -52,31 +59,74 @@ def load_or_build(workspace: Workspace, tree: Path, base_oid: str, given: dict) 
     return impact, False
 
 
+def _earlier(workspace: Workspace, tree: Path, base_oid: str) -> tuple[ImpactMap, list[str]] | None:
+    """The stored map of base's nearest ancestor in the checkout's history (the fewest files changed
+    since), and the files changed since; None when no stored map is of an ancestor."""
+    nearest = None
+    for stored in sorted((workspace.store.root / "impact").glob(f"*.v{MAP_VERSION}.json")):
+        oid = stored.name.split(".")[0]
+        if oid == base_oid or run_git(tree, "merge-base", "--is-ancestor", oid, base_oid).returncode != 0:
+            continue
+        diff = run_git(tree, "diff", "--name-only", "--no-renames", oid, base_oid)
+        if diff.returncode == 0 and (nearest is None or len(diff.stdout.splitlines()) < len(nearest[1])):
+            nearest = (stored, diff.stdout.splitlines())
+    if nearest is None:
+        return None
+    try:
+        return ImpactMap.model_validate_json(nearest[0].read_text()), nearest[1]
+    except ValueError:
+        return None
+
+
+def _rerun(tree: Path, tests: list[str], changed: list[str]) -> list[str] | None:
+    """The test files a change since an earlier base can reach through their imports (or that it
+    changed); None when it can reach them all: a conftest.py, pytest's or the build's configuration,
+    a data file."""
+    if any(PurePosixPath(path).name in SUITE_WIDE or not (path.endswith(".py") or needs_no_validation(path))
+           for path in changed):
+        return None
+    imports = import_graph.imports_of(tree, launchers.python_files(tree))
+    return [test for test in tests if test in changed or imports.get(test, set()) & set(changed)]
+
+
 def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> ImpactMap:
-    """Run base's tests once under the map's probe, every function of the checkout watched."""
+    """Run base's tests once under the map's probe, every function of the checkout watched; where an
+    ancestor's map is stored, only the test files whose imports changed since, its items kept for the rest."""
     functions = launchers.functions(tree)
     tests = launchers.test_files(tree)
     if not functions or not tests:
         missing = "no module functions" if not functions else "no pytest files (test_*.py)"
         return ImpactMap(base_oid=base_oid, functions=functions, items={}, tests=tests,
                          note=f"the checkout has {missing}: nothing was run")
+    kept, run_tests, kept_note = {}, tests, ""
+    earlier = _earlier(workspace, tree, base_oid)
+    rerun = _rerun(tree, tests, earlier[1]) if earlier is not None else None
+    if earlier is not None and rerun is not None:
+        kept = {nodeid: item for nodeid, item in earlier[0].items.items()
+                if nodeid.split("::")[0] in tests and nodeid.split("::")[0] not in rerun}
+        run_tests = rerun
+        kept_note = (f"; {len(tests) - len(rerun)} of {len(tests)} test files kept from "
+                     f"{earlier[0].base_oid[:12]}'s map, whose imports did not change")
+    if not run_tests:
+        return ImpactMap(base_oid=base_oid, functions=functions, items=kept, tests=tests,
+                         note=f"nothing was run{kept_note}")
     options = {name: given[name] for name in RUN_OPTIONS if given.get(name) not in (None, "", (), [])}
-    request = build_request({**options, "repo": str(tree), "target": tests[0], "runner": "pytest",
+    request = build_request({**options, "repo": str(tree), "target": run_tests[0], "runner": "pytest",
                              "expected_route": ",".join(function.route for function in functions)},
                             clones_root=workspace.clones)
     print(f"kvtasks: mapping which of base's tests reach which of its {len(functions)} functions "
-          f"({len(tests)} test files)", file=sys.stderr)
+          f"({len(run_tests)} of {len(tests)} test files)", file=sys.stderr)
     worktree.forget_callers_repository()
     claimed_before = {claim.index for claim in picker.held()}
     try:
-        run, items = _mapped_run(workspace, request, tests)
+        run, items = _mapped_run(workspace, request, run_tests)
     finally:  # the GPU the map's run claimed is the PR's validations' to claim next
         for claim in picker.held():
             if claim.index not in claimed_before:
                 picker.release(claim)
     note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {len(items)} items mapped, "
-            f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout")
-    return ImpactMap(base_oid=base_oid, functions=functions, items=items, tests=tests, note=note)
+            f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout{kept_note}")
+    return ImpactMap(base_oid=base_oid, functions=functions, items={**kept, **items}, tests=tests, note=note)
 
 
 def _mapped_run(workspace: Workspace, request, tests: list[str]):

@@ -47,9 +47,14 @@ def package_files(tree: Path) -> list[str]:
             if not is_test_path(path) and path not in ("setup.py", "noxfile.py", "dodo.py")]
 
 
+def python_files(tree: Path) -> list[str]:
+    """Every .py file of the checkout a test can import: its modules and its tests' own."""
+    return _python_files(tree, {"build", "dist", "site-packages", "node_modules", "__pycache__"})
+
+
 def test_files(tree: Path) -> list[str]:
     """The checkout's pytest files: test_*.py and *_test.py outside build outputs."""
-    return [path for path in _python_files(tree, {"build", "dist", "site-packages", "node_modules", "__pycache__"})
+    return [path for path in python_files(tree)
             if PurePosixPath(path).name.startswith("test_") or PurePosixPath(path).name.endswith("_test.py")]
 
 
