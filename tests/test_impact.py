@@ -119,6 +119,7 @@ def test_what_reaches_no_route_is_named_and_only_documentation_is_nothing(two_ke
 
 def test_an_inferred_target_is_validated_as_a_configured_one_and_says_so(two_kernels, tmp_path, monkeypatch, idle_gpu):
     monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # the flag form's report copy goes to ./validation_report.json
     status = cli.main(["--repo", str(two_kernels), "--base-ref", "main", "--head-ref", "tail-bug", "--label", "tail",
                        "--grid", "5,19;7,33", "--no-perf", "--quiet"])
     report = json.loads((tmp_path / "home" / "reports" / "tail" / "validation_report.json").read_text())
