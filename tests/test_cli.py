@@ -219,7 +219,8 @@ def test_doit_words_and_flags_are_one_spelling_and_a_flags_value_stays_a_value()
         ("/r", True, False, "f32=1e-5", "clean-fix") and words_output["quiet"]
 
 
-def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys):
+def test_format_json_is_the_only_thing_on_stdout(repo, home, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the flag form's report copy goes to ./validation_report.json, never the project's
     code = cli.main(["validate", f"repo={repo}", "--target", "tests/test_scale.py", "--label", "machine",
                      "--format", "json", "--fail-on", "needs_work"])
     summary = json.loads(capsys.readouterr().out)
