@@ -117,13 +117,20 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     print(f"kvtasks: mapping which of base's tests reach which of its {len(functions)} functions "
           f"({len(run_tests)} of {len(tests)} test files)", file=sys.stderr)
     worktree.forget_callers_repository()
+    held_before = worktree.held_by_a_validator(tree)  # by this process too: a lock is per open file
+    try:  # held as a validation holds it, so no validator lends it mid-run
+        worktree.hold_exclusively(tree)
+    except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
+        raise UsageError(f"base's tests cannot be mapped: {exc}") from None
     claimed_before = {claim.index for claim in picker.held()}
     try:
         run, items = _mapped_run(workspace, request, run_tests)
-    finally:  # the GPU the map's run claimed is the PR's validations' to claim next
+    finally:  # the tree and the GPU the map's run held are the PR's validations' to take next
         for claim in picker.held():
             if claim.index not in claimed_before:
                 picker.release(claim)
+        if not held_before:
+            worktree.release_exclusive(tree)
     note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {len(items)} items mapped, "
             f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout{kept_note}")
     return ImpactMap(base_oid=base_oid, functions=functions, items={**kept, **items}, tests=tests, note=note)
