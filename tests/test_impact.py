@@ -15,7 +15,7 @@ from kvtasks.harness.in_target.nonfinite import shape_of
 from kvtasks.request.repo_config import needs_no_validation
 from kvtasks.run import impact
 from kvtasks.sources import launchers
-from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, infer
+from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, infer, touched
 from tests.kernel_repos import git, make_repo, write_files
 from tests.test_repo_config import branch
 
@@ -33,7 +33,8 @@ def scale_rows(x, factor):
     return out
 '''
 SHIFT = SCALE.replace("scale_rows(x, factor)", "shift_rows(x, amount)").replace("* factor", "+ amount")
-SCALE_TAIL_BUG = SCALE.replace("tiles(N, 8)", "tiles(N - N % 8, 8)")
+SCALE_COLS = "\n\ndef scale_cols(x, factor):\n    return x * factor\n"  # no test calls it
+SCALE_TAIL_BUG = SCALE.replace("tiles(N, 8)", "tiles(N - N % 8, 8)") + SCALE_COLS
 TEST = '''import numpy as np
 import pytest
 
@@ -52,10 +53,13 @@ TEST_SHIFT = TEST.format(module="shift", function="shift_rows", op="+")
 @pytest.fixture(scope="module")
 def two_kernels(tmp_path_factory):
     repo = make_repo(tmp_path_factory.mktemp("zero-config") / "kernels", {
-        "kernels/__init__.py": "", "kernels/common.py": COMMON, "kernels/scale.py": SCALE, "kernels/shift.py": SHIFT,
+        "kernels/__init__.py": "", "kernels/common.py": COMMON, "kernels/scale.py": SCALE + SCALE_COLS,
+        "kernels/shift.py": SHIFT,
         "kernels/constants.py": "FACTOR = 2.0\n", "tests/test_scale.py": TEST_SCALE, "tests/test_shift.py": TEST_SHIFT,
         "README.md": "kernels\n", "docs/index.md": "kernels\n"})
-    branch(repo, "scale", {"kernels/scale.py": SCALE.replace("    M, N = x.shape\n", "    M, N = x.shape  # rows\n")})
+    branch(repo, "scale", {"kernels/scale.py": SCALE.replace("    M, N = x.shape\n", "    M, N = x.shape  # rows\n")
+                           + SCALE_COLS})
+    branch(repo, "untested", {"kernels/scale.py": SCALE + SCALE_COLS.replace("x * factor", "x * factor * 2")})
     branch(repo, "tail-bug", {"kernels/scale.py": SCALE_TAIL_BUG})
     branch(repo, "helper", {"kernels/common.py": COMMON.replace("return", "return  # every tile\n    ")})
     branch(repo, "test-only", {"tests/test_shift.py": TEST_SHIFT.replace("(5, 21)", "(5, 21), (2, 9)")})
@@ -84,6 +88,12 @@ def test_a_pr_touching_one_kernel_selects_only_its_tests_route_shapes_and_argnam
     assert all(test.startswith("tests/test_scale.py::test_scale[") for test in inferred.tests)
 
 
+def test_the_caller_s_options_win_over_what_was_inferred(two_kernels, workspace):
+    [options] = pr_targets.target_options(workspace, {"repo": str(two_kernels), "base_ref": "main",
+                                                      "head_ref": "scale", "label": "own", "shape_vars": "N"})
+    assert (options["shape_vars"], options["expected_route"]) == ("N", "kernels.scale:scale_rows")
+
+
 def test_a_helper_both_kernels_use_selects_both(two_kernels, workspace):
     chosen = targets(workspace, two_kernels, "helper")
     assert sorted((options["label"], options["target"], options["expected_route"]) for options in chosen) == [
@@ -110,6 +120,10 @@ def test_the_map_is_built_once_per_base_and_reused_by_the_next_pr(two_kernels, w
 def test_what_reaches_no_route_is_named_and_only_documentation_is_nothing(two_kernels, workspace):
     with pytest.raises(pr_targets.NothingToValidate):
         targets(workspace, two_kernels, "docs")
+    # a function no test calls, in a module whose other function a test does: nothing validates the change
+    with pytest.raises(pr_targets.UnreachedChanges) as untested:
+        targets(workspace, two_kernels, "untested")
+    assert untested.value.unreached == ["kernels/scale.py"]
     with pytest.raises(pr_targets.UnreachedChanges) as unreached:
         targets(workspace, two_kernels, "constant")
     assert unreached.value.unreached == ["kernels/constants.py"]
@@ -174,6 +188,10 @@ def test_with_launchers_the_routes_are_they_and_a_dimension_without_a_local_name
     [inferred], unreached = infer(impact_map, ["lib/ops.py"], needs_no_validation)
     assert (inferred.route, inferred.shape_vars, inferred.shape_argnames, unreached) == (
         "lib.ops:launch", ["n"], ["size"], [])
+    for item in items.values():  # no argname feeds them: every dimension, by a local or by its argument
+        item.params.clear()
+    [inferred], _ = infer(impact_map, ["lib/ops.py"], needs_no_validation)
+    assert (inferred.shape_vars, inferred.shape_argnames) == (["n", "x.shape[1]"], [])
     assert shape_of({"x": type("T", (), {"shape": (5, 3)})()}, ["x.shape[1]"]) == "3"
 
 
@@ -213,5 +231,26 @@ def test_a_new_base_re_runs_only_the_test_files_whose_imports_changed(two_kernel
                                                       "head_ref": "on-shift-base", "label": "next"})
     assert options["expected_route"] == "kernels.scale:scale_rows" and not options["inferred"].map_reused
     stored = ImpactMap.model_validate_json(impact.map_file(workspace, options["inferred"].map_base_oid).read_text())
-    assert "1 of 2 test files kept" in stored.note
+    assert "1 of 2 test files kept" in stored.note and stored.ran == ["tests/test_shift.py"]
     assert {nodeid.split("::")[0] for nodeid in stored.items} == {"tests/test_scale.py", "tests/test_shift.py"}
+
+
+def test_no_changed_file_is_left_without_a_test_that_reaches_it():
+    functions = [launchers.Function("k.ops:launch", "k/ops.py", True, 1, 5),
+                 launchers.Function("k.epilogue:finish", "k/epilogue.py", False, 1, 3)]
+
+    def item(*routes):
+        return Item(calls={route: RouteCall(count=1, outside=True, arrays={"x": [4]}) for route in routes})
+    items = {**{f"tests/test_a.py::test_a[{n}]": item("k.ops:launch") for n in range(3)},
+             **{f"tests/test_b.py::test_b[{n}]": item("k.ops:launch") for n in range(2)},
+             "tests/test_c.py::test_c": item("k.ops:launch", "k.epilogue:finish")}
+    impact_map = ImpactMap(base_oid="b", functions=functions, items=items, tests=[])
+    # the route's two busiest files never reach the epilogue: the third, which does, is a target too
+    chosen, unreached = infer(impact_map, ["k/ops.py", "k/epilogue.py"], needs_no_validation,
+                              {"k/ops.py": [(2, 2)], "k/epilogue.py": [(2, 2)]})
+    assert [target.target for target in chosen] == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
+    assert unreached == []
+    # a line outside every function (a constant, an import) touches them all; one inside, its function
+    module = [functions[0], launchers.Function("k.ops:helper", "k/ops.py", False, 7, 9)]
+    assert touched(module, [(8, 8)]) == {"k.ops:helper"}
+    assert touched(module, [(6, 6)]) == {"k.ops:launch", "k.ops:helper"}

@@ -29,10 +29,12 @@ class NoRouteReached(UsageError):
         self.unreached, self.nothing = unreached, nothing
 
 
-def inferred_targets(workspace: Workspace, tree: Path, base_oid: str, changed: list[str], given: dict) -> list[dict]:
-    """The options of each inferred validation; raise NoRouteReached when there is none."""
+def inferred_targets(workspace: Workspace, tree: Path, base_oid: str, changed: list[str],
+                     hunks: dict[str, list[tuple[int, int]]], given: dict) -> list[dict]:
+    """The options of each inferred validation (the caller's options win over what was inferred);
+    raise NoRouteReached when there is none."""
     impact_map, reused = impact.load_or_build(workspace, tree, base_oid, given)
-    inferred, unreached = infer(impact_map, changed, needs_no_validation)
+    inferred, unreached = infer(impact_map, changed, needs_no_validation, hunks)
     if not inferred:
         listed = ", ".join(unreached[:20]) + (" ..." if len(unreached) > 20 else "")
         if not unreached:
@@ -44,14 +46,14 @@ def inferred_targets(workspace: Workspace, tree: Path, base_oid: str, changed: l
     unvalidated = {"unvalidated_changes": unreached} if unreached else {}
     chosen = [target.model_copy(update={"map_reused": reused}) for target in inferred]
     if len(chosen) == 1:
-        return [{**given, **chosen[0].options(), **unvalidated, "inferred": chosen[0]}]
+        return [{**chosen[0].options(), **given, **unvalidated, "inferred": chosen[0]}]
     if given.get("out"):
         raise UsageError(f"--out names one report, and this PR needs {len(chosen)} targets "
                          f"({', '.join(target.name for target in chosen)}); their reports go to the workspace's "
                          "reports/<label>.<target>/")
     label = str(given.get("label") or "pr")
     shared = {key: value for key, value in given.items() if key != "default_out"}
-    return [{**shared, **target.options(), **unvalidated, "inferred": target, "label": f"{label}.{target.name}"}
+    return [{**target.options(), **shared, **unvalidated, "inferred": target, "label": f"{label}.{target.name}"}
             for target in chosen]
 
 

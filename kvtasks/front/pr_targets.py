@@ -26,7 +26,7 @@ from kvtasks.front.inference import NoRouteReached, inferred_targets
 from kvtasks.run.pipeline import REPORT
 from kvtasks.report import EXIT_CODES, comment
 from kvtasks.request.repo_config import RepoConfig, load
-from kvtasks.request import patch_paths
+from kvtasks.request import base_hunks, patch_paths
 from kvtasks.request.model import checked_label
 from kvtasks.system.files import write_atomic
 from kvtasks.errors import INCONCLUSIVE_EXIT, KvtasksError, UsageError
@@ -106,26 +106,26 @@ def write_unreached(reports: Path, label: str, unreached: UnreachedChanges) -> N
 WORST_FIRST = ("BLOCK", "NEEDS_WORK", "INCONCLUSIVE", "PASS")
 
 
-def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, list[str] | None, str]:
-    """Base's checkout (the private one of a PR given by refs), the files the PR changes (None: no PR
-    change) and base's OID ("" where the checkout has none)."""
+def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, bytes | None, str]:
+    """Base's checkout (the private one of a PR given by refs), the PR's patch (None: no PR change)
+    and base's OID ("" where the checkout has none)."""
     repo = str(given["repo"])
     if given.get("base_ref") and given.get("head_ref"):
         try:
             refs = clones.prepare(repo, str(given["base_ref"]), str(given["head_ref"]), workspace.clones)
         except clones.RefsError as exc:
             raise UsageError(str(exc)) from None
-        return refs.worktree, sorted(set(patch_paths(refs.patch.read_bytes()))), refs.base_oid
+        return refs.worktree, refs.patch.read_bytes(), refs.base_oid
     patch = given.get("patch")
     tree = Path(repo).expanduser()
     if not patch:
         return tree, None, ""
     try:
-        changed = sorted(set(patch_paths(Path(str(patch)).expanduser().read_bytes())))
+        data = Path(str(patch)).expanduser().read_bytes()
     except OSError:
         return tree, None, ""  # build_request says what is wrong with the patch
     head = run_git(tree, "rev-parse", "--verify", "-q", "HEAD^{commit}") if tree.is_dir() else None
-    return tree, changed, head.stdout.strip() if head is not None and head.returncode == 0 else ""
+    return tree, data, head.stdout.strip() if head is not None and head.returncode == 0 else ""
 
 
 def target_options(workspace: Workspace, given: dict) -> list[dict]:
@@ -134,7 +134,8 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
     by_refs, by_patch = given.get("base_ref") or given.get("head_ref"), given.get("patch") or given.get("head_sha")
     if not given.get("repo") or (by_refs and by_patch):  # build_request says what is wrong with the PR's naming
         return [given]
-    tree, changed, base_oid = _base_tree_and_changes(workspace, given)
+    tree, patch, base_oid = _base_tree_and_changes(workspace, given)
+    changed = sorted(set(patch_paths(patch))) if patch is not None else None
     config = load(tree) if tree.is_dir() else None
     named = given.get("target") or given.get("tests")
     if config is not None and (named or changed is None):
@@ -145,7 +146,7 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
         return [given]
     defaults = config.defaults if config is not None else {}
     try:
-        return inferred_targets(workspace, tree, base_oid, changed, {**defaults, **given})
+        return inferred_targets(workspace, tree, base_oid, changed, base_hunks(patch), {**defaults, **given})
     except NoRouteReached as none:
         if none.nothing:
             raise NothingToValidate(str(none), changed=changed, line=(

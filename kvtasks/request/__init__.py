@@ -8,9 +8,9 @@ from kvtasks.request.build import build_request, validate_request
 from kvtasks.request.model import Request, declared_options, doit_variables, path_variables
 from kvtasks.request.namespaces import SANDBOX_SCRIPT, mount_namespace, network_namespace
 from kvtasks.request.options import DeclaredOption, Option, grid_rows
-from kvtasks.request.patch import patch_paths
+from kvtasks.request.patch import base_hunks, patch_paths
 from kvtasks.request.resolution import locate, resolve
 
 __all__ = ["DeclaredOption", "HostSettings", "Option", "Request", "SANDBOX_SCRIPT", "UsageError", "build_request",
            "declared_options", "doit_variables", "grid_rows", "locate", "mount_namespace", "network_namespace",
-           "patch_paths", "path_variables", "resolve", "validate_request"]
+           "base_hunks", "patch_paths", "path_variables", "resolve", "validate_request"]

@@ -56,5 +56,21 @@ def patch_paths(data: bytes) -> list[str]:
     return paths
 
 
+def base_hunks(data: bytes) -> dict[str, list[tuple[int, int]]]:
+    """Per file base has, the line ranges (first, last) a patch changes there: an insertion is the
+    two lines around it, so it is inside a function only when both are."""
+    hunks: dict[str, list[tuple[int, int]]] = {}
+    current = None
+    for line in data.split(b"\n"):
+        if line.startswith(b"--- "):
+            path = _unquote(line[4:].decode("utf-8", "replace"))
+            current = None if path == "/dev/null" else (path[2:] if path[:2] == "a/" else path)
+        elif line.startswith(b"@@ -") and current is not None:
+            old = line[4:].split(b" ", 1)[0].split(b",")
+            start, count = int(old[0]), int(old[1]) if len(old) > 1 else 1
+            hunks.setdefault(current, []).append((start, start + count - 1) if count else (start, start + 1))
+    return hunks
+
+
 def _escapes(path: str) -> bool:
     return path.startswith("/") or ".." in path.replace("\\", "/").split("/")

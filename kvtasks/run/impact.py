@@ -34,7 +34,7 @@ from kvtasks.system.files import write_atomic
 from kvtasks.worktree import Worktree
 from kvtasks.worktree.git_commands import run_git
 
-MAP_VERSION = 1  # the map file's format, and what the probe records: a new one is a new key
+MAP_VERSION = 2  # the map file's format, and what the probe records: a new one is a new key
 # the caller's options that shape how base's tests run (the rest are about a PR's validation)
 RUN_OPTIONS = ("python_path", "env", "runtime_module", "cpu_tier", "cpu_sparse_grid", "cpu_device_capability",
                "cpu_device_name", "no_network", "sandbox")
@@ -55,7 +55,8 @@ def load_or_build(workspace: Workspace, tree: Path, base_oid: str, given: dict) 
         except ValueError:
             path.unlink()  # unreadable (a disk filled mid-write before atomic writes): built again
     impact = build(workspace, tree, base_oid, given)
-    write_atomic(path, impact.model_dump_json(indent=1).encode())
+    if any(item.calls for item in impact.items.values()):  # a run that reached nothing is tried again next time
+        write_atomic(path, impact.model_dump_json(indent=1).encode())
     return impact, False
 
 
@@ -108,7 +109,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
         kept_note = (f"; {len(tests) - len(rerun)} of {len(tests)} test files kept from "
                      f"{earlier[0].base_oid[:12]}'s map, whose imports did not change")
     if not run_tests:
-        return ImpactMap(base_oid=base_oid, functions=functions, items=kept, tests=tests,
+        return ImpactMap(base_oid=base_oid, functions=functions, items=kept, tests=tests, ran=[],
                          note=f"nothing was run{kept_note}")
     options = {name: given[name] for name in RUN_OPTIONS if given.get(name) not in (None, "", (), [])}
     request = build_request({**options, "repo": str(tree), "target": run_tests[0], "runner": "pytest",
@@ -133,7 +134,8 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
             worktree.release_exclusive(tree)
     note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {len(items)} items mapped, "
             f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout{kept_note}")
-    return ImpactMap(base_oid=base_oid, functions=functions, items={**kept, **items}, tests=tests, note=note)
+    return ImpactMap(base_oid=base_oid, functions=functions, items={**kept, **items}, tests=tests, ran=run_tests,
+                     note=note)
 
 
 def _mapped_run(workspace: Workspace, request, tests: list[str]):
@@ -152,7 +154,9 @@ def _mapped_run(workspace: Workspace, request, tests: list[str]):
             raise UsageError(f"base's tests cannot be mapped: {blocked}")
         written = Path(scratch) / "impact.json"
         with ctx.worktree.lend("base"):
-            run = ctx.launch(Launch(label="base-map", runner="pytest", argv=tuple(tests[1:]), impact=written))
+            # one test file that fails to collect (an optional dependency) must not leave the others unmapped
+            run = ctx.launch(Launch(label="base-map", runner="pytest", impact=written,
+                                    argv=(*tests[1:], "--continue-on-collection-errors")))
         items = _items(written)
     return run, items
 

@@ -2,12 +2,14 @@
 routes a change reaches, the tests that call them, their shape vars and the parametrize argnames that
 feed those.
 
-A change anywhere in a module counts for every function of that module: the map's items that called
-one of them lead to the routes those items called (the launchers of a `@triton.jit` kernel; in a
-checkout without one, the functions the tests call themselves). A changed test file leads to the
-routes its own items called, and is their target. A change that reaches no route through the map (a
-constant, a data file, a C source, a build file, a test no route is called from) is unreached: the
-PR's report names it and cannot PASS. Documentation and CI files need no validation.
+A change counts for the functions of its module its hunks touch, and for every function of the
+module when a hunk lies outside them all (a constant, an import, a new function): the map's items
+that called one of them lead to the routes those items called (the launchers of a `@triton.jit`
+kernel; in a checkout without one, the functions the tests call themselves). A changed test file
+leads to the routes its own items called, and is their target. A change that reaches no route
+through the map, or touches a function no item called (a data file, a C source, a build file, a test
+no route is called from, an untested function), is unreached: the PR's report names it and cannot
+PASS. Documentation and CI files need no validation.
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ class ImpactMap(BaseModel):
     base_oid: str
     functions: list[Function]
     items: dict[str, Item]
-    tests: list[str]  # the test files run to build it
+    tests: list[str]  # base's test files
+    ran: list[str] = Field(default_factory=list)  # those its run ran (the others' items kept from an ancestor's map)
     note: str = ""  # how its run went
 
 
@@ -59,11 +62,30 @@ def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-def reach(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[dict, list[str]]:
-    """({route: {test file: {"items": [...], "changed": {...}}}}, the changed files no route is reached from)."""
-    by_path: dict[str, set[str]] = {}
+def touched(functions: list[Function], hunks: list[tuple[int, int]] | None) -> set[str]:
+    """The functions of one file a change touches: those its hunks overlap, or every one when a hunk
+    lies outside them all (a module-level line: a constant, an import, a new function) or the lines
+    are unknown."""
+    every = {function.route for function in functions}
+    if not hunks or any(function.first == 0 for function in functions):
+        return every
+    hit = set()
+    for first, last in hunks:
+        overlapping = {function.route for function in functions if function.first <= last and first <= function.last}
+        if not overlapping:
+            return every
+        hit |= overlapping
+    return hit
+
+
+def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
+          hunks: dict[str, list[tuple[int, int]]] | None = None) -> tuple[dict, list[str]]:
+    """({route: {test file: {"items": [...], "changed": {...}}}}, the changed files no route is reached
+    from, or that change a function no item of the map called)."""
+    by_path: dict[str, list[Function]] = {}
     for function in impact.functions:
-        by_path.setdefault(function.path, set()).add(function.route)
+        by_path.setdefault(function.path, []).append(function)
+    called = {route for item in impact.items.values() for route in item.calls}
     reached: dict[str, dict[str, dict]] = {}
     unreached = []
     for path in changed:
@@ -72,8 +94,10 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[d
         if is_test_path(path):
             leads = [(nodeid, item) for nodeid, item in impact.items.items() if _file_of(nodeid) == path]
         else:
-            functions = by_path.get(path, set())
+            functions = touched(by_path.get(path, []), (hunks or {}).get(path))
             leads = [(nodeid, item) for nodeid, item in impact.items.items() if functions & item.calls.keys()]
+            if functions - called:  # a changed function no test reached: nothing validates it
+                unreached.append(path)
         hit = False
         for nodeid, item in leads:
             for route in _routes_of(impact, item):
@@ -81,7 +105,7 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[d
                 entry["items"].add(nodeid)
                 entry["changed"].add(path)
                 hit = True
-        if not hit:
+        if not hit and path not in unreached:
             unreached.append(path)
     for route, files in reached.items():  # a changed test file is its routes' target; other files add none
         tests_changed = {path for path in changed if is_test_path(path)}
@@ -146,17 +170,34 @@ def _argnames(items: list[Item], calls: list[RouteCall], shape_vars: list[str]) 
     return found
 
 
-def infer(impact: ImpactMap, changed: list[str], needs_no_validation) -> tuple[list[InferredTarget], list[str]]:
-    """The targets a PR's changed files lead to, and the changed files that lead to none."""
-    reached, unreached = reach(impact, changed, needs_no_validation)
+def _chosen(files: dict[str, dict]) -> list[tuple[str, dict]]:
+    """The route's test files: the TESTS_PER_ROUTE with the most items calling it, then any other that
+    carries a changed file those do not, so no changed file is left without a test that reaches it."""
+    ordered = sorted(files.items(), key=lambda pair: (-len(pair[1]["items"]), pair[0]))
+    chosen = ordered[:TESTS_PER_ROUTE]
+    carried = {path for _, entry in chosen for path in entry["changed"]}
+    for path, entry in ordered[TESTS_PER_ROUTE:]:
+        if entry["changed"] - carried:
+            chosen.append((path, entry))
+            carried |= entry["changed"]
+    return chosen
+
+
+def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
+          hunks: dict[str, list[tuple[int, int]]] | None = None) -> tuple[list[InferredTarget], list[str]]:
+    """The targets a PR's changed files lead to, and the changed files that lead to none (or change
+    a function nothing reached)."""
+    reached, unreached = reach(impact, changed, needs_no_validation, hunks)
     # a target is named by its route's function (Class_method for a method), by its module too where two share it
     short = {route: route.rpartition(":")[2].replace(".", "_") for route in reached}
-    inferred = []
+    inferred, used = [], set()
     for route in sorted(reached):
         name = short[route] if list(short.values()).count(short[route]) == 1 else route.replace(":", "_")
         name = name.replace(".", "_")
-        files = sorted(reached[route].items(), key=lambda pair: (-len(pair[1]["items"]), pair[0]))[:TESTS_PER_ROUTE]
-        for position, (path, entry) in enumerate(files):
+        while name in used:  # `a.b:f` and `a_b:f` spell the same
+            name += "_"
+        used.add(name)
+        for position, (path, entry) in enumerate(_chosen(reached[route])):
             nodeids = sorted(entry["items"])
             items = [impact.items[nodeid] for nodeid in nodeids]
             calls = [item.calls[route] for item in items]

@@ -21,6 +21,8 @@ class Function:
     route: str  # "module:qualname", as --expected-route names it
     path: str  # its file, relative to the checkout
     launches: bool  # it launches a @triton.jit kernel
+    first: int = 0  # its lines in the file, decorators included (0: unknown)
+    last: int = 0
 
 
 def is_test_path(path: str) -> bool:
@@ -116,10 +118,16 @@ def functions(tree: Path) -> list[Function]:
         if module is not None:  # a file that does not parse here cannot be imported there either
             parsed[path] = module
     kernels = {node.name for module in parsed.values() for node in ast.walk(module) if _is_kernel(node)}
-    found = []
+    found: dict[str, Function] = {}
     for path, module in parsed.items():
         name = module_name(path)
         for qualname, node in _definitions(module):
-            if not _is_kernel(node):
-                found.append(Function(f"{name}:{qualname}", path, _launched(node, kernels)))
-    return found
+            if _is_kernel(node):
+                continue
+            route = f"{name}:{qualname}"
+            first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+            earlier = found.get(route)  # @overload stubs and redefinitions: one route, all their lines
+            found[route] = Function(route, path, _launched(node, kernels) or bool(earlier and earlier.launches),
+                                    min(first, earlier.first) if earlier else first,
+                                    max(node.end_lineno or node.lineno, earlier.last if earlier else 0))
+    return list(found.values())

@@ -29,7 +29,8 @@ def _stop_item(_signum, _frame):
 
 
 def item_started() -> None:
-    """Bound the item's time, unless something of the repository's (pytest-timeout) uses SIGALRM."""
+    """Bound the test's own call (not its fixtures: a session fixture that builds an extension may
+    take longer, and its failure would be every item's), unless the repository uses SIGALRM itself."""
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, _stop_item):
         signal.signal(signal.SIGALRM, _stop_item)
@@ -82,6 +83,8 @@ def wrap(run, route, owner, attribute, code, listed_modules: frozenset) -> None:
     raw = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute)
     descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
     target = raw.__func__ if descriptor else raw
+    if not inspect.isfunction(target):  # an lru_cache or other callable object: replacing it would lose its API
+        return
 
     @functools.wraps(target)
     def mapped(*args, **kwargs):
@@ -95,8 +98,9 @@ def wrap(run, route, owner, attribute, code, listed_modules: frozenset) -> None:
             seen["count"] += 1
             seen["outside"] = seen["outside"] or caller not in listed_modules
             return target(*args, **kwargs)
-        seen = calls[route] = {"count": 1, "outside": caller not in listed_modules,
-                               "arrays": _dimensions(target, args, kwargs), "scalars": {}}
+        # recorded before its arguments are read: reading one (a `__getattr__` of the checkout's) may call it again
+        seen = calls[route] = {"count": 1, "outside": caller not in listed_modules, "arrays": {}, "scalars": {}}
+        seen["arrays"] = _dimensions(target, args, kwargs)
 
         def at_return(frame, event, _arg):
             if event == "return" and frame.f_code is code:
@@ -113,11 +117,14 @@ def wrap(run, route, owner, attribute, code, listed_modules: frozenset) -> None:
     setattr(owner, attribute, descriptor(mapped) if descriptor else mapped)
 
 
+def item_stopped() -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGALRM) is _stop_item:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def item_done(run, nodeid: str) -> None:
     """Append the finished item's line to the map's file: a run killed at its timeout keeps every item
     that finished before it (an interpreter-bound suite is often cut there)."""
-    if signal.getsignal(signal.SIGALRM) is _stop_item:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     line = json.dumps({"test": nodeid, "params": run.impact_params.get(nodeid, {}),
                        "calls": run.impact_calls.pop(nodeid, {})})
     with open(run.configuration.impact, "a") as handle:

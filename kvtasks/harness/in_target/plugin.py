@@ -176,8 +176,6 @@ class Plugin:
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.run.test = nodeid
-        if self.run.configuration.impact:
-            impact.item_started()
         self.run.progress(f"start {nodeid}")
 
     def pytest_runtest_logfinish(self, nodeid, location):
@@ -185,6 +183,16 @@ class Plugin:
         if self.run.configuration.impact:
             impact.item_done(self.run, nodeid)
         self.run.judges_replaced.update(loads.judges_replaced())  # after teardown: a test's monkeypatch is undone
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        if self.run.configuration.impact:
+            impact.item_started()
+        try:
+            yield
+        finally:
+            if self.run.configuration.impact:
+                impact.item_stopped()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):

@@ -87,6 +87,7 @@ class Run:
     # the impact map's probe (impact.py): per item the routes it called, and its parametrize values
     impact_calls: dict[str, dict[str, dict]] = field(default_factory=dict)
     impact_params: dict[str, dict] = field(default_factory=dict)
+    route_modules: frozenset | None = None  # the modules of the routes, once asked
 
     def __post_init__(self):
         if self.capture is None:

@@ -176,7 +176,8 @@ def plan_of(ctx: Context) -> Plan | None:
     plan = plan.model_copy(deep=True)
     if cpu_tier.active(ctx):
         # the interpreter's bf16 arithmetic is wrong: such a cell would prove nothing either way
-        limited = [row for row in plan.rows if any(is_bf16(cell) for cell in row)]
+        filled_bf16 = any(is_bf16(cell) for cell in plan.fill.values())  # a wider mark's kept cell rides every row
+        limited = [row for row in plan.rows if filled_bf16 or any(is_bf16(cell) for cell in row)]
         plan.rows = [row for row in plan.rows if row not in limited]
         plan.interpreter_skipped = [row_text(row) for row in limited]
     return plan
