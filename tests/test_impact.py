@@ -230,7 +230,7 @@ def test_a_new_base_re_runs_only_the_test_files_whose_imports_changed(two_kernel
     [options] = pr_targets.target_options(workspace, {"repo": str(two_kernels), "base_ref": "shift-base",
                                                       "head_ref": "on-shift-base", "label": "next"})
     assert options["expected_route"] == "kernels.scale:scale_rows" and not options["inferred"].map_reused
-    stored = ImpactMap.model_validate_json(impact.map_file(workspace, options["inferred"].map_base_oid).read_text())
+    stored = ImpactMap.model_validate_json(impact.map_file(workspace, options["inferred"].map_base_oid, {}).read_text())
     assert "1 of 2 test files kept" in stored.note and stored.ran == ["tests/test_shift.py"]
     assert {nodeid.split("::")[0] for nodeid in stored.items} == {"tests/test_scale.py", "tests/test_shift.py"}
 

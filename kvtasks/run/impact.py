@@ -12,6 +12,7 @@ evenly spread), so an operator library's suite is bounded by its number of test 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import tempfile
@@ -42,13 +43,20 @@ RUN_OPTIONS = ("python_path", "env", "runtime_module", "cpu_tier", "cpu_sparse_g
 SUITE_WIDE = {"conftest.py", "pyproject.toml", "setup.cfg", "setup.py", "pytest.ini", "tox.ini"}
 
 
-def map_file(workspace: Workspace, base_oid: str) -> Path:
-    return workspace.store.root / "impact" / f"{base_oid}.v{MAP_VERSION}.json"
+def _run_options(given: dict) -> dict:
+    return {name: given[name] for name in RUN_OPTIONS if given.get(name) not in (None, "", (), [])}
+
+
+def map_file(workspace: Workspace, base_oid: str, given: dict) -> Path:
+    """Where base's map is stored: by base OID and the options its run was made with (a map of a
+    CPU-tier run is not a GPU run's), and by this map format."""
+    options = hashlib.sha256(json.dumps(_run_options(given), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return workspace.store.root / "impact" / f"{base_oid}.{options}.v{MAP_VERSION}.json"
 
 
 def load_or_build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> tuple[ImpactMap, bool]:
     """Base's map (and whether it was stored already): read when a PR on this base built it, else built."""
-    path = map_file(workspace, base_oid)
+    path = map_file(workspace, base_oid, given)
     if path.is_file():
         try:
             return ImpactMap.model_validate_json(path.read_text()), True
@@ -60,11 +68,12 @@ def load_or_build(workspace: Workspace, tree: Path, base_oid: str, given: dict) 
     return impact, False
 
 
-def _earlier(workspace: Workspace, tree: Path, base_oid: str) -> tuple[ImpactMap, list[str]] | None:
-    """The stored map of base's nearest ancestor in the checkout's history (the fewest files changed
-    since), and the files changed since; None when no stored map is of an ancestor."""
+def _earlier(workspace: Workspace, tree: Path, base_oid: str, suffix: str) -> tuple[ImpactMap, list[str]] | None:
+    """The stored map (made with the same options: `suffix`) of base's nearest ancestor in the
+    checkout's history (the fewest files changed since), and the files changed since; None when no
+    stored map is of an ancestor."""
     nearest = None
-    for stored in sorted((workspace.store.root / "impact").glob(f"*.v{MAP_VERSION}.json")):
+    for stored in sorted((workspace.store.root / "impact").glob(f"*.{suffix}")):
         oid = stored.name.split(".")[0]
         if oid == base_oid or run_git(tree, "merge-base", "--is-ancestor", oid, base_oid).returncode != 0:
             continue
@@ -100,7 +109,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
         return ImpactMap(base_oid=base_oid, functions=functions, items={}, tests=tests,
                          note=f"the checkout has {missing}: nothing was run")
     kept, run_tests, kept_note = {}, tests, ""
-    earlier = _earlier(workspace, tree, base_oid)
+    earlier = _earlier(workspace, tree, base_oid, map_file(workspace, base_oid, given).name.split(".", 1)[1])
     rerun = _rerun(tree, tests, earlier[1]) if earlier is not None else None
     if earlier is not None and rerun is not None:
         kept = {nodeid: item for nodeid, item in earlier[0].items.items()
@@ -111,8 +120,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     if not run_tests:
         return ImpactMap(base_oid=base_oid, functions=functions, items=kept, tests=tests, ran=[],
                          note=f"nothing was run{kept_note}")
-    options = {name: given[name] for name in RUN_OPTIONS if given.get(name) not in (None, "", (), [])}
-    request = build_request({**options, "repo": str(tree), "target": run_tests[0], "runner": "pytest",
+    request = build_request({**_run_options(given), "repo": str(tree), "target": run_tests[0], "runner": "pytest",
                              "expected_route": ",".join(function.route for function in functions)},
                             clones_root=workspace.clones)
     print(f"kvtasks: mapping which of base's tests reach which of its {len(functions)} functions "

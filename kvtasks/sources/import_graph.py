@@ -1,21 +1,24 @@
 """Which of the checkout's files a test file imports, directly or through others, read statically:
 the impact map re-runs, on a new base, only the test files whose imports changed
 (kvtasks.run.impact). Importing `a.b.c` imports `a` and `a.b` too; a relative import resolves from the
-importing file's package; a module is found by its path (a leading src/ dropped) or beside the test
-file, where pytest's rootdir insertion puts it.
+importing file's package; a module is found by its path (a leading src/ or python/ dropped) or beside
+the test file, where pytest's rootdir insertion puts it; a test file imports what the conftest.py
+files of its folders import.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path, PurePosixPath
 
-from kvtasks.sources.launchers import module_name
+from kvtasks.sources.launchers import SOURCE_ROOTS, module_name
 from kvtasks.sources.syntax import parse
 
 
 def _imported(tree: ast.Module, path: str) -> set[str]:
     """The dotted names a file imports (each package on the way included)."""
     package = list(PurePosixPath(path).parent.parts)
+    if package[:1] and package[0] in SOURCE_ROOTS:  # a relative import resolves in the import name's package
+        package = package[1:]
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -45,9 +48,13 @@ def imports_of(tree: Path, files: list[str]) -> dict[str, set[str]]:
         folder = ".".join(PurePosixPath(path).parent.parts)
         direct[path] = {modules[name] for name in names if name in modules} | \
                        {modules[f"{folder}.{name}"] for name in names if folder and f"{folder}.{name}" in modules}
+    conftests = [path for path in files if PurePosixPath(path).name == "conftest.py"]
     closure = {}
     for path in files:
-        seen, pending = set(), [path]
+        # a test file runs with the conftest.py files of its folders, and what they import
+        around = [conftest for conftest in conftests
+                  if PurePosixPath(path).parent.is_relative_to(PurePosixPath(conftest).parent)]
+        seen, pending = set(around), [path, *around]
         while pending:
             for imported in direct.get(pending.pop(), ()):
                 if imported not in seen:

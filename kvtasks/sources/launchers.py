@@ -60,10 +60,14 @@ def test_files(tree: Path) -> list[str]:
             if PurePosixPath(path).name.startswith("test_") or PurePosixPath(path).name.endswith("_test.py")]
 
 
+# the folders a package's sources sit in below the checkout, not part of its import name
+SOURCE_ROOTS = ("src", "python")
+
+
 def module_name(path: str) -> str:
-    """The module a file is imported as: its path, a leading src/ folder dropped."""
+    """The module a file is imported as: its path, a leading src/ or python/ folder dropped."""
     parts = list(PurePosixPath(path).with_suffix("").parts)
-    if parts[0] == "src" and len(parts) > 1:
+    if parts[0] in SOURCE_ROOTS and len(parts) > 1:
         parts = parts[1:]
     if parts[-1] == "__init__":
         parts = parts[:-1]
