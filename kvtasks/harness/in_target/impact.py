@@ -13,6 +13,7 @@ library's suite is large, and reach is a property of the function, seldom of its
 import functools
 import inspect
 import json
+import os
 import signal
 import sys
 import threading
@@ -56,7 +57,11 @@ def _value(value):
 
 
 def note_params(run, items) -> None:
-    """Each kept item's parametrize values, as data where they are plain."""
+    """Each kept item's parametrize values, as data where they are plain; and where pytest's rootdir
+    is below the checkout (an ini file in a subfolder), that folder, which the map's node ids get."""
+    if items:
+        root = os.path.relpath(str(items[0].config.rootpath)).replace(os.sep, "/")
+        run.impact_root = "" if root == "." or root.startswith("..") else root + "/"
     for item in items:
         spec = getattr(item, "callspec", None)
         run.impact_params[item.nodeid] = {name: _value(value) for name, value in (spec.params if spec else {}).items()}
@@ -125,7 +130,7 @@ def item_stopped() -> None:
 def item_done(run, nodeid: str) -> None:
     """Append the finished item's line to the map's file: a run killed at its timeout keeps every item
     that finished before it (an interpreter-bound suite is often cut there)."""
-    line = json.dumps({"test": nodeid, "params": run.impact_params.get(nodeid, {}),
+    line = json.dumps({"test": run.impact_root + nodeid, "params": run.impact_params.get(nodeid, {}),
                        "calls": run.impact_calls.pop(nodeid, {})})
     with open(run.configuration.impact, "a") as handle:
         handle.write(line + "\n")

@@ -88,6 +88,7 @@ class Run:
     impact_calls: dict[str, dict[str, dict]] = field(default_factory=dict)
     impact_params: dict[str, dict] = field(default_factory=dict)
     route_modules: frozenset | None = None  # the modules of the routes, once asked
+    impact_root: str = ""  # pytest's rootdir below the checkout ("python/"), which the map's node ids get
 
     def __post_init__(self):
         if self.capture is None:
