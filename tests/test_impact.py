@@ -254,3 +254,15 @@ def test_no_changed_file_is_left_without_a_test_that_reaches_it():
     module = [functions[0], launchers.Function("k.ops:helper", "k/ops.py", False, 7, 9)]
     assert touched(module, [(8, 8)]) == {"k.ops:helper"}
     assert touched(module, [(6, 6)]) == {"k.ops:launch", "k.ops:helper"}
+
+
+def test_a_rootdir_in_a_subfolder_still_names_items_from_the_checkout_s_root(tmp_path):
+    repo = make_repo(tmp_path / "sub", {
+        "python/pytest.ini": "[pytest]\n", "python/kern/__init__.py": "",
+        "python/kern/ops.py": "def double(x):\n    return [v * 2 for v in x]\n",
+        "python/test/test_ops.py": "import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))\n"
+                                   "from kern.ops import double  # noqa: E402\n\n\ndef test_double():\n"
+                                   "    assert double([1]) == [2]\n"})
+    built, _ = impact.load_or_build(Workspace(tmp_path / "home"), repo, git(repo, "rev-parse", "HEAD").strip(), {})
+    assert list(built.items) == ["python/test/test_ops.py::test_double"]
+    assert [function.route for function in built.functions] == ["kern.ops:double"]
