@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kvtasks.errors import UsageError
 from kvtasks.evidence.workspace import Workspace
+from kvtasks.records import InferredTarget
 from kvtasks.request.repo_config import needs_no_validation
 from kvtasks.run import impact
 from kvtasks.sources.impact_map import infer
@@ -29,10 +30,16 @@ class NoRouteReached(UsageError):
         self.unreached, self.nothing = unreached, nothing
 
 
+def head_commit(tree: Path) -> str:
+    """The checkout's HEAD commit ("" where it has none): the base its map is keyed by."""
+    head = run_git(tree, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    return head.stdout.strip() if head.returncode == 0 else ""
+
+
 def inferred_targets(workspace: Workspace, tree: Path, base_oid: str, changed: list[str],
-                     hunks: dict[str, list[tuple[int, int]]], given: dict) -> list[dict]:
-    """The options of each inferred validation (the caller's options win over what was inferred);
-    raise NoRouteReached when there is none."""
+                     hunks: dict[str, list[tuple[int, int]]], given: dict) -> tuple[list[InferredTarget], list[str]]:
+    """The targets base's map infers for the changed files, and the changed files none validates;
+    raise NoRouteReached when there is no target."""
     impact_map, reused = impact.load_or_build(workspace, tree, base_oid, given)
     inferred, unreached = infer(impact_map, changed, needs_no_validation, hunks)
     if not inferred:
@@ -43,30 +50,19 @@ def inferred_targets(workspace: Workspace, tree: Path, base_oid: str, changed: l
         raise NoRouteReached(f"the PR changes {listed}, and no test of base reaches them through its impact map "
                              f"({impact_map.note}); give --target, or configure the repository's [tool.kvtasks]",
                              unreached=unreached, nothing=False)
-    unvalidated = {"unvalidated_changes": unreached} if unreached else {}
-    chosen = [target.model_copy(update={"map_reused": reused}) for target in inferred]
-    if len(chosen) == 1:
-        return [{**chosen[0].options(), **given, **unvalidated, "inferred": chosen[0]}]
-    if given.get("out"):
-        raise UsageError(f"--out names one report, and this PR needs {len(chosen)} targets "
-                         f"({', '.join(target.name for target in chosen)}); their reports go to the workspace's "
-                         "reports/<label>.<target>/")
-    label = str(given.get("label") or "pr")
-    shared = {key: value for key, value in given.items() if key != "default_out"}
-    return [{**target.options(), **shared, **unvalidated, "inferred": target, "label": f"{label}.{target.name}"}
-            for target in chosen]
+    return [target.model_copy(update={"map_reused": reused}) for target in inferred], unreached
 
 
 def suggested_config(workspace: Workspace, tree: Path, given: dict) -> list[str]:
     """The [tool.kvtasks] table base's map infers for the checkout as if the PR changed every module of it:
     a target per route its tests reach, and the map from each module to the targets it leads to."""
-    head = run_git(tree, "rev-parse", "--verify", "-q", "HEAD^{commit}")
-    if head.returncode != 0:
+    head = head_commit(tree)
+    if not head:
         raise UsageError(f"--suggest-config maps a git checkout's committed tests; {tree} has no commit")
-    impact_map, _ = impact.load_or_build(workspace, tree, head.stdout.strip(), given)
+    impact_map, _ = impact.load_or_build(workspace, tree, head, given)
     modules = sorted({function.path for function in impact_map.functions})
     inferred, unreached = infer(impact_map, modules, needs_no_validation)
-    lines = [f"# inferred from {head.stdout.strip()[:12]}'s impact map ({impact_map.note})"]
+    lines = [f"# inferred from {head[:12]}'s impact map ({impact_map.note})"]
     for target in inferred:
         lines += ["", f"[tool.kvtasks.targets.{json.dumps(target.name)}]", f"# {target.why}",
                   *(f"{key} = {json.dumps(value)}" for key, value in target.options().items())]

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from kvtasks import __version__
 from kvtasks.worktree import clones
-from kvtasks.worktree.git_commands import run_git
-from kvtasks.front.inference import NoRouteReached, inferred_targets
+from kvtasks.front.inference import NoRouteReached, head_commit, inferred_targets
 from kvtasks.run.pipeline import REPORT
 from kvtasks.report import EXIT_CODES, comment
 from kvtasks.request.repo_config import RepoConfig, load
@@ -124,8 +123,7 @@ def _base_tree_and_changes(workspace: Workspace, given: dict) -> tuple[Path, byt
         data = Path(str(patch)).expanduser().read_bytes()
     except OSError:
         return tree, None, ""  # build_request says what is wrong with the patch
-    head = run_git(tree, "rev-parse", "--verify", "-q", "HEAD^{commit}") if tree.is_dir() else None
-    return tree, data, head.stdout.strip() if head is not None and head.returncode == 0 else ""
+    return tree, data, head_commit(tree) if tree.is_dir() else ""
 
 
 def target_options(workspace: Workspace, given: dict) -> list[dict]:
@@ -144,9 +142,9 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
         return _mapped(config, changed, given)
     if named or changed is None or not base_oid:
         return [given]
-    defaults = config.defaults if config is not None else {}
+    given = {**(config.defaults if config is not None else {}), **given}
     try:
-        return inferred_targets(workspace, tree, base_oid, changed, base_hunks(patch), {**defaults, **given})
+        inferred, unreached = inferred_targets(workspace, tree, base_oid, changed, base_hunks(patch), given)
     except NoRouteReached as none:
         if none.nothing:
             raise NothingToValidate(str(none), changed=changed, line=(
@@ -154,6 +152,7 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
         raise UnreachedChanges(str(none), unreached=none.unreached, line=(
             f"not validated: the PR changes {_listed(none.unreached)}, which no test of base reaches through its "
             "impact map; give --target, or configure the repository's [tool.kvtasks]")) from None
+    return _each_target(given, {target.name: {**target.options(), "inferred": target} for target in inferred}, unreached)
 
 
 def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
@@ -172,16 +171,22 @@ def _mapped(config: RepoConfig, changed: list[str], given: dict) -> list[dict]:
         raise NothingToValidate(said, changed=changed, line=(
             f"nothing to validate: the PR changes no file the map in base's {config.file} sends to a target "
             f"({_listed(changed)})"))
-    # what the PR changes beside the mapped files that no target validates: each report says so and cannot PASS
-    unvalidated = {"unvalidated_changes": unreached} if (unreached := config.unreached(changed)) else {}
-    if len(names) == 1:
-        return [{**config.options(names[0]), **given, **unvalidated}]
+    return _each_target(given, {name: config.options(name) for name in names}, config.unreached(changed))
+
+
+def _each_target(given: dict, targets: dict[str, dict], unreached: list[str]) -> list[dict]:
+    """One validation's options per target (its options under the caller's): one target keeps the
+    caller's label, several are `<label>.<name>` each and refuse --out (which names one report); what
+    the PR changes that no target validates rides each, whose report says so and cannot PASS."""
+    unvalidated = {"unvalidated_changes": unreached} if unreached else {}
+    if len(targets) == 1:
+        return [{**options, **given, **unvalidated} for options in targets.values()]
     if given.get("out"):
-        raise UsageError(f"--out names one report, and this PR needs {len(names)} targets ({', '.join(names)}); "
-                   "their reports go to the workspace's reports/<label>.<target>/")
+        raise UsageError(f"--out names one report, and this PR needs {len(targets)} targets ({', '.join(targets)}); "
+                         "their reports go to the workspace's reports/<label>.<target>/")
     label = str(given.get("label") or "pr")
     shared = {key: value for key, value in given.items() if key != "default_out"}
-    return [{**config.options(name), **shared, **unvalidated, "label": f"{label}.{name}"} for name in names]
+    return [{**options, **shared, **unvalidated, "label": f"{label}.{name}"} for name, options in targets.items()]
 
 
 def pr_label(labels: list[str]) -> str:

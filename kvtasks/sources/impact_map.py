@@ -51,8 +51,7 @@ class ImpactMap(BaseModel):
     note: str = ""  # how its run went
 
 
-def _routes_of(impact: ImpactMap, item: Item) -> list[str]:
-    launchers = {function.route for function in impact.functions if function.launches}
+def _routes_of(item: Item, launchers: set[str]) -> list[str]:
     if launchers:
         return sorted(route for route in item.calls if route in launchers)
     return sorted(route for route, call in item.calls.items() if call.outside)
@@ -86,6 +85,7 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
     for function in impact.functions:
         by_path.setdefault(function.path, []).append(function)
     called = {route for item in impact.items.values() for route in item.calls}
+    launchers = {function.route for function in impact.functions if function.launches}
     reached: dict[str, dict[str, dict]] = {}
     unreached = []
     for path in changed:
@@ -100,7 +100,7 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
                 unreached.append(path)
         hit = False
         for nodeid, item in leads:
-            for route in _routes_of(impact, item):
+            for route in _routes_of(item, launchers):
                 entry = reached.setdefault(route, {}).setdefault(_file_of(nodeid), {"items": set(), "changed": set()})
                 entry["items"].add(nodeid)
                 entry["changed"].add(path)
