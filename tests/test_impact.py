@@ -15,7 +15,7 @@ from kvtasks.harness.in_target.nonfinite import shape_of
 from kvtasks.request.repo_config import needs_no_validation
 from kvtasks.run import impact
 from kvtasks.sources import launchers
-from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, infer, touched
+from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, _through_kernels, infer, touched
 from tests.kernel_repos import git, make_repo, write_files
 from tests.test_repo_config import branch
 
@@ -148,10 +148,13 @@ KERNELS = '''import triton
 import triton.language as tl
 
 
+from lib.helpers import twice
+
+
 @triton.autotune(configs=[], key=["n"])
 @triton.jit
 def _scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    pass
+    twice(n)
 
 
 def launch(x):
@@ -166,14 +169,36 @@ class Op:
         return launch(x)
 '''
 
+HELPERS = """import triton
+
+
+@triton.jit
+def twice(n):
+    return n * 2
+
+
+@triton.jit
+def unused(n):
+    return n
+"""
+
 
 def test_launchers_are_the_functions_that_launch_a_jit_kernel_read_statically(tmp_path):
     (tmp_path / "src" / "lib").mkdir(parents=True)
     (tmp_path / "src" / "lib" / "ops.py").write_text(KERNELS)
+    (tmp_path / "src" / "lib" / "helpers.py").write_text(HELPERS)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_ops.py").write_text("def test_x():\n    pass\n")
-    found = {function.route: function.launches for function in launchers.functions(tmp_path)}
-    assert found == {"lib.ops:launch": True, "lib.ops:Op.forward": False}
+    functions = launchers.functions(tmp_path)
+    found = {function.route: (function.launches, function.kernel) for function in functions}
+    assert found == {"lib.ops:launch": (True, False), "lib.ops:Op.forward": (False, False),
+                     "lib.ops:_scale_kernel": (False, True), "lib.helpers:twice": (False, True),
+                     "lib.helpers:unused": (False, True)}
+    # a change inside a kernel, or inside a helper a kernel calls, reaches the launcher; a kernel
+    # nothing launches reaches no route
+    helpers = [function for function in functions if function.path == "src/lib/helpers.py"]
+    assert _through_kernels(touched(helpers, [(4, 4)]), functions) == {"lib.ops:launch"}
+    assert _through_kernels(touched(helpers, [(9, 9)]), functions) == {"lib.helpers:unused"}
 
 
 def test_with_launchers_the_routes_are_they_and_a_dimension_without_a_local_name_is_named_by_its_argument():
@@ -193,6 +218,21 @@ def test_with_launchers_the_routes_are_they_and_a_dimension_without_a_local_name
     [inferred], _ = infer(impact_map, ["lib/ops.py"], needs_no_validation)
     assert (inferred.shape_vars, inferred.shape_argnames) == (["n", "x.shape[1]"], [])
     assert shape_of({"x": type("T", (), {"shape": (5, 3)})()}, ["x.shape[1]"]) == "3"
+
+
+def test_on_the_cpu_tier_a_target_is_the_function_the_grid_fills_or_without_a_channel_its_smallest_item():
+    functions = [launchers.Function("lib.ops:launch", "lib/ops.py", True)]
+    items = {f"tests/test_ops.py::test_x[{size}]": Item(params={"size": size}, calls={"lib.ops:launch": RouteCall(
+        count=1, outside=True, arrays={"x": [size, 64]}, scalars={"n": size})}) for size in (33, 7, 11)}
+    tier_map = ImpactMap(base_oid="b", functions=functions, items=items, tests=["tests/test_ops.py"], cpu_tier=True)
+    [inferred], _ = infer(tier_map, ["lib/ops.py"], needs_no_validation)
+    assert (inferred.target, inferred.shape_argnames) == ("tests/test_ops.py::test_x", ["size"])
+    [on_gpu], _ = infer(tier_map.model_copy(update={"cpu_tier": False}), ["lib/ops.py"], needs_no_validation)
+    assert on_gpu.target == "tests/test_ops.py"
+    for item in items.values():
+        item.params.clear()
+    [inferred], _ = infer(tier_map, ["lib/ops.py"], needs_no_validation)
+    assert (inferred.target, inferred.shape_argnames) == ("tests/test_ops.py::test_x[7]", [])
 
 
 def test_check_suggests_the_configuration_the_map_infers(two_kernels, workspace, monkeypatch, capsys):

@@ -28,14 +28,14 @@ from kvtasks.run.pipeline import PIPELINE, run_row
 from kvtasks.request.repo_config import needs_no_validation
 from kvtasks.sources import import_graph, launchers
 from kvtasks.sources.impact_map import ImpactMap, Item
-from kvtasks.stages import Context
+from kvtasks.stages import Context, cpu_tier
 from kvtasks.stages.launches import Launch
 from kvtasks.stages.target_runs import gate
 from kvtasks.system.files import write_atomic
 from kvtasks.worktree import Worktree
 from kvtasks.worktree.git_commands import run_git
 
-MAP_VERSION = 2  # the map file's format, and what the probe records: a new one is a new key
+MAP_VERSION = 3  # the map file's format, and what the probe records: a new one is a new key
 # the caller's options that shape how base's tests run (the rest are about a PR's validation)
 RUN_OPTIONS = ("python_path", "env", "runtime_module", "cpu_tier", "cpu_sparse_grid", "cpu_device_capability",
                "cpu_device_name", "no_network", "sandbox")
@@ -104,7 +104,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     ancestor's map is stored, only the test files whose imports changed since, its items kept for the rest."""
     functions = launchers.functions(tree)
     tests = launchers.test_files(tree)
-    if not functions or not tests:
+    if not any(not function.kernel for function in functions) or not tests:
         missing = "no module functions" if not functions else "no pytest files (test_*.py)"
         return ImpactMap(base_oid=base_oid, functions=functions, items={}, tests=tests,
                          note=f"the checkout has {missing}: nothing was run")
@@ -119,11 +119,11 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
                      f"{earlier[0].base_oid[:12]}'s map, whose imports did not change")
     if not run_tests:
         return ImpactMap(base_oid=base_oid, functions=functions, items=kept, tests=tests, ran=[],
-                         note=f"nothing was run{kept_note}")
+                         note=f"nothing was run{kept_note}", cpu_tier=earlier[0].cpu_tier)
+    watched = [function.route for function in functions if not function.kernel]
     request = build_request({**_run_options(given), "repo": str(tree), "target": run_tests[0], "runner": "pytest",
-                             "expected_route": ",".join(function.route for function in functions)},
-                            clones_root=workspace.clones)
-    print(f"kvtasks: mapping which of base's tests reach which of its {len(functions)} functions "
+                             "expected_route": ",".join(watched)}, clones_root=workspace.clones)
+    print(f"kvtasks: mapping which of base's tests reach which of its {len(watched)} functions "
           f"({len(run_tests)} of {len(tests)} test files)", file=sys.stderr)
     worktree.forget_callers_repository()
     held_before = worktree.held_by_a_validator(tree)  # by this process too: a lock is per open file
@@ -133,7 +133,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
         raise UsageError(f"base's tests cannot be mapped: {exc}") from None
     claimed_before = {claim.index for claim in picker.held()}
     try:
-        run, items = _mapped_run(workspace, request, run_tests)
+        run, items, on_tier = _mapped_run(workspace, request, run_tests)
     finally:  # the tree and the GPU the map's run held are the PR's validations' to take next
         for claim in picker.held():
             if claim.index not in claimed_before:
@@ -143,11 +143,12 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {len(items)} items mapped, "
             f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout{kept_note}")
     return ImpactMap(base_oid=base_oid, functions=functions, items={**kept, **items}, tests=tests, ran=run_tests,
-                     note=note)
+                     note=note, cpu_tier=on_tier)
 
 
 def _mapped_run(workspace: Workspace, request, tests: list[str]):
-    """Prepare base's checkout as a validation does and run its tests once under the map's probe."""
+    """Prepare base's checkout as a validation does and run its tests once under the map's probe:
+    the items it mapped, and whether they ran on the CPU tier."""
     with tempfile.TemporaryDirectory(prefix="kvtasks-impact-") as scratch:
         ctx = Context(request=request, worktree=Worktree(request.repo, None), run_dir=Path(scratch),
                       grid_secret="", launcher=executor.launch)
@@ -166,7 +167,7 @@ def _mapped_run(workspace: Workspace, request, tests: list[str]):
             run = ctx.launch(Launch(label="base-map", runner="pytest", impact=written,
                                     argv=(*tests[1:], "--continue-on-collection-errors")))
         items = _items(written)
-    return run, items
+    return run, items, cpu_tier.active(ctx)
 
 
 def _items(written: Path) -> dict[str, Item]:

@@ -10,9 +10,14 @@ leads to the routes its own items called, and is their target. A change that rea
 through the map, or touches a function no item called (a data file, a C source, a build file, a test
 no route is called from, an untested function), is unreached: the PR's report names it and cannot
 PASS. Documentation and CI files need no validation.
+
+A route's targets are the test files with the most items calling it. On the CPU tier, where an item
+costs seconds to minutes, a target is narrowed to the test function the grid fills, or without a grid
+channel to the item that moved the fewest elements through the route.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -49,6 +54,7 @@ class ImpactMap(BaseModel):
     tests: list[str]  # base's test files
     ran: list[str] = Field(default_factory=list)  # those its run ran (the others' items kept from an ancestor's map)
     note: str = ""  # how its run went
+    cpu_tier: bool = False  # its items ran in the CPU tier's interpreter, where each costs seconds to minutes
 
 
 def _routes_of(item: Item, launchers: set[str]) -> list[str]:
@@ -77,6 +83,28 @@ def touched(functions: list[Function], hunks: list[tuple[int, int]] | None) -> s
     return hit
 
 
+def _launchers_of(kernel: str, functions: list[Function]) -> set[str]:
+    """The launchers of a kernel, named: those launching it or a kernel that calls it, through
+    @triton.jit helpers (by name, so two modules' kernels of one name both count)."""
+    names, grown = {kernel}, True
+    while grown:
+        more = {function.route.rpartition(":")[2] for function in functions
+                if function.kernel and set(function.kernels) & names}
+        grown = not more <= names
+        names |= more
+    return {function.route for function in functions if function.launches and set(function.kernels) & names}
+
+
+def _through_kernels(routes: set[str], functions: list[Function]) -> set[str]:
+    """The changed routes, each changed kernel replaced by its launchers; a kernel nothing launches
+    stays, and no item calls it: the change is unreached."""
+    kernels = {function.route for function in functions if function.kernel}
+    reached = routes - kernels
+    for route in routes & kernels:
+        reached |= _launchers_of(route.rpartition(":")[2], functions) or {route}
+    return reached
+
+
 def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
           hunks: dict[str, list[tuple[int, int]]] | None = None) -> tuple[dict, list[str]]:
     """({route: {test file: {"items": [...], "changed": {...}}}}, the changed files no route is reached
@@ -94,7 +122,7 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
         if is_test_path(path):
             leads = [(nodeid, item) for nodeid, item in impact.items.items() if _file_of(nodeid) == path]
         else:
-            functions = touched(by_path.get(path, []), (hunks or {}).get(path))
+            functions = _through_kernels(touched(by_path.get(path, []), (hunks or {}).get(path)), impact.functions)
             leads = [(nodeid, item) for nodeid, item in impact.items.items() if functions & item.calls.keys()]
             if functions - called:  # a changed function no test reached: nothing validates it
                 unreached.append(path)
@@ -183,6 +211,21 @@ def _chosen(files: dict[str, dict]) -> list[tuple[str, dict]]:
     return chosen
 
 
+def _elements(call: RouteCall) -> int:
+    return sum(math.prod(dims) for dims in call.arrays.values())
+
+
+def _on_tier(path: str, nodeids: list[str], calls: list[RouteCall], fed: bool) -> str:
+    """The target on the CPU tier, where every program runs in Python: with a grid channel, the one
+    test function whose mark the grid fills (the file where the items span several); without one,
+    the item whose route call moved the fewest elements, since nothing of the grid reaches the
+    function and its every cell would run."""
+    if not fed:
+        return min(zip(nodeids, calls), key=lambda pair: (_elements(pair[1]), pair[0]))[0]
+    functions = {nodeid.partition("[")[0] for nodeid in nodeids}
+    return functions.pop() if len(functions) == 1 else path
+
+
 def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
           hunks: dict[str, list[tuple[int, int]]] | None = None) -> tuple[list[InferredTarget], list[str]]:
     """The targets a PR's changed files lead to, and the changed files that lead to none (or change
@@ -206,7 +249,8 @@ def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
             if fed:
                 shape_vars = [name for name, _ in fed]
             inferred.append(InferredTarget(
-                name=name if position == 0 else f"{name}-{position + 1}", target=path, route=route,
+                name=name if position == 0 else f"{name}-{position + 1}", route=route,
+                target=_on_tier(path, nodeids, calls, bool(fed)) if impact.cpu_tier else path,
                 shape_vars=shape_vars, shape_argnames=[argname for _, argname in fed],
                 changed=sorted(entry["changed"]), tests=nodeids,
                 why=f"{', '.join(sorted(entry['changed']))} -> {len(nodeids)} items of {path} called {route} on base",

@@ -23,6 +23,9 @@ class Function:
     launches: bool  # it launches a @triton.jit kernel
     first: int = 0  # its lines in the file, decorators included (0: unknown)
     last: int = 0
+    kernel: bool = False  # a @triton.jit function: never watched (the interpreter or the compiler runs it)
+    # the checkout's kernels it reaches by name: a launcher's launches, a kernel's calls of @triton.jit helpers
+    kernels: tuple[str, ...] = ()
 
 
 def is_test_path(path: str) -> bool:
@@ -97,10 +100,16 @@ def _named(node) -> str:
     return ""
 
 
-def _launched(node, kernels: set[str]) -> bool:
-    """Whether the function's body calls `K[grid](...)` for a kernel K of the checkout."""
-    return any(isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
-               and _named(call.func.value) in kernels for call in ast.walk(node))
+def _launched(node, kernels: set[str]) -> tuple[str, ...]:
+    """The kernels K of the checkout the function's body launches (`K[grid](...)`)."""
+    return tuple(sorted({_named(call.func.value) for call in ast.walk(node) if isinstance(call, ast.Call)
+                         and isinstance(call.func, ast.Subscript) and _named(call.func.value) in kernels}))
+
+
+def _helpers(node, kernels: set[str]) -> tuple[str, ...]:
+    """The checkout's @triton.jit functions a kernel calls (`helper(...)`, `module.helper(...)`)."""
+    return tuple(sorted({_named(call.func) for call in ast.walk(node)
+                         if isinstance(call, ast.Call) and _named(call.func) in kernels - {node.name}}))
 
 
 def _definitions(tree: ast.Module):
@@ -115,7 +124,9 @@ def _definitions(tree: ast.Module):
 
 
 def functions(tree: Path) -> list[Function]:
-    """Every function and method of the checkout's modules, kernels aside, each said to launch or not."""
+    """Every function and method of the checkout's modules, each said to launch a kernel or not, and
+    its kernels, each with the kernels it calls: a change inside a kernel reaches the launchers that
+    launch it or a kernel calling it."""
     parsed = {}
     for path in package_files(tree):
         module = parse((tree / path).read_text(errors="replace"))
@@ -126,12 +137,15 @@ def functions(tree: Path) -> list[Function]:
     for path, module in parsed.items():
         name = module_name(path)
         for qualname, node in _definitions(module):
-            if _is_kernel(node):
-                continue
             route = f"{name}:{qualname}"
             first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+            kernel = _is_kernel(node)
+            reached = _helpers(node, kernels) if kernel else _launched(node, kernels)
             earlier = found.get(route)  # @overload stubs and redefinitions: one route, all their lines
-            found[route] = Function(route, path, _launched(node, kernels) or bool(earlier and earlier.launches),
+            if earlier:
+                reached = tuple(sorted({*reached, *earlier.kernels}))
+            found[route] = Function(route, path, bool(reached) and not kernel,
                                     min(first, earlier.first) if earlier else first,
-                                    max(node.end_lineno or node.lineno, earlier.last if earlier else 0))
+                                    max(node.end_lineno or node.lineno, earlier.last if earlier else 0),
+                                    kernel, reached)
     return list(found.values())
