@@ -32,7 +32,7 @@ LAST_LINES = {
 RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_repeat": "tests/stages/test_cpu_tier.py",
              "parallel_batch": "tests/test_concurrency.py", "sensitivity": "tests/test_dodo.py",
              # tier_matrix's smoke run is tier_coverage's, under this interpreter
-             "tier_coverage": "tests/test_benches.py"}
+             "tier_coverage": "tests/test_benches.py", "zero_config": "tests/test_impact.py"}
 
 
 def test_every_bench_is_run_here_or_whole_elsewhere():

@@ -1,6 +1,10 @@
 """Zero configuration: base's impact map, built once per base, and the targets it infers from a PR's
 changed files (kvtasks.run.impact, kvtasks.sources.impact_map, kvtasks.front.inference)."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +23,7 @@ from kvtasks.sources.impact_map import ImpactMap, Item, RouteCall, _through_kern
 from tests.kernel_repos import git, make_repo, write_files
 from tests.test_repo_config import branch
 
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "zero_config.py"
 COMMON = "def tiles(n, tile):\n    return range(0, n, tile)\n"
 SCALE = '''import numpy as np
 
@@ -131,13 +136,19 @@ def test_what_reaches_no_route_is_named_and_only_documentation_is_nothing(two_ke
     assert options["unvalidated_changes"] == ["kernels/constants.py"]
 
 
-def test_an_inferred_target_is_validated_as_a_configured_one_and_says_so(two_kernels, tmp_path, monkeypatch, idle_gpu):
-    monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)  # the flag form's report copy goes to ./validation_report.json
-    status = cli.main(["--repo", str(two_kernels), "--base-ref", "main", "--head-ref", "tail-bug", "--label", "tail",
-                       "--grid", "5,19;7,33", "--no-perf", "--quiet"])
-    report = json.loads((tmp_path / "home" / "reports" / "tail" / "validation_report.json").read_text())
-    assert (status, report["verdict"]) == (1, "BLOCK"), report["decided_by"]
+def test_an_inferred_target_is_validated_as_a_configured_one_and_says_so(tmp_path):
+    """bench/zero_config.py's smoke run: a reintroduced tail bug, validated with a maintainer's
+    configuration and with the refs alone, blocks both ways; the report says what was inferred."""
+    done = subprocess.run([sys.executable, str(BENCH), "--smoke", "--workspace", str(tmp_path / "workspace"),
+                           "--json", str(tmp_path / "results.json")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTEST_ADDOPTS": "-p no:hypothesispytest"})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        "zero-config: 1/1 verdicts equal to the configured run's (inferred targets 1, routes 1)"), done.stdout
+    [result] = json.loads((tmp_path / "results.json").read_text())
+    assert (result["configured"], result["zero_config"]) == ("BLOCK", "BLOCK"), result
+    [run] = result["zero_config_run"]["runs"]
+    report = json.loads(Path(run["report"]).read_text())
     inferred = report["test_selection"]["inferred"]
     assert (inferred["route"], inferred["target"], inferred["shape_argnames"]) == (
         "kernels.scale:scale_rows", "tests/test_scale.py", ["M", "N"])
@@ -180,6 +191,25 @@ def twice(n):
 @triton.jit
 def unused(n):
     return n
+
+
+@triton.jit
+def aliased(n):
+    return n
+
+
+def run_aliased(n):
+    kernel = aliased
+    kernel[(1,)](n)
+
+
+class Holder:
+    @triton.jit
+    def held(n):
+        return n
+
+    def go(self, n):
+        self.held[(1,)](n)
 """
 
 
@@ -193,12 +223,20 @@ def test_launchers_are_the_functions_that_launch_a_jit_kernel_read_statically(tm
     found = {function.route: (function.launches, function.kernel) for function in functions}
     assert found == {"lib.ops:launch": (True, False), "lib.ops:Op.forward": (False, False),
                      "lib.ops:_scale_kernel": (False, True), "lib.helpers:twice": (False, True),
-                     "lib.helpers:unused": (False, True)}
-    # a change inside a kernel, or inside a helper a kernel calls, reaches the launcher; a kernel
-    # nothing launches reaches no route
+                     "lib.helpers:unused": (False, True), "lib.helpers:aliased": (False, True),
+                     "lib.helpers:run_aliased": (False, False), "lib.helpers:Holder.held": (False, True),
+                     "lib.helpers:Holder.go": (True, False)}
+    # a change inside a kernel, or inside a helper a kernel calls, reaches the launcher, wherever the
+    # kernel is defined; one launched through an alias counts for its module's functions, as a
+    # module-level change does
     helpers = [function for function in functions if function.path == "src/lib/helpers.py"]
     assert _through_kernels(touched(helpers, [(4, 4)]), functions) == {"lib.ops:launch"}
-    assert _through_kernels(touched(helpers, [(9, 9)]), functions) == {"lib.helpers:unused"}
+    assert _through_kernels(touched(helpers, [(27, 27)]), functions) == {"lib.helpers:Holder.go"}
+    assert _through_kernels(touched(helpers, [(14, 14)]), functions) == {
+        "lib.helpers:run_aliased", "lib.helpers:Holder.go"}
+    # in a module of kernels alone, one nothing launches stays: no item calls it, the change is unreached
+    kernels_only = [function for function in functions if function.route in ("lib.helpers:unused",)]
+    assert _through_kernels(touched(kernels_only, [(9, 9)]), kernels_only) == {"lib.helpers:unused"}
 
 
 def test_with_launchers_the_routes_are_they_and_a_dimension_without_a_local_name_is_named_by_its_argument():
@@ -233,6 +271,13 @@ def test_on_the_cpu_tier_a_target_is_the_function_the_grid_fills_or_without_a_ch
         item.params.clear()
     [inferred], _ = infer(tier_map, ["lib/ops.py"], needs_no_validation)
     assert (inferred.target, inferred.shape_argnames) == ("tests/test_ops.py::test_x[7]", [])
+    # the item must stand for every changed file, a changed test file too
+    tier_map.functions.append(launchers.Function("lib.util:pad", "lib/util.py", False, 1, 2))
+    items["tests/test_ops.py::test_x[33]"].calls["lib.util:pad"] = RouteCall(count=1, outside=False)
+    [inferred], _ = infer(tier_map, ["lib/ops.py", "lib/util.py"], needs_no_validation)
+    assert inferred.target == "tests/test_ops.py::test_x[33]"
+    [inferred], _ = infer(tier_map, ["lib/ops.py", "tests/test_ops.py"], needs_no_validation)
+    assert inferred.target == "tests/test_ops.py::test_x[7]"
 
 
 def test_check_suggests_the_configuration_the_map_infers(two_kernels, workspace, monkeypatch, capsys):

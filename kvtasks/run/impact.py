@@ -105,7 +105,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     functions = launchers.functions(tree)
     tests = launchers.test_files(tree)
     if not any(not function.kernel for function in functions) or not tests:
-        missing = "no module functions" if not functions else "no pytest files (test_*.py)"
+        missing = "no pytest files (test_*.py)" if tests == [] and functions else "no module functions"
         return ImpactMap(base_oid=base_oid, functions=functions, items={}, tests=tests,
                          note=f"the checkout has {missing}: nothing was run")
     kept, run_tests, kept_note = {}, tests, ""

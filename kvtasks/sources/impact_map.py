@@ -11,9 +11,10 @@ through the map, or touches a function no item called (a data file, a C source, 
 no route is called from, an untested function), is unreached: the PR's report names it and cannot
 PASS. Documentation and CI files need no validation.
 
-A route's targets are the test files with the most items calling it. On the CPU tier, where an item
-costs seconds to minutes, a target is narrowed to the test function the grid fills, or without a grid
-channel to the item that moved the fewest elements through the route.
+A change inside a `@triton.jit` kernel counts for the launchers that launch it (or a kernel calling
+it). A route's targets are the test files with the most items calling it; on the CPU tier, where an
+item costs seconds to minutes, a target is narrowed to one item or one test function (`_on_tier`),
+even where the PR changes the test file: its tests base had no item of run only on a GPU.
 """
 from __future__ import annotations
 
@@ -83,31 +84,40 @@ def touched(functions: list[Function], hunks: list[tuple[int, int]] | None) -> s
     return hit
 
 
+def _name(route: str) -> str:
+    """A function's own name: kernels are launched and called by it, wherever they are defined."""
+    return route.rpartition(":")[2].rpartition(".")[2]
+
+
 def _launchers_of(kernel: str, functions: list[Function]) -> set[str]:
     """The launchers of a kernel, named: those launching it or a kernel that calls it, through
     @triton.jit helpers (by name, so two modules' kernels of one name both count)."""
     names, grown = {kernel}, True
     while grown:
-        more = {function.route.rpartition(":")[2] for function in functions
-                if function.kernel and set(function.kernels) & names}
+        more = {_name(function.route) for function in functions if function.kernel and set(function.kernels) & names}
         grown = not more <= names
         names |= more
     return {function.route for function in functions if function.launches and set(function.kernels) & names}
 
 
 def _through_kernels(routes: set[str], functions: list[Function]) -> set[str]:
-    """The changed routes, each changed kernel replaced by its launchers; a kernel nothing launches
-    stays, and no item calls it: the change is unreached."""
-    kernels = {function.route for function in functions if function.kernel}
-    reached = routes - kernels
-    for route in routes & kernels:
-        reached |= _launchers_of(route.rpartition(":")[2], functions) or {route}
+    """The changed routes, each changed kernel replaced by its launchers. A kernel no launch reads
+    statically (launched through an alias, a table, `.run`) counts for every function of its module,
+    as a module-level change does; in a module of kernels alone it stays, and no item calls it: the
+    change is unreached."""
+    kernels = {function.route: function for function in functions if function.kernel}
+    reached = routes - kernels.keys()
+    for route in routes & kernels.keys():
+        module = {function.route for function in functions
+                  if function.path == kernels[route].path and not function.kernel}
+        reached |= _launchers_of(_name(route), functions) or module or {route}
     return reached
 
 
 def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
           hunks: dict[str, list[tuple[int, int]]] | None = None) -> tuple[dict, list[str]]:
-    """({route: {test file: {"items": [...], "changed": {...}}}}, the changed files no route is reached
+    """({route: {test file: {"items": {nodeid: the changed files it stands for}, "changed": {...}}}}, the
+    changed files no route is reached
     from, or that change a function no item of the map called)."""
     by_path: dict[str, list[Function]] = {}
     for function in impact.functions:
@@ -129,8 +139,8 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
         hit = False
         for nodeid, item in leads:
             for route in _routes_of(item, launchers):
-                entry = reached.setdefault(route, {}).setdefault(_file_of(nodeid), {"items": set(), "changed": set()})
-                entry["items"].add(nodeid)
+                entry = reached.setdefault(route, {}).setdefault(_file_of(nodeid), {"items": {}, "changed": set()})
+                entry["items"].setdefault(nodeid, set()).add(path)
                 entry["changed"].add(path)
                 hit = True
         if not hit and path not in unreached:
@@ -211,18 +221,24 @@ def _chosen(files: dict[str, dict]) -> list[tuple[str, dict]]:
     return chosen
 
 
-def _elements(call: RouteCall) -> int:
-    return sum(math.prod(dims) for dims in call.arrays.values())
+def _cost(nodeid: str, call: RouteCall) -> tuple:
+    """How much an item moves through the route: calls times elements, then the integers its frame
+    held; an item whose arrays were not seen (nested in a tuple) is taken last."""
+    elements = sum(math.prod(dims) for dims in call.arrays.values())
+    return not call.arrays, call.count * elements, sum(abs(value) for value in call.ints.values()), nodeid
 
 
-def _on_tier(path: str, nodeids: list[str], calls: list[RouteCall], fed: bool) -> str:
-    """The target on the CPU tier, where every program runs in Python: with a grid channel, the one
-    test function whose mark the grid fills (the file where the items span several); without one,
-    the item whose route call moved the fewest elements, since nothing of the grid reaches the
-    function and its every cell would run."""
-    if not fed:
-        return min(zip(nodeids, calls), key=lambda pair: (_elements(pair[1]), pair[0]))[0]
-    functions = {nodeid.partition("[")[0] for nodeid in nodeids}
+def _on_tier(path: str, items: dict[str, set[str]], calls: dict[str, RouteCall], fed: bool, changed: set[str]) -> str:
+    """The target on the CPU tier, where every program runs in Python: without a grid channel, the
+    item that moves the least through the route among those standing for every changed file, since
+    nothing of the grid reaches the function and its every cell would run; else (a channel, or no one
+    item for all the changes) the one test function of the items, or the file where they span several.
+    A changed test file is narrowed too: run whole, an operator library's file is hours in the
+    interpreter; the item runs head's version of its test."""
+    whole = [nodeid for nodeid, leads in items.items() if leads >= changed]
+    if whole and not fed:
+        return min(whole, key=lambda nodeid: _cost(nodeid, calls[nodeid]))
+    functions = {nodeid.partition("[")[0] for nodeid in items}
     return functions.pop() if len(functions) == 1 else path
 
 
@@ -250,7 +266,8 @@ def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
                 shape_vars = [name for name, _ in fed]
             inferred.append(InferredTarget(
                 name=name if position == 0 else f"{name}-{position + 1}", route=route,
-                target=_on_tier(path, nodeids, calls, bool(fed)) if impact.cpu_tier else path,
+                target=_on_tier(path, entry["items"], dict(zip(nodeids, calls)), bool(fed), entry["changed"])
+                if impact.cpu_tier else path,
                 shape_vars=shape_vars, shape_argnames=[argname for _, argname in fed],
                 changed=sorted(entry["changed"]), tests=nodeids,
                 why=f"{', '.join(sorted(entry['changed']))} -> {len(nodeids)} items of {path} called {route} on base",
