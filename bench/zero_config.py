@@ -7,6 +7,8 @@ and once with the refs alone, where the impact map infers the targets, routes an
     python bench/zero_config.py --mirror DIR [--fixes attorch:7a43008,...] [--jobs N] [--timeout S]
         [--workspace DIR] [--json FILE]
 
+With --json FILE and --workspace DIR, a run that was cut goes on where it stopped.
+
 DIR holds the repositories' git copies as DIR/<owner>+<name>/repo (bare copies are fine); nothing is
 fetched. The configuration is what a maintainer would write in `[tool.kvtasks]` once per repository,
 never per fix: one target per kernel (its smallest test item on the CPU tier, as
@@ -35,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -228,6 +230,20 @@ def confusion(results: list[dict]) -> list[str]:
     return lines
 
 
+def say(r: dict, how: str) -> None:
+    print(f"{r['fix']:<18} {r['direction']:<7} configured {r['configured']:<12} ({len(r['targets'])} targets, "
+          f"{r['configured_wall_s']:.0f} s)  zero-config {r['zero_config']:<12} "
+          f"({len(r['inferred_targets'])} inferred, {r['zero_config_wall_s']:.0f} s)"
+          f"{'' if r['configured'] == r['zero_config'] != NOT_RUN else '  DIFFERENT'}{how and f'  ({how})'}", flush=True)
+    for target in r["inferred_targets"]:
+        print(f"    inferred: {target}")
+    if r["zero_config"] == NOT_RUN:
+        print(f"    zero-config wrote no report: {r['zero_config_run']['said']}")
+    for done in r["configured_runs"]:
+        if not done["runs"]:
+            print(f"    a configured target wrote no report: {done['said']}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirror", type=Path, help="folder of git copies, DIR/<owner>+<name>/repo")
@@ -235,7 +251,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="PRs validated at once")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per target run (TIMEOUT)")
     parser.add_argument("--workspace", type=Path, help="keep the workspaces here (default: a temporary folder)")
-    parser.add_argument("--json", type=Path, help="write every PR's verdicts and what was inferred here")
+    parser.add_argument("--json", type=Path, help="every PR's verdicts and what was inferred, written as each "
+                        "finishes; the PRs already in it are kept, not run again (a cut run goes on)")
     parser.add_argument("--smoke", action="store_true", help="one PR of a tiny repository built here")
     options = parser.parse_args()
     if not options.smoke and not options.mirror:
@@ -248,22 +265,20 @@ def main() -> int:
                                                                     [f for f in options.fixes.split(",") if f])
         print(f"{len(chosen)} PRs ({len({pr['fix'] for pr in chosen})} fixes, both directions"
               f"{'' if not options.smoke else '; smoke: one direction'}), {options.jobs} at once", flush=True)
+        done_before = json.loads(options.json.read_text()) if options.json and options.json.is_file() else []
+        results = [r for r in done_before if r["label"] in {pr["label"] for pr in chosen}]
+        for r in results:
+            say(r, "kept from --json")
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-            results = list(pool.map(lambda pr: one_pr(pr, workspace, options.timeout), chosen))
+            running = [pool.submit(one_pr, pr, workspace, options.timeout) for pr in chosen
+                       if pr["label"] not in {r["label"] for r in results}]
+            for finished in as_completed(running):
+                results.append(finished.result())
+                say(results[-1], "")
+                if options.json:  # a cut run keeps what it measured, and goes on from it
+                    options.json.write_text(json.dumps(results, indent=2))
         wall = time.perf_counter() - started
-    for r in results:
-        print(f"{r['fix']:<18} {r['direction']:<7} configured {r['configured']:<12} ({len(r['targets'])} targets, "
-              f"{r['configured_wall_s']:.0f} s)  zero-config {r['zero_config']:<12} "
-              f"({len(r['inferred_targets'])} inferred, {r['zero_config_wall_s']:.0f} s)"
-              f"{'' if r['configured'] == r['zero_config'] != NOT_RUN else '  DIFFERENT'}", flush=True)
-        for target in r["inferred_targets"]:
-            print(f"    inferred: {target}")
-        if r["zero_config"] == NOT_RUN:
-            print(f"    zero-config wrote no report: {r['zero_config_run']['said']}")
-        for done in r["configured_runs"]:
-            if not done["runs"]:
-                print(f"    a configured target wrote no report: {done['said']}")
     for line in confusion(results):
         print(line)
     blocks = [r for r in results if r["configured"] == "BLOCK"]
@@ -272,8 +287,6 @@ def main() -> int:
     configured_s, zero_s = sum(r["configured_wall_s"] for r in results), sum(r["zero_config_wall_s"] for r in results)
     print(f"wall: configured {configured_s:.0f} s, zero-config {zero_s:.0f} s "
           f"({zero_s / configured_s if configured_s else 0:.2f}x, maps included); the bench {wall:.0f} s")
-    if options.json:
-        options.json.write_text(json.dumps(results, indent=2))
     equal = sum(1 for r in results if r["configured"] == r["zero_config"] != NOT_RUN)
     targets = sum(len(r["inferred_targets"]) for r in results)
     routes = len({route for r in results for route in r["inferred_routes"]})
