@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -301,6 +302,24 @@ def test_the_map_keeps_every_item_that_finished_before_a_kill(tmp_path):
     items = impact._items(written)
     assert sorted(items) == ["tests/test_x.py::test_x[1]", "tests/test_x.py::test_x[2]"]
     assert items["tests/test_x.py::test_x[2]"].calls["m:f"].ints == {"n": 2}
+
+
+def test_a_map_whose_run_stopped_short_but_by_its_timeout_is_used_once_and_never_stored(tmp_path, monkeypatch):
+    log = tmp_path / "base-map.log"
+    log.write_text("..F\nINTERNALERROR>   File \"x.py\", line 1\nINTERNALERROR> TimeoutError: stopped\n")
+    run = SimpleNamespace(timed_out=False, exit=3, log=str(log))
+    assert impact._interrupted(run) == "exit 3: INTERNALERROR> TimeoutError: stopped"
+    assert impact._interrupted(SimpleNamespace(timed_out=True, exit=-9, log=str(log))) == ""
+    assert impact._interrupted(SimpleNamespace(timed_out=False, exit=1, log=str(log))) == ""
+    called = {"t::x": Item(calls={"m:f": RouteCall(count=1, outside=True)})}
+    built = ImpactMap(base_oid="b", functions=[], items=called, tests=["t"], interrupted="exit 3: stopped")
+    monkeypatch.setattr(impact, "build", lambda *args: built)
+    workspace = Workspace(tmp_path / "home")
+    assert impact.load_or_build(workspace, tmp_path, "b", {}) == (built, False)
+    assert not impact.map_file(workspace, "b", {}).exists()
+    monkeypatch.setattr(impact, "build", lambda *args: built.model_copy(update={"interrupted": ""}))
+    impact.load_or_build(workspace, tmp_path, "b", {})
+    assert impact.map_file(workspace, "b", {}).is_file()
 
 
 def test_a_new_base_re_runs_only_the_test_files_whose_imports_changed(two_kernels, workspace):

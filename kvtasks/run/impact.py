@@ -63,7 +63,8 @@ def load_or_build(workspace: Workspace, tree: Path, base_oid: str, given: dict) 
         except ValueError:
             path.unlink()  # unreadable (a disk filled mid-write before atomic writes): built again
     impact = build(workspace, tree, base_oid, given)
-    if any(item.calls for item in impact.items.values()):  # a run that reached nothing is tried again next time
+    # a run that reached nothing, or stopped short of its end but by TIMEOUT, is tried again next time
+    if any(item.calls for item in impact.items.values()) and not impact.interrupted:
         write_atomic(path, impact.model_dump_json(indent=1).encode())
     return impact, False
 
@@ -133,7 +134,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
         raise UsageError(f"base's tests cannot be mapped: {exc}") from None
     claimed_before = {claim.index for claim in picker.held()}
     try:
-        run, items, on_tier = _mapped_run(workspace, request, run_tests)
+        run, items, on_tier, interrupted = _mapped_run(workspace, request, run_tests)
     finally:  # the tree and the GPU the map's run held are the PR's validations' to take next
         for claim in picker.held():
             if claim.index not in claimed_before:
@@ -141,9 +142,10 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
         if not held_before:
             worktree.release_exclusive(tree)
     note = (f"exit {run.exit}{' (timed out)' if run.timed_out else ''}, {len(items)} items mapped, "
-            f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout{kept_note}")
+            f"{sum(1 for item in items.values() if item.calls)} called a function of the checkout{kept_note}"
+            + (f"; stopped short: {interrupted}" if interrupted else ""))
     return ImpactMap(base_oid=base_oid, functions=functions, items={**kept, **items}, tests=tests, ran=run_tests,
-                     note=note, cpu_tier=on_tier)
+                     note=note, cpu_tier=on_tier, interrupted=interrupted)
 
 
 def _mapped_run(workspace: Workspace, request, tests: list[str]):
@@ -167,7 +169,19 @@ def _mapped_run(workspace: Workspace, request, tests: list[str]):
             run = ctx.launch(Launch(label="base-map", runner="pytest", impact=written,
                                     argv=(*tests[1:], "--continue-on-collection-errors")))
         items = _items(written)
-    return run, items, cpu_tier.active(ctx)
+        return run, items, cpu_tier.active(ctx), _interrupted(run)
+
+
+def _interrupted(run) -> str:
+    """Why the map's run stopped short of its end other than by its TIMEOUT (pytest's internal error,
+    a signal), by its log's last line; "" when it ran to its end."""
+    if run.timed_out or run.exit in (0, 1, 5):
+        return ""
+    lines = [line for line in Path(run.log).read_text(errors="replace").splitlines() if line.strip()] \
+        if Path(run.log).is_file() else []
+    said = next((line for line in reversed(lines) if line.startswith("INTERNALERROR>") and "Error" in line),
+                lines[-1] if lines else "")
+    return f"exit {run.exit}: {said.strip()[:200]}"
 
 
 def _items(written: Path) -> dict[str, Item]:

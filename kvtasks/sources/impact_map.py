@@ -56,6 +56,7 @@ class ImpactMap(BaseModel):
     ran: list[str] = Field(default_factory=list)  # those its run ran (the others' items kept from an ancestor's map)
     note: str = ""  # how its run went
     cpu_tier: bool = False  # its items ran in the CPU tier's interpreter, where each costs seconds to minutes
+    interrupted: str = ""  # why its run stopped short of its end other than by TIMEOUT: not stored, run again
 
 
 def _routes_of(item: Item, launchers: set[str]) -> list[str]:
