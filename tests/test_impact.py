@@ -259,7 +259,7 @@ def test_with_launchers_the_routes_are_they_and_a_dimension_without_a_local_name
     assert shape_of({"x": type("T", (), {"shape": (5, 3)})()}, ["x.shape[1]"]) == "3"
 
 
-def test_on_the_cpu_tier_a_target_is_the_function_the_grid_fills_or_without_a_channel_its_smallest_item():
+def test_on_the_cpu_tier_a_target_is_the_function_the_grid_fills_alone_or_else_its_smallest_item():
     functions = [launchers.Function("lib.ops:launch", "lib/ops.py", True)]
     items = {f"tests/test_ops.py::test_x[{size}]": Item(params={"size": size}, calls={"lib.ops:launch": RouteCall(
         count=1, outside=True, arrays={"x": [size, 64]}, scalars={"n": size})}) for size in (33, 7, 11)}
@@ -268,6 +268,14 @@ def test_on_the_cpu_tier_a_target_is_the_function_the_grid_fills_or_without_a_ch
     assert (inferred.target, inferred.shape_argnames) == ("tests/test_ops.py::test_x", ["size"])
     [on_gpu], _ = infer(tier_map.model_copy(update={"cpu_tier": False}), ["lib/ops.py"], needs_no_validation)
     assert on_gpu.target == "tests/test_ops.py"
+    # a channel beside another axis: the grid's rows times that axis' cells is given up for an item
+    for item in items.values():
+        item.params["bias"] = False
+    [inferred], _ = infer(tier_map, ["lib/ops.py"], needs_no_validation)
+    assert (inferred.target, inferred.shape_argnames, inferred.shape_vars) == (
+        "tests/test_ops.py::test_x[7]", [], ["n", "x.shape[1]"])
+    [on_gpu], _ = infer(tier_map.model_copy(update={"cpu_tier": False}), ["lib/ops.py"], needs_no_validation)
+    assert (on_gpu.target, on_gpu.shape_argnames) == ("tests/test_ops.py", ["size"])
     for item in items.values():
         item.params.clear()
     [inferred], _ = infer(tier_map, ["lib/ops.py"], needs_no_validation)

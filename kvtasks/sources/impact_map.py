@@ -229,15 +229,17 @@ def _cost(nodeid: str, call: RouteCall) -> tuple:
     return not call.arrays, call.count * elements, sum(abs(value) for value in call.ints.values()), nodeid
 
 
-def _on_tier(path: str, items: dict[str, set[str]], calls: dict[str, RouteCall], fed: bool, changed: set[str]) -> str:
-    """The target on the CPU tier, where every program runs in Python: without a grid channel, the
-    item that moves the least through the route among those standing for every changed file, since
-    nothing of the grid reaches the function and its every cell would run; else (a channel, or no one
-    item for all the changes) the one test function of the items, or the file where they span several.
-    A changed test file is narrowed too: run whole, an operator library's file is hours in the
-    interpreter; the item runs head's version of its test."""
+def _on_tier(path: str, items: dict[str, set[str]], calls: dict[str, RouteCall], fed: set[str], axes: set[str],
+             changed: set[str]) -> str:
+    """The target on the CPU tier, where every program runs in Python: the item that moves the least
+    through the route among those standing for every changed file, unless a grid channel fills
+    every parametrize axis the items have (then the function runs the grid's cells alone); where no
+    one item stands for all the changes, the one test function of the items, or the file where they
+    span several. A channel beside other axes is given up: the grid's rows times the other axes'
+    cells is hours in the interpreter. A changed test file is narrowed too: run whole, an operator
+    library's file is hours there as well; the item runs head's version of its test."""
     whole = [nodeid for nodeid, leads in items.items() if leads >= changed]
-    if whole and not fed:
+    if whole and (not fed or axes - fed):
         return min(whole, key=lambda nodeid: _cost(nodeid, calls[nodeid]))
     functions = {nodeid.partition("[")[0] for nodeid in items}
     return functions.pop() if len(functions) == 1 else path
@@ -263,12 +265,16 @@ def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
             calls = [item.calls[route] for item in items]
             shape_vars = _shape_vars(calls)
             fed = _argnames(items, calls, shape_vars)
+            target = path
+            if impact.cpu_tier:
+                target = _on_tier(path, entry["items"], dict(zip(nodeids, calls)), {argname for _, argname in fed},
+                                  {argname for item in items for argname in item.params}, entry["changed"])
+                if target in entry["items"]:  # an item's id names its cells: no grid fills them
+                    fed = []
             if fed:
                 shape_vars = [name for name, _ in fed]
             inferred.append(InferredTarget(
-                name=name if position == 0 else f"{name}-{position + 1}", route=route,
-                target=_on_tier(path, entry["items"], dict(zip(nodeids, calls)), bool(fed), entry["changed"])
-                if impact.cpu_tier else path,
+                name=name if position == 0 else f"{name}-{position + 1}", route=route, target=target,
                 shape_vars=shape_vars, shape_argnames=[argname for _, argname in fed],
                 changed=sorted(entry["changed"]), tests=nodeids,
                 why=f"{', '.join(sorted(entry['changed']))} -> {len(nodeids)} items of {path} called {route} on base",
