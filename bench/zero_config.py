@@ -1,8 +1,9 @@
 """Zero configuration against a maintainer's configuration, on real fixes run both ways.
 
 Each fix of FIXES is validated as its PR (base: the fix's parent, head: the fix) and reverted (base:
-the fix, head: its parent, which reintroduces the bug), once with the repository's configuration
-and once with the refs alone, where the impact map infers the targets, routes and shapes:
+the fix, head: a commit on it with its parent's tree, which reintroduces the bug; written to a local
+copy of the repository), once with the repository's configuration and once with the refs alone,
+where the impact map infers the targets, routes and shapes:
 
     python bench/zero_config.py --mirror DIR [--fixes attorch:7a43008,...] [--jobs N] [--timeout S]
         [--workspace DIR] [--json FILE]
@@ -16,9 +17,11 @@ bench/tier_coverage.py chose them, with both of the kernel's launchers as its ro
 dimensions they hold as shape vars) and a map from source globs to those targets. The bench applies
 the map to each PR's changed files and validates each target it names (flags stand for the table:
 only base's own configuration file is ever read). A PR's verdict is the worst of its targets', as
-kvtasks' own PR report takes it. Both run as in a maintainer's CI (`CI=true`: a change no target
-validates is an INCONCLUSIVE report, not a usage error). Both modes run on the CPU tier (`--cpu-tier triton`, perf off), in
-workspaces of their own, so each builds its own base evidence and the zero-config side its maps.
+kvtasks' own PR report takes it. Both modes run as in a maintainer's CI (`CI=true`: a change no
+target validates is an INCONCLUSIVE report, not a usage error), on the CPU tier (`--cpu-tier
+triton`, perf off), in workspaces of their own, so each builds its own base evidence and the
+zero-config side its maps. On the CPU tier no verdict is PASS (PASS needs a claimed GPU): a verdict
+is BLOCK, NEEDS_WORK or INCONCLUSIVE.
 
 Prints a row per PR (both verdicts, what was inferred, the wall time of each), the confusion matrix
 of the verdicts (rows configured, columns zero-config), how many configured BLOCKs zero-config kept,
