@@ -120,7 +120,9 @@ def test_the_map_is_built_once_per_base_and_reused_by_the_next_pr(two_kernels, w
     monkeypatch.setattr(impact, "build", no_base_run)
     [options] = targets(workspace, two_kernels, "tail-bug")
     assert options["inferred"].map_reused and options["expected_route"] == "kernels.scale:scale_rows"
-    assert len(list((workspace.store.root / "impact").glob("*.json"))) == 1
+    [stored] = (workspace.store.root / "impact").glob("*.json")
+    items = ImpactMap.model_validate_json(stored.read_text()).items.values()
+    assert items and all(item.seconds is not None and not item.stopped for item in items)
 
 
 def test_what_reaches_no_route_is_named_and_only_documentation_is_nothing(two_kernels, workspace):
@@ -287,6 +289,11 @@ def test_on_the_cpu_tier_a_target_is_the_function_the_grid_fills_alone_or_else_i
     assert inferred.target == "tests/test_ops.py::test_x[33]"
     [inferred], _ = infer(tier_map, ["lib/ops.py", "tests/test_ops.py"], needs_no_validation)
     assert inferred.target == "tests/test_ops.py::test_x[7]"
+    # what the map's run saw an item cost comes first: one its bound stopped last, then its seconds
+    items["tests/test_ops.py::test_x[7]"].stopped = True
+    items["tests/test_ops.py::test_x[11]"].seconds, items["tests/test_ops.py::test_x[33]"].seconds = 4.0, 0.5
+    [inferred], _ = infer(tier_map, ["lib/ops.py"], needs_no_validation)
+    assert inferred.target == "tests/test_ops.py::test_x[33]"
 
 
 def test_check_suggests_the_configuration_the_map_infers(two_kernels, workspace, monkeypatch, capsys):
@@ -309,6 +316,7 @@ def test_the_map_keeps_every_item_that_finished_before_a_kill(tmp_path):
     written.write_text("\n".join(lines) + '\n{"test": "tests/test_x.py::test_x[3]", "par')
     items = impact._items(written)
     assert sorted(items) == ["tests/test_x.py::test_x[1]", "tests/test_x.py::test_x[2]"]
+    assert (items["tests/test_x.py::test_x[1]"].seconds, items["tests/test_x.py::test_x[1]"].stopped) == (None, False)
     assert items["tests/test_x.py::test_x[2]"].calls["m:f"].ints == {"n": 2}
 
 

@@ -192,5 +192,6 @@ def _items(written: Path) -> dict[str, Item]:
             finished = json.loads(line)
         except ValueError:
             continue
-        items[finished["test"]] = Item(params=finished["params"], calls=finished["calls"])
+        items[finished["test"]] = Item(params=finished["params"], calls=finished["calls"],
+                                       seconds=finished.get("seconds"), stopped=finished.get("stopped", False))
     return items

@@ -45,6 +45,8 @@ class RouteCall(BaseModel):
 class Item(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     calls: dict[str, RouteCall] = Field(default_factory=dict)
+    seconds: float | None = None  # how long it ran under the map's probe (None: a map from before they were kept)
+    stopped: bool = False  # the map's bound stopped it: a target that costs more than the bound
 
 
 class ImpactMap(BaseModel):
@@ -222,17 +224,19 @@ def _chosen(files: dict[str, dict]) -> list[tuple[str, dict]]:
     return chosen
 
 
-def _cost(nodeid: str, call: RouteCall) -> tuple:
-    """How much an item moves through the route: calls times elements, then the integers its frame
-    held; an item whose arrays were not seen (nested in a tuple) is taken last."""
+def _cost(nodeid: str, item: Item, call: RouteCall) -> tuple:
+    """What an item costs as a target: one the map's bound stopped last; then the seconds it ran under
+    the map's probe; then what it moves through the route (calls times elements, then the integers its
+    frame held), an item whose arrays were not seen (nested in a tuple) last."""
     elements = sum(math.prod(dims) for dims in call.arrays.values())
-    return not call.arrays, call.count * elements, sum(abs(value) for value in call.ints.values()), nodeid
+    return (item.stopped, item.seconds or 0.0, not call.arrays, call.count * elements,
+            sum(abs(value) for value in call.ints.values()), nodeid)
 
 
-def _on_tier(path: str, items: dict[str, set[str]], calls: dict[str, RouteCall], fed: set[str], axes: set[str],
+def _on_tier(path: str, items: dict[str, set[str]], costs: dict[str, tuple], fed: set[str], axes: set[str],
              changed: set[str]) -> str:
-    """The target on the CPU tier, where every program runs in Python: the item that moves the least
-    through the route among those standing for every changed file, unless a grid channel fills
+    """The target on the CPU tier, where every program runs in Python: the item that costs the least
+    (`_cost`) among those standing for every changed file, unless a grid channel fills
     every parametrize axis the items have (then the function runs the grid's cells alone); where no
     one item stands for all the changes, the one test function of the items, or the file where they
     span several. A channel beside other axes is given up: the grid's rows times the other axes'
@@ -240,7 +244,7 @@ def _on_tier(path: str, items: dict[str, set[str]], calls: dict[str, RouteCall],
     library's file is hours there as well; the item runs head's version of its test."""
     whole = [nodeid for nodeid, leads in items.items() if leads >= changed]
     if whole and (not fed or axes - fed):
-        return min(whole, key=lambda nodeid: _cost(nodeid, calls[nodeid]))
+        return min(whole, key=costs.__getitem__)
     functions = {nodeid.partition("[")[0] for nodeid in items}
     return functions.pop() if len(functions) == 1 else path
 
@@ -267,7 +271,8 @@ def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
             fed = _argnames(items, calls, shape_vars)
             target = path
             if impact.cpu_tier:
-                target = _on_tier(path, entry["items"], dict(zip(nodeids, calls)), {argname for _, argname in fed},
+                costs = {nodeid: _cost(nodeid, item, call) for nodeid, item, call in zip(nodeids, items, calls)}
+                target = _on_tier(path, entry["items"], costs, {argname for _, argname in fed},
                                   {argname for item in items for argname in item.params}, entry["changed"])
                 if target in entry["items"]:  # an item's id names its cells: no grid fills them
                     fed = []

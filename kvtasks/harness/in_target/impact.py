@@ -5,7 +5,8 @@ Every function the validator lists (the configuration's routes) is wrapped light
 for the item running, and the first call of a function in an item keeps the dimensions of its array
 arguments by name, the integers and short strings its frame held at return (the names a launcher
 gives its dimensions and its dtype) and whether it was called from outside the listed modules (by a
-test, not by another listed function); each item's line is appended to the map's file as it finishes.
+test, not by another listed function); each item's line is appended to the map's file as it finishes,
+with its seconds and whether the bound stopped it.
 No output is watched and nothing is corrupted or captured: the map is base evidence about reach, not
 a judgment. The items of a test function are sampled (SAMPLE, evenly spread): an operator
 library's suite is large, and reach is a property of the function, seldom of its every cell.
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 SAMPLE = 3  # items kept per test function
 SCALAR_TEXT = 32  # a longer string in a route's frame is no dtype's name
@@ -25,8 +27,17 @@ SCALAR_TEXT = 32  # a longer string in a route's frame is no dtype's name
 ITEM_SECONDS = 20.0
 
 
+# the item running: when it began, and whether the bound stopped it (what a CPU-tier target costs)
+_ITEM = {"began": 0.0, "stopped": False}
+
+
 def _stop_item(_signum, _frame):
+    _ITEM["stopped"] = True
     raise TimeoutError(f"kvtasks' impact map stops an item after {ITEM_SECONDS:.0f} s")
+
+
+def item_begins() -> None:
+    _ITEM.update(began=time.perf_counter(), stopped=False)
 
 
 def item_started() -> None:
@@ -131,6 +142,7 @@ def item_done(run, nodeid: str) -> None:
     """Append the finished item's line to the map's file: a run killed at its timeout keeps every item
     that finished before it (an interpreter-bound suite is often cut there)."""
     line = json.dumps({"test": run.impact_root + nodeid, "params": run.impact_params.get(nodeid, {}),
-                       "calls": run.impact_calls.pop(nodeid, {})})
+                       "calls": run.impact_calls.pop(nodeid, {}), "stopped": _ITEM["stopped"],
+                       "seconds": round(time.perf_counter() - _ITEM["began"], 3)})
     with open(run.configuration.impact, "a") as handle:
         handle.write(line + "\n")

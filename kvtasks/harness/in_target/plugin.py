@@ -177,6 +177,8 @@ class Plugin:
     def pytest_runtest_logstart(self, nodeid, location):
         self.run.test = nodeid
         self.run.progress(f"start {nodeid}")
+        if self.run.configuration.impact:
+            impact.item_begins()
 
     def pytest_runtest_logfinish(self, nodeid, location):
         self.run.test = ""
