@@ -139,6 +139,26 @@ def test_what_reaches_no_route_is_named_and_only_documentation_is_nothing(two_ke
     assert options["unvalidated_changes"] == ["kernels/constants.py"]
 
 
+def test_base_s_tests_that_cannot_be_mapped_leave_the_pr_not_validated_and_a_bot_reads_its_report(
+        two_kernels, tmp_path, monkeypatch, capsys):
+    def unmappable(*args, **kwargs):
+        raise impact.MapUnavailable("base's tests cannot be mapped: runtime_compat halted: import failed")
+    monkeypatch.setattr(impact, "build", unmappable)
+    fresh = Workspace(tmp_path / "home")
+    with pytest.raises(pr_targets.UnreachedChanges) as unmapped:
+        targets(fresh, two_kernels, "scale")
+    assert unmapped.value.unreached == ["kernels/scale.py"] and "runtime_compat halted" in unmapped.value.line
+    with pytest.raises(pr_targets.NothingToValidate):
+        targets(fresh, two_kernels, "docs")
+    monkeypatch.setenv("KVTASKS_HOME", str(fresh.root))
+    monkeypatch.setenv(pr_targets.CI_VARIABLE, "true")
+    monkeypatch.chdir(tmp_path)
+    status = cli.main(["--repo", str(two_kernels), "--base-ref", "main", "--head-ref", "scale", "--label", "unmapped",
+                       "--format", "json"])
+    [run] = json.loads(capsys.readouterr().out)["reports"]
+    assert (status, run["verdict"], run["exit"]) == (2, "INCONCLUSIVE", 2) and "cannot be mapped" in run["decided_by"]
+
+
 def test_an_inferred_target_is_validated_as_a_configured_one_and_says_so(tmp_path):
     """bench/zero_config.py's smoke run: a reintroduced tail bug, validated with a maintainer's
     configuration and with the refs alone, blocks both ways; the report says what was inferred."""

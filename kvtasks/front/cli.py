@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from kvtasks import __version__, errors, report, worktree
-from kvtasks.front import front_doors, graph, inference, machine_summary
+from kvtasks.front import front_doors, graph, inference, machine_summary, pr_targets
 from kvtasks.run import check
 from kvtasks.system import progress
 from kvtasks.errors import UsageError
@@ -170,7 +170,13 @@ def _run(command: str, build_namespace, options: dict, workspace: Workspace, sit
                       f"{workspace.report_paths(request)[0]}", file=sys.stderr)
         return errors.namespace_through_doit(built)
 
-    code = graph.execute(namespace, command, quiet=options["quiet"] or as_json, verbose=options["verbose"])
+    try:
+        code = graph.execute(namespace, command, quiet=options["quiet"] or as_json, verbose=options["verbose"])
+    except (pr_targets.NotValidated, errors.Escaped) as stopped:
+        said = stopped.error if isinstance(stopped, errors.Escaped) else stopped
+        if as_json and isinstance(said, pr_targets.NotValidated):  # a bot reads its INCONCLUSIVE report too
+            print(json.dumps(machine_summary.machine_summary(command, said.exit_code, [said.report]), indent=2))
+        raise
     reports = [workspace.reports / request.label / "validation_report.json"
                for request in built.get(graph.REQUESTS, [])]
     bodies = [json.loads(path.read_text()) for path in reports if path.is_file()]

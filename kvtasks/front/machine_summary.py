@@ -55,11 +55,12 @@ def machine_summary(command: str, code: int, reports: list[Path]) -> dict:
         if not path.is_file():
             continue
         body = json.loads(path.read_text())
+        # a PR nothing of which was validated has a report of one line and no finding
         runs.append(ReportRun(label=body["label"], verdict=body["verdict"], exit=body["process_exit_code"],
-                              decided_by=body.get("decided_by", ""), report=str(path),
+                              decided_by=body.get("decided_by", body.get("not_validated", "")), report=str(path),
                               comment=str(path.with_name(comment.COMMENT)),
                               findings=[FindingRule(**{key: finding[key] for key in ("rule", "severity", "stage")})
-                                        for finding in body["findings"]]))
+                                        for finding in body.get("findings", [])]))
     return MachineSummary(command=command, kvtasks_version=__version__, schema_version=SCHEMA_VERSION, exit=code,
                           reports=runs).model_dump(mode="json")
 

@@ -24,7 +24,8 @@ from kvtasks.worktree import clones
 from kvtasks.front.inference import NoRouteReached, head_commit, inferred_targets
 from kvtasks.run.pipeline import REPORT
 from kvtasks.report import EXIT_CODES, comment
-from kvtasks.request.repo_config import RepoConfig, load
+from kvtasks.request.repo_config import RepoConfig, load, needs_no_validation
+from kvtasks.run.impact import MapUnavailable
 from kvtasks.request import base_hunks, patch_paths
 from kvtasks.request.model import checked_label
 from kvtasks.system.files import write_atomic
@@ -56,9 +57,14 @@ class UnreachedChanges(UsageError):
 
 
 class NotValidated(KvtasksError):
-    """In CI: a PR whose changes no target validates, said in its INCONCLUSIVE report and comment."""
+    """In CI: a PR whose changes no target validates, said in its INCONCLUSIVE report and comment
+    (`report`)."""
 
     exit_code = INCONCLUSIVE_EXIT
+
+    def __init__(self, message: str, report: Path):
+        super().__init__(message)
+        self.report = report
 
 
 def in_ci() -> bool:
@@ -98,7 +104,7 @@ def write_unreached(reports: Path, label: str, unreached: UnreachedChanges) -> N
     written = _say_without_a_run(reports, label, {"verdict": "INCONCLUSIVE", "process_exit_code": INCONCLUSIVE_EXIT,
                                                   "not_validated": line, "unreached": unreached.unreached},
                                  "**INCONCLUSIVE**", ": nothing of it was validated", line)
-    return NotValidated(f"{line} (report: {written})")
+    return NotValidated(f"{line} (report: {written})", written)
 
 
 # worst first, as a fleet PR's archs are merged
@@ -145,6 +151,14 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
     given = {**(config.defaults if config is not None else {}), **given}
     try:
         inferred, unreached = inferred_targets(workspace, tree, base_oid, changed, base_hunks(patch), given)
+    except MapUnavailable as failed:
+        unmapped = [path for path in changed if not needs_no_validation(path)]
+        if not unmapped:
+            raise NothingToValidate(str(failed), changed=changed, line=(
+                f"nothing to validate: the PR changes documentation and CI files only ({_listed(changed)})")) from None
+        raise UnreachedChanges(str(failed), unreached=unmapped, line=(
+            f"not validated: the PR changes {_listed(unmapped)}, and {failed}; give --target, or configure the "
+            "repository's [tool.kvtasks]")) from None
     except NoRouteReached as none:
         if none.nothing:
             raise NothingToValidate(str(none), changed=changed, line=(

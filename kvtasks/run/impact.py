@@ -43,6 +43,10 @@ RUN_OPTIONS = ("python_path", "env", "runtime_module", "cpu_tier", "cpu_sparse_g
 SUITE_WIDE = {"conftest.py", "pyproject.toml", "setup.cfg", "setup.py", "pytest.ini", "tox.ini"}
 
 
+class MapUnavailable(UsageError):
+    """Base's tests could not be run to map them (its runtime does not import, its tree is held)."""
+
+
 def _run_options(given: dict) -> dict:
     return {name: given[name] for name in RUN_OPTIONS if given.get(name) not in (None, "", (), [])}
 
@@ -131,7 +135,7 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     try:  # held as a validation holds it, so no validator lends it mid-run
         worktree.hold_exclusively(tree)
     except (worktree.WorktreeBusy, worktree.GitFailed) as exc:
-        raise UsageError(f"base's tests cannot be mapped: {exc}") from None
+        raise MapUnavailable(f"base's tests cannot be mapped: {exc}") from None
     claimed_before = {claim.index for claim in picker.held()}
     try:
         run, items, on_tier, interrupted = _mapped_run(workspace, request, run_tests)
@@ -159,10 +163,10 @@ def _mapped_run(workspace: Workspace, request, tests: list[str]):
             produced = run_row(ctx, row)
             if produced is not None and produced.facts.halt:
                 note = produced.stage.note if produced.stage else produced.name
-                raise UsageError(f"base's tests cannot be mapped: {produced.name} halted: {note}")
+                raise MapUnavailable(f"base's tests cannot be mapped: {produced.name} halted: {note}")
         blocked = gate(ctx)
         if blocked:
-            raise UsageError(f"base's tests cannot be mapped: {blocked}")
+            raise MapUnavailable(f"base's tests cannot be mapped: {blocked}")
         written = Path(scratch) / "impact.json"
         with ctx.worktree.lend("base"):
             # one test file that fails to collect (an optional dependency) must not leave the others unmapped
