@@ -107,15 +107,6 @@ FIXES = [
 ]
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", f"--git-dir={repo}", *args], capture_output=True, text=True, check=True).stdout
-
-
-def git_dir(folder: Path) -> Path:
-    """A copy's git directory: the bare copy itself, or a clone's .git."""
-    return folder / ".git" if (folder / ".git").is_dir() else folder
-
-
 def configured_targets(config: dict, changed: list[str], renamed: dict[str, str]) -> dict[str, dict]:
     """The targets the configuration's map sends the changed files to, node ids renamed for this fix."""
     names = sorted({name for path in changed for glob, targets in config["map"].items()
@@ -177,7 +168,7 @@ def one_pr(pr: dict, workspace: Path, timeout: int) -> dict:
 
 def revert(repo: Path, fix: str) -> str:
     """A commit on the fix whose tree is the fix's parent's: the PR that reverts it."""
-    return _git(repo, "commit-tree", f"{fix}^^{{tree}}", "-p", fix, "-m", f"Revert {fix[:12]}").strip()
+    return git(repo, "commit-tree", f"{fix}^^{{tree}}", "-p", fix, "-m", f"Revert {fix[:12]}").strip()
 
 
 def prs(mirror: Path, scratch: Path, chosen: list[str]) -> list[dict]:
@@ -190,12 +181,11 @@ def prs(mirror: Path, scratch: Path, chosen: list[str]) -> list[dict]:
         config = CONFIGURATIONS[name]
         if name not in copies:
             copies[name] = scratch / f"{name}.git"
-            subprocess.run(["git", "clone", "-q", "--bare", str(git_dir(mirror / config["mirror"] / "repo")),
-                            str(copies[name])], check=True)
+            git(scratch, "clone", "-q", "--bare", str(mirror / config["mirror"] / "repo"), str(copies[name]))
         repo = copies[name]
-        fix = _git(repo, "rev-parse", f"{commit}^{{commit}}").strip()
-        parent = _git(repo, "rev-parse", f"{fix}^").strip()
-        changed = _git(repo, "diff", "--name-only", parent, fix).split()
+        fix = git(repo, "rev-parse", f"{commit}^{{commit}}").strip()
+        parent = git(repo, "rev-parse", f"{fix}^").strip()
+        changed = git(repo, "diff", "--name-only", parent, fix).split()
         for direction, base, head in (("fix", parent, fix), ("revert", fix, revert(repo, fix))):
             found.append({"fix": f"{name}:{commit}", "what": what, "direction": direction, "repo": str(repo),
                           "base": base, "head": head, "label": f"{name}-{commit}-{direction}",
@@ -219,7 +209,7 @@ def smoke_prs(scratch: Path) -> list[dict]:
     git(repo, "commit", "-qam", "fix: the tail columns are scaled too")
     fix = git(repo, "rev-parse", "HEAD").strip()
     return [{"fix": "smoke:tail", "what": "the tail columns scaled", "direction": "revert", "repo": str(repo),
-             "base": fix, "head": revert(git_dir(repo), fix), "label": "smoke-revert", "env": env,
+             "base": fix, "head": revert(repo, fix), "label": "smoke-revert", "env": env,
              "options": ["--grid", "5,19;7,33"],  # numpy in Python loops: the default grid's 2^31-element row is minutes
              "targets": {"scale": {"target": "tests/test_scale.py", "expected_route": "kernels.scale:scale_rows",
                                    "shape_vars": "M,N", "shape_argnames": "M,N"}}}]

@@ -117,11 +117,15 @@ def _through_kernels(routes: set[str], functions: list[Function]) -> set[str]:
     return reached
 
 
+def _changed(items: dict[str, set[str]]) -> set[str]:
+    """The changed files a test file's items stand for."""
+    return set().union(*items.values())
+
+
 def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
           hunks: dict[str, list[tuple[int, int]]] | None = None) -> tuple[dict, list[str]]:
-    """({route: {test file: {"items": {nodeid: the changed files it stands for}, "changed": {...}}}}, the
-    changed files no route is reached
-    from, or that change a function no item of the map called)."""
+    """({route: {test file: {nodeid: the changed files it stands for}}}, the changed files no route is
+    reached from, or that change a function no item of the map called)."""
     by_path: dict[str, list[Function]] = {}
     for function in impact.functions:
         by_path.setdefault(function.path, []).append(function)
@@ -142,17 +146,15 @@ def reach(impact: ImpactMap, changed: list[str], needs_no_validation,
         hit = False
         for nodeid, item in leads:
             for route in _routes_of(item, launchers):
-                entry = reached.setdefault(route, {}).setdefault(_file_of(nodeid), {"items": {}, "changed": set()})
-                entry["items"].setdefault(nodeid, set()).add(path)
-                entry["changed"].add(path)
+                reached.setdefault(route, {}).setdefault(_file_of(nodeid), {}).setdefault(nodeid, set()).add(path)
                 hit = True
         if not hit and path not in unreached:
             unreached.append(path)
     for route, files in reached.items():  # a changed test file is its routes' target; other files add none
         tests_changed = {path for path in changed if is_test_path(path)}
         if tests_changed & files.keys():
-            reached[route] = {path: entry for path, entry in files.items()
-                              if path in tests_changed or entry["changed"] - tests_changed}
+            reached[route] = {path: items for path, items in files.items()
+                              if path in tests_changed or _changed(items) - tests_changed}
     return reached, unreached
 
 
@@ -211,16 +213,16 @@ def _argnames(items: list[Item], calls: list[RouteCall], shape_vars: list[str]) 
     return found
 
 
-def _chosen(files: dict[str, dict]) -> list[tuple[str, dict]]:
+def _chosen(files: dict[str, dict[str, set[str]]]) -> list[tuple[str, dict[str, set[str]]]]:
     """The route's test files: the TESTS_PER_ROUTE with the most items calling it, then any other that
     carries a changed file those do not, so no changed file is left without a test that reaches it."""
-    ordered = sorted(files.items(), key=lambda pair: (-len(pair[1]["items"]), pair[0]))
+    ordered = sorted(files.items(), key=lambda pair: (-len(pair[1]), pair[0]))
     chosen = ordered[:TESTS_PER_ROUTE]
-    carried = {path for _, entry in chosen for path in entry["changed"]}
-    for path, entry in ordered[TESTS_PER_ROUTE:]:
-        if entry["changed"] - carried:
-            chosen.append((path, entry))
-            carried |= entry["changed"]
+    carried = set().union(*(_changed(items) for _, items in chosen))
+    for path, items in ordered[TESTS_PER_ROUTE:]:
+        if _changed(items) - carried:
+            chosen.append((path, items))
+            carried |= _changed(items)
     return chosen
 
 
@@ -263,8 +265,9 @@ def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
         while name in used:  # `a.b:f` and `a_b:f` spell the same
             name += "_"
         used.add(name)
-        for position, (path, entry) in enumerate(_chosen(reached[route])):
-            nodeids = sorted(entry["items"])
+        for position, (path, leads) in enumerate(_chosen(reached[route])):
+            nodeids = sorted(leads)
+            changed_here = _changed(leads)
             items = [impact.items[nodeid] for nodeid in nodeids]
             calls = [item.calls[route] for item in items]
             shape_vars = _shape_vars(calls)
@@ -272,16 +275,16 @@ def infer(impact: ImpactMap, changed: list[str], needs_no_validation,
             target = path
             if impact.cpu_tier:
                 costs = {nodeid: _cost(nodeid, item, call) for nodeid, item, call in zip(nodeids, items, calls)}
-                target = _on_tier(path, entry["items"], costs, {argname for _, argname in fed},
-                                  {argname for item in items for argname in item.params}, entry["changed"])
-                if target in entry["items"]:  # an item's id names its cells: no grid fills them
+                target = _on_tier(path, leads, costs, {argname for _, argname in fed},
+                                  {argname for item in items for argname in item.params}, changed_here)
+                if target in leads:  # an item's id names its cells: no grid fills them
                     fed = []
             if fed:
                 shape_vars = [name for name, _ in fed]
             inferred.append(InferredTarget(
                 name=name if position == 0 else f"{name}-{position + 1}", route=route, target=target,
                 shape_vars=shape_vars, shape_argnames=[argname for _, argname in fed],
-                changed=sorted(entry["changed"]), tests=nodeids,
-                why=f"{', '.join(sorted(entry['changed']))} -> {len(nodeids)} items of {path} called {route} on base",
+                changed=sorted(changed_here), tests=nodeids,
+                why=f"{', '.join(sorted(changed_here))} -> {len(nodeids)} items of {path} called {route} on base",
                 map_base_oid=impact.base_oid))
     return inferred, unreached
