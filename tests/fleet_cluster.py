@@ -22,6 +22,13 @@ from tests.conftest import FAKES, IDLE_AMD
 COMMON_ENV = {"KVTASKS_IDLE_SAMPLES": "2", "KVTASKS_IDLE_INTERVAL_S": "0", "PYTEST_ADDOPTS": "-p no:hypothesispytest",
               "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
+# How soon Ray's control store calls a silent node dead (its health checks, read from the
+# environment it starts in): Ray's defaults wait 5 s before the first check and then 5 failed
+# checks 3 s apart, so a lost node's tasks came back failed after about 15 s. Here a node is dead
+# after 3 checks a second apart, each allowed 2 s: a loaded machine's node answers well within that.
+LOSS_DETECTION = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
+                  "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "3"}
+
 
 def fakes_path() -> str:
     """PYTHONPATH with the fake GPU libraries first, for nodes, drivers and local validators."""
@@ -91,6 +98,7 @@ class SimulatedFleet:
         # Ray notes the newest cluster's address in its temp dir: this fleet's own, not the machine's
         (self.temp / "ray").mkdir(parents=True, exist_ok=True)
         os.environ["RAY_TMPDIR"] = str(self.temp)
+        os.environ.update(LOSS_DETECTION)
         for position, archs in enumerate(self.node_archs):
             name = "head" if position == 0 else f"worker-{position}"
             self.nodes.append(SimulatedNode(name, archs, self.root / name))
@@ -134,19 +142,22 @@ class SimulatedFleet:
 
 def stop_processes_of(temp: Path) -> None:
     """End the processes whose command lines name this fleet's temp dir (a Ray process that
-    outlived the cluster's shutdown), never another's."""
-    marker = str(temp).encode()
+    outlived the cluster's shutdown), never another's: SIGTERM, a second to go, then SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        ours = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
-                and entry.name != str(os.getpid()) and marker in _cmdline(entry)]
-        for pid in ours:
+        for pid in _processes_of(temp):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        if not ours:
-            return
-        time.sleep(1)
+        deadline = time.monotonic() + 1
+        while _processes_of(temp) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _processes_of(temp: Path) -> list[int]:
+    marker = str(temp).encode()
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+            and entry.name != str(os.getpid()) and marker in _cmdline(entry)]
 
 
 def _cmdline(entry: Path) -> bytes:

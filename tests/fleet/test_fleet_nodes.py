@@ -1,9 +1,12 @@
 """A fleet batch on a simulated cluster of two Ray nodes on this machine, each with its own fake
-GPUs, GPU locks and fleet home: the head offers gfx-a, the worker gfx-a and gfx-b. Two PRs on both
-archs, with targets that do not sleep: where each (PR, arch) ran, one base run per arch, the worker
-lost mid-batch, Ctrl-C on the driver, and the verdicts of the sequential local batch throughout."""
+GPUs, GPU locks and fleet home: the head offers gfx-a, the worker gfx-a and gfx-b. PRs on both archs
+and on one no node has, with targets that do not sleep: where each (PR, arch) ran, one base run per
+arch, a Ray worker killed mid-task, the worker node lost mid-batch, Ctrl-C on the driver, reports
+rebuilt from the driver's store, and the verdicts of the sequential local batch throughout. One
+cluster serves every test: Ray's start is a tenth of the module's time."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,10 +21,12 @@ from kvtasks.fleet.node import node_name
 from kvtasks.worktree import Worktree
 from tests.batches import PROJECT, base_runs_per_key, doit
 from tests.fleet_cluster import COMMON_ENV, SimulatedFleet, fake_gpus, fakes_path
-from tests.kernel_repos import KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, git, kernel_repo, make_patch
+from tests.kernel_repos import KERNEL_ARCH_BUG, KERNEL_TAIL_BUG, git, kernel_repo, make_patch, snapshot
 
 ARCHS = ["gfx-a", "gfx-b"]
-PRS = {"tail": {"kernels/scale.py": KERNEL_TAIL_BUG}, "arch-bug": {"kernels/scale.py": KERNEL_ARCH_BUG}}
+PRS = {"clean": {"README.md": "docs\n"}, "tail": {"kernels/scale.py": KERNEL_TAIL_BUG},
+       "arch-bug": {"kernels/scale.py": KERNEL_ARCH_BUG}}
+KERNEL_PRS = ("tail", "arch-bug")  # the batch the node-loss and Ctrl-C tests run
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +38,18 @@ def fleet(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    """The repository, the manifests of the fleet batch and of the sequential one, and the
+    """The repository (and its snapshot), the manifests of the fleet batches (every PR on both archs
+    and gfx-z, which no node has; the kernel PRs on both archs) and of the sequential one, and the
     sequential batch's verdict per arch, run once for the module on one host with both GPUs."""
     root = tmp_path_factory.mktemp("batch")
     repo = kernel_repo(root / "repo")
     prs = [{"label": label, "patch": str(make_patch(repo, files, root / f"{label}.patch"))}
            for label, files in PRS.items()]
     shared = {"repo": str(repo), "target": "tests/test_scale.py", "no_perf": True, "prs": prs}
-    fleet_manifest, local_manifest = root / "fleet.json", root / "local.json"
-    fleet_manifest.write_text(json.dumps({**shared, "engine": "ray", "archs": ARCHS}))
+    every_pr, fleet_manifest, local_manifest = root / "fleet.json", root / "kernel-prs.json", root / "local.json"
+    every_pr.write_text(json.dumps({**shared, "engine": "ray", "archs": [*ARCHS, "gfx-z"]}))
+    fleet_manifest.write_text(json.dumps({**shared, "engine": "ray", "archs": ARCHS,
+                                          "prs": [pr for pr in prs if pr["label"] in KERNEL_PRS]}))
     local_manifest.write_text(json.dumps(shared))
     host = root / "host"
     (host / "locks").mkdir(parents=True)
@@ -56,15 +64,16 @@ def batch(tmp_path_factory):
             done = doit(root / f"sequential-{arch}", "batch", f"manifest={local_manifest}")
             assert done.returncode in (0, 1), done.stderr[-2000:]
             sequential[arch] = {label: verdict_of(root / f"sequential-{arch}", label) for label in PRS}
-    return {"repo": repo, "manifest": fleet_manifest, "sequential": sequential}
+    return {"repo": repo, "snapshot": snapshot(repo), "every_pr": every_pr, "manifest": fleet_manifest,
+            "sequential": sequential}
 
 
 def verdict_of(home: Path, label: str) -> str:
     return json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
 
 
-def fleet_reports(home: Path) -> dict[str, dict]:
-    return {label: json.loads((home / "reports" / label / "validation_report.json").read_text()) for label in PRS}
+def fleet_reports(home: Path, labels=KERNEL_PRS) -> dict[str, dict]:
+    return {label: json.loads((home / "reports" / label / "validation_report.json").read_text()) for label in labels}
 
 
 class Driver:
@@ -121,27 +130,72 @@ def trees_handed_back(fleet: SimulatedFleet, nodes, within_s: float = 60) -> lis
         time.sleep(0.5)
 
 
+def kill_one_worker_running(fleet: SimulatedFleet, task: str, within_s: float) -> int | None:
+    """SIGKILL the first of this fleet's Ray workers seen running `task` (Ray titles it
+    ray::<task>), as a host losing a worker process mid-task would."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for pid in fleet_workers(fleet, f"ray::{task}"):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.2)
+    return None
+
+
 def test_each_arch_runs_on_its_nodes_with_one_base_run_each_and_the_sequential_verdicts(fleet, batch, tmp_path):
     home = tmp_path / "driver"
-    driver = Driver(fleet, home, batch["manifest"])
+    driver = Driver(fleet, home, batch["every_pr"])
+    killed = kill_one_worker_running(fleet, "run_side", within_s=120)
     assert driver.finish() == 1, driver.stderr[-3000:]
-    reports = fleet_reports(home)
+    assert killed, "no worker was caught running a base or head task"
+    reports = fleet_reports(home, PRS)
     head, worker = fleet.nodes
     of_arch = {"gfx-a": {name_of(head), name_of(worker)}, "gfx-b": {name_of(worker)}}
+    retried = []
     for label, report in reports.items():
         for arch in ARCHS:
             run = report["arch_runs"][arch]
-            assert run["node"] in of_arch[arch] and run["gpu_model"] == f"Fake MI-{arch}" and run["retried"] == []
+            assert run["node"] in of_arch[arch] and run["gpu_model"] == f"Fake MI-{arch}"
             assert f"fleet: {label} [{arch}]: prepare on {run['node']}" in driver.lines
             assert f"fleet: {label} [{arch}]: head on {run['node']}" in driver.lines
+            retried += [(arch, attempt, run["node"]) for attempt in run["retried"]]
+        # an arch no node has is INCONCLUSIVE, named, never dropped: no PR passes
+        missing = report["arch_runs"]["gfx-z"]
+        assert missing["verdict"] == "INCONCLUSIVE" and "gfx-z" in missing["findings"][0]["detail"]
+        assert missing["node"] is None and report["arch_coverage"]["gfx-z"] == "not-covered"
+        assert report["verdict"] != "PASS"
+    # the killed worker's task ran again on its node, which lived on; every other task ran once
+    assert len(retried) == 1, retried
+    arch, attempt, node = retried[0]
+    assert attempt["node"] == node and attempt["task"] in ("base", "head"), attempt
     assert {arch: {label: reports[label]["arch_runs"][arch]["verdict"] for label in PRS} for arch in ARCHS} == \
         batch["sequential"]
     assert reports["arch-bug"]["arch_runs"]["gfx-b"]["verdict"] == "BLOCK" != \
         reports["arch-bug"]["arch_runs"]["gfx-a"]["verdict"]
-    assert sorted(base_runs_per_key(home).values()) == [1, 1]  # one base run per arch for both PRs
-    for arch in ARCHS:
-        assert sum(f"[{arch}]: base on " in line for line in driver.lines) == 1
+    assert reports["arch-bug"]["verdict"] == reports["tail"]["verdict"] == "BLOCK"
+    blockers = [f["detail"] for f in reports["arch-bug"]["findings"] if f["severity"] == "blocker"]
+    assert any(detail.startswith("[gfx-b]") for detail in blockers)
+    assert not any(detail.startswith("[gfx-a]") for detail in blockers)
+    assert reports["clean"]["verdict"] == "INCONCLUSIVE"  # PASS on both archs that ran, gfx-z never ran
+    assert not [f for arch in ARCHS for f in reports["clean"]["arch_runs"][arch]["findings"]
+                if f["severity"] in ("blocker", "should-fix")]
+    assert sorted(base_runs_per_key(home).values()) == [1, 1]  # one base run per arch for all three PRs
+    for each in ARCHS:
+        assert sum(f"[{each}]: base on " in line for line in driver.lines) == \
+            1 + (each == arch and attempt["task"] == "base")
+    index = (home / "reports" / "fleet" / "index.md").read_text()
+    assert "| PR | verdict | gfx-a | gfx-b | gfx-z |" in index and "| arch-bug | BLOCK | " in index
+    assert "fleet: arch-bug [gfx-b]: BLOCK" in driver.stderr and "(9/9)" in driver.stderr
     assert trees_handed_back(fleet, fleet.nodes, within_s=10) == []
+    assert snapshot(batch["repo"]) == batch["snapshot"]
+
+    # doit report rebuilds the fleet's reports from the driver's store alone, with no cluster
+    shutil.rmtree(home / "reports" / "arch-bug")
+    rebuilt = doit(home, "report")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    again = json.loads((home / "reports" / "arch-bug" / "validation_report.json").read_text())
+    assert (again["verdict"], again["arch_runs"], again["findings"]) == \
+        (reports["arch-bug"]["verdict"], reports["arch-bug"]["arch_runs"], reports["arch-bug"]["findings"])
 
 
 def test_a_node_lost_mid_batch_reruns_its_tasks_on_a_survivor_of_the_arch(fleet, batch, tmp_path):
@@ -165,7 +219,7 @@ def test_a_node_lost_mid_batch_reruns_its_tasks_on_a_survivor_of_the_arch(fleet,
     for _label, run in retried:  # each lost attempt names its node; the run that counted is the survivor's
         assert {attempt["node"] for attempt in run["retried"]} == {lost_name} and run["node"] == name_of(head)
     assert {label: report["arch_runs"]["gfx-a"]["verdict"] for label, report in reports.items()} == \
-        batch["sequential"]["gfx-a"]
+        {label: batch["sequential"]["gfx-a"][label] for label in KERNEL_PRS}
     for report in reports.values():
         gfx_b = report["arch_runs"]["gfx-b"]
         assert gfx_b["verdict"] == "INCONCLUSIVE" and gfx_b["node"] is None
@@ -192,15 +246,21 @@ def test_ctrl_c_on_the_driver_cancels_the_tasks_and_every_node_hands_its_tree_ba
     assert running_tasks(fleet) == []
 
 
-def running_tasks(fleet: SimulatedFleet) -> list[str]:
-    """The fleet's Ray workers still running a kvtasks task (Ray titles a busy worker ray::<task>)."""
-    busy = []
+def running_tasks(fleet: SimulatedFleet) -> list[int]:
+    """The fleet's Ray workers still running a kvtasks task."""
+    return fleet_workers(fleet, "ray::run_")
+
+
+def fleet_workers(fleet: SimulatedFleet, title: str) -> list[int]:
+    """This fleet's Ray workers whose title starts with `title` (Ray titles a busy worker
+    ray::<task>): its nodes' environment names the fleet's folder, another fleet's does not."""
+    found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if argv[0].startswith(b"ray::run_") and str(fleet.root).encode() in environ:
-            busy.append(argv[0].decode(errors="replace"))
-    return busy
+        if entry.name.isdigit() and argv[0].startswith(title.encode()) and str(fleet.root).encode() in environ:
+            found.append(int(entry.name))
+    return found
