@@ -16,6 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 Independence = Literal["adds-coverage", "duplicates-target-defaults", "unknown"]
 
+# the fields, at any depth of a stage result, whose value is the path of a file or folder a run left:
+# its log, JUnit XML, receipt, captured route calls, the log of an attempt pytest refused. They are
+# written where the run worked (its scratch folder) and moved into the store with the result
+# (kvtasks.evidence.store); nothing else a result holds is an artifact's path (a run's command and
+# the scratch folder it saw stay as they were)
+ARTIFACT_FIELDS = frozenset({"log", "junit_xml", "receipt", "receipt_path", "captures", "first_log", "hook_probe_log",
+                             "base_log", "head_log"})
+
 
 # the docstring is the published report schema's description (tests/report_schemas/3.json), kept as
 # published: its kvtasks.containment is the module kvtasks.system.containment now

@@ -37,3 +37,17 @@ def test_cold_warm_and_another_pr_s_cache_give_the_same_report(tmp_path, monkeyp
     assert crossed["stages"]["baseline_control"]["reused_from"]["written_by"] == "other"
     assert comparable(warm) == comparable(cold)
     assert comparable(crossed) == comparable(cold)
+    # what the store kept names the runs' scratch folder only where a run saw it: its command and its
+    # scratch field; every artifact path (records.ARTIFACT_FIELDS) points into the store
+    scratch = str(tmp_path / "scratch")
+    for document in (tmp_path / "first" / "cache" / "evidence").rglob("*.json"):
+        assert set(fields_naming(json.loads(document.read_text()), scratch)) <= {"command", "scratch"}, document
+
+
+def fields_naming(value, text: str, field: str = "") -> list[str]:
+    """The fields, at any depth, whose value holds `text`."""
+    if isinstance(value, dict):
+        return [found for name, item in value.items() for found in fields_naming(item, text, name)]
+    if isinstance(value, list):
+        return [found for item in value for found in fields_naming(item, text, field)]
+    return [field] if isinstance(value, str) and text in value else []

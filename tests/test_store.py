@@ -1,5 +1,6 @@
 """The evidence store: concurrent writers lose nothing; evidence of another schema is never a crash."""
 import os
+from pathlib import Path
 
 from kvtasks.evidence.store import Store
 
@@ -53,3 +54,39 @@ def test_evidence_of_another_schema_is_ignored_said_and_its_base_runs_again(tmp_
 def store_schema() -> int:
     from kvtasks.evidence.store import EVIDENCE_SCHEMA
     return EVIDENCE_SCHEMA
+
+
+def test_a_stored_result_points_its_artifact_fields_at_the_kept_copies_and_nothing_else(tmp_path):
+    """Artifact paths move into the store as data, by field: the command a run was launched with and
+    the scratch folder it saw are what they were, even where they name the same files."""
+    from kvtasks.harness.junit import ExecutionStats
+    from kvtasks.harness.target_run import TargetRun
+    from kvtasks.stages import StageResult, result
+
+    store = Store(tmp_path / "cache")
+    scratch = tmp_path / "scratch"
+    (scratch / "runs" / "calls-head").mkdir(parents=True)
+    for name in ("head.log", "junit-head.xml", "receipt-head.json", "head-usage-error.log"):
+        (scratch / "runs" / name).write_text(name)
+    runs = scratch / "runs"
+    run = TargetRun(label="head", runner="pytest", exit=0, duration_s=1.0, log=str(runs / "head.log"),
+                    command=["python", "-m", "probe", f"--junitxml={runs / 'junit-head.xml'}", str(runs / "head.log")],
+                    stats=ExecutionStats(junit_xml=str(runs / "junit-head.xml")),
+                    receipt_path=str(runs / "receipt-head.json"), captures=str(runs / "calls-head"),
+                    addopts_dropped={"dropped": "--cov", "file": "setup.cfg", "error": "no --cov",
+                                     "first_log": str(runs / "head-usage-error.log")},
+                    scratch=str(scratch))
+    stage = result("repo_tests", "pass", log=str(runs / "head.log"), stats=run.stats)
+    stored = StageResult(name="repo_tests", stage=stage.stage, runs=[run])
+    store.write("head", "k", [stored], label="pr", base_oid=None, scratch=scratch)
+
+    kept = store.run_dir("head", "k") / "runs"
+    again = store.read("head", "k")[0]
+    moved = again.runs[0]
+    assert (moved.log, moved.stats.junit_xml, moved.receipt_path, moved.captures, moved.addopts_dropped["first_log"]) == \
+        (str(kept / "head.log"), str(kept / "junit-head.xml"), str(kept / "receipt-head.json"), str(kept / "calls-head"),
+         str(kept / "head-usage-error.log"))
+    shown = again.stage.model_dump(mode="json")
+    assert shown["log"] == str(kept / "head.log") and shown["stats"]["junit_xml"] == str(kept / "junit-head.xml")
+    assert all(Path(path).exists() for path in (moved.log, moved.stats.junit_xml, moved.receipt_path, moved.captures))
+    assert moved.command == run.command and moved.scratch == str(scratch)

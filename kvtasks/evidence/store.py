@@ -25,10 +25,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import diskcache
 from pydantic import BaseModel, ValidationError
 
+from kvtasks.records import ARTIFACT_FIELDS
 from kvtasks.system.files import write_atomic
 from kvtasks.stages import StageResult
 
@@ -108,16 +110,16 @@ class Store:
               scratch: Path | None = None) -> Path:
         """Store a group's results; with `scratch`, first copy the artifacts its runs left there
         (logs, JUnit XML, receipts, probe output; never the phase caches) into the store, and
-        point the results at the stored copies."""
+        point the results' artifact fields (records.ARTIFACT_FIELDS) at the stored copies."""
         path = self.evidence_path(kind, key)
-        document = _Evidence(evidence_schema=EVIDENCE_SCHEMA, results=results).model_dump_json(indent=1)
+        document = _Evidence(evidence_schema=EVIDENCE_SCHEMA, results=results).model_dump(mode="json")
         if scratch is not None:
             kept = self.run_dir(kind, key)
             for folder in _ARTIFACT_FOLDERS:
                 if (scratch / folder).is_dir():
                     shutil.copytree(scratch / folder, kept / folder, dirs_exist_ok=True)
-            document = document.replace(json.dumps(str(scratch) + os.sep)[1:-1], json.dumps(str(kept) + os.sep)[1:-1])
-        write_atomic(path, document.encode())
+            document = _moved(document, str(scratch) + os.sep, str(kept) + os.sep)
+        write_atomic(path, json.dumps(document, indent=1).encode())
         with self._index.transact():
             entry = self._index.get(("evidence", kind, key)) or {"labels": []}
             labels = sorted(set(entry["labels"]) | {label})
@@ -245,6 +247,17 @@ class Store:
             if self.missing_evidence(label):
                 self._index.delete(("label", label))
         return removed
+
+
+def _moved(value: Any, source: str, target: str, field: str | None = None) -> Any:
+    """`value` with each artifact field's path under `source` pointed under `target` instead."""
+    if isinstance(value, dict):
+        return {name: _moved(item, source, target, name) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_moved(item, source, target, field) for item in value]
+    if field in ARTIFACT_FIELDS and isinstance(value, str) and value.startswith(source):
+        return target + value[len(source):]
+    return value
 
 
 def _size(path: Path) -> int:

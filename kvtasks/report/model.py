@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from kvtasks import __version__, rules
-from kvtasks.records import CpuTier, Repo, RuntimeIdentity, Selection, Survivor, TargetEnvironment
+from kvtasks.records import ARTIFACT_FIELDS, CpuTier, Repo, RuntimeIdentity, Selection, Survivor, TargetEnvironment
 
 # the report's shape for its consumers; bumped when a field is removed or changes meaning, together
 # with its snapshot in tests/report_schemas/ (1: the first versioned report, with schema_version,
@@ -24,12 +24,12 @@ EXIT_CODES = {"PASS": 0, "NEEDS_WORK": 1, "BLOCK": 1, "INCONCLUSIVE": 2}
 
 
 # the report fields that differ between two validations of one PR on one base whatever the store
-# held before: when it ran, which stored evidence it reused, where its logs, JUnit files and
-# receipts are kept, a receipt's digest (it covers the launch's nonce), a log's size (it carries
+# held before: when it ran, which stored evidence it reused, where its artifacts (logs, JUnit files,
+# receipts) are kept, a receipt's digest (it covers the launch's nonce), a log's size (it carries
 # pytest's timings) and a survivor's pid. Everything else is the same cold, warm, or warm from
 # another PR's evidence (tests/test_cache_independence.py)
-RUN_SPECIFIC = frozenset({"started_utc", "finished_utc", "duration_s", "reused_from", "log", "log_bytes", "junit_xml",
-                          "hook_probe_log", "first_log", "receipt", "receipt_path", "receipt_sha256", "pid"})
+RUN_SPECIFIC = ARTIFACT_FIELDS | {"started_utc", "finished_utc", "duration_s", "reused_from", "log_bytes",
+                                  "receipt_sha256", "pid"}
 
 
 def comparable(report: Any) -> Any:
