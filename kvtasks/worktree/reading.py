@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import git
-
 from kvtasks.worktree.git_commands import GitFailed, run_git
 
 
@@ -55,7 +53,6 @@ class TreeReader:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._repo = git.Repo(self.path)
         # base files already read: HEAD never moves while kvtasks holds the tree (a lend changes the
         # working tree only), and the same file is read by several stages
         self._base_texts: dict[str, str | None] = {}

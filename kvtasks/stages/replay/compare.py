@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy
+if TYPE_CHECKING:
+    import numpy
 
 DEFAULT_TABLE = {"f64": 1e-7, "f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
 SHORT = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}
@@ -60,6 +62,9 @@ class Produced:
 
 def values(folder: Path, encoded: dict) -> numpy.ndarray:
     """An encoded array's values as numpy holds them (bfloat16 widened to float32 exactly)."""
+    # numpy is imported where a comparison needs it: at the top it was a tenth of every validator's
+    # start, and most validations compare no replay
+    import numpy
     data = numpy.load(folder / encoded["file"], allow_pickle=False)
     if encoded.get("stored_as") and encoded["dtype"] == "bfloat16":
         return (data.astype(numpy.uint16).astype(numpy.uint32) << 16).view(numpy.float32)
@@ -115,6 +120,7 @@ def _plain(where: str, left: dict, right: dict, table: dict[str, float], widen: 
 
     if not (floating(left) and floating(right)):
         return (None, 0.0) if one == other else (f"{where}: {one!r} against {other!r}", float("inf"))
+    import numpy  # as in values()
     return _arrays(where, numpy.array([float(one)]), numpy.array([float(other)]),
                    tolerance(left.get("dtype", "float32"), table), widen)
 
@@ -125,6 +131,7 @@ def _kind(encoded: dict | None) -> str:
 
 def _arrays(where: str, left: numpy.ndarray, right: numpy.ndarray, tol: float | None, widen: float
             ) -> tuple[str | None, float]:
+    import numpy  # as in values()
     if left.shape != right.shape or left.dtype != right.dtype:
         return f"{where}: {left.dtype}{list(left.shape)} against {right.dtype}{list(right.shape)}", float("inf")
     if tol is None:
