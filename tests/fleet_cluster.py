@@ -119,8 +119,11 @@ class SimulatedFleet:
         (node.home / "amdsmi.json").write_text(json.dumps({"devices": fake_gpus(node.archs, every_arch)}))
         env = {**os.environ, **COMMON_ENV, **node.env, "PYTHONPATH": fakes_path()}
         env.pop("RAY_ADDRESS", None)
+        # no autoscaler (the nodes are fixed) and no log monitor (what workers print is not streamed
+        # to the driver, whose own lines are all a test reads): they were half of a node's CPU at its
+        # start and a second of the cluster's shutdown
         return {"num_cpus": len(node.archs), "num_gpus": len(node.archs), "resources": node.resources(),
-                "env_vars": env, **extra}
+                "env_vars": env, "no_monitor": True, "include_log_monitor": False, **extra}
 
     def lose(self, node: SimulatedNode) -> None:
         """The node's host goes away: every process of it killed at once, no goodbye."""
