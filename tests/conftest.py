@@ -56,6 +56,13 @@ def private_gpu_locks(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def torch():
+    """torch, for a test that mixes it in: imported by the worker that runs the test, not by every
+    worker's collection (a second and a half each)."""
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture
 def bystanders(tmp_path):
     """Repositories with work in progress around every tree the test makes: the test's own folder
     (so its trees sit inside one), one beside it and one below it; each byte-identical at the end."""

@@ -8,8 +8,6 @@ import pytest
 from kvtasks.harness.in_target.memory import overlap
 from kvtasks.harness.in_target.reads import Corrupted
 
-torch = pytest.importorskip("torch")
-
 
 def _corrupted(output, nan=False):
     corrupted = Corrupted(nan, {})
@@ -34,7 +32,7 @@ def _ratio_check(ref, tri, ratio):  # a helper judging by a ratio it computes (a
     assert error < ratio, f"ratio {error}"
 
 
-def test_comparisons_of_the_output_or_of_what_holds_its_values_read_it():
+def test_comparisons_of_the_output_or_of_what_holds_its_values_read_it(torch):
     ref = np.linspace(1, 2, 12, dtype=np.float32).reshape(3, 4)
     out = ref.copy()
     corrupted = _corrupted(out)
@@ -82,7 +80,7 @@ def _bounded(error):
     assert error < 1e-3
 
 
-def test_memory_overlap_across_numpy_and_torch():
+def test_memory_overlap_across_numpy_and_torch(torch):
     base = np.zeros(8, dtype=np.float32)
     assert overlap(base[4:], torch.from_numpy(base)) and overlap(torch.from_numpy(base)[2:], base)
     assert not overlap(base[:4], base[4:]) and not overlap(base, base.copy())
