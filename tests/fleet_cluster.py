@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 from tests.conftest import FAKES, IDLE_AMD
 
@@ -98,13 +100,13 @@ class SimulatedFleet:
         # Ray notes the newest cluster's address in its temp dir: this fleet's own, not the machine's
         (self.temp / "ray").mkdir(parents=True, exist_ok=True)
         os.environ["RAY_TMPDIR"] = str(self.temp)
-        os.environ.update(LOSS_DETECTION)
         for position, archs in enumerate(self.node_archs):
             name = "head" if position == 0 else f"worker-{position}"
             self.nodes.append(SimulatedNode(name, archs, self.root / name))
-        self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False,
-                               head_node_args=self._node_args(self.nodes[0], temp_dir=str(self.temp),
-                                                              include_dashboard=False))
+        with mock.patch.dict(os.environ, LOSS_DETECTION):  # read by the control store as it starts: its own
+            self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False,
+                                   head_node_args=self._node_args(self.nodes[0], temp_dir=str(self.temp),
+                                                                  include_dashboard=False))
         self.nodes[0].handle = self.cluster.head_node
         for node in self.nodes[1:]:
             node.handle = self.cluster.add_node(**self._node_args(node))
@@ -158,9 +160,11 @@ def stop_processes_of(temp: Path) -> None:
 
 
 def _processes_of(temp: Path) -> list[int]:
-    marker = str(temp).encode()
+    """The processes whose command line names the folder or a path under it, where the name ends
+    (another fleet's folder may begin with this one's name: /tmp/ray-kvfleet-12, /tmp/ray-kvfleet-123)."""
+    ours = re.compile(re.escape(str(temp).encode()) + rb"(?![\w.-])")
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
-            and entry.name != str(os.getpid()) and marker in _cmdline(entry)]
+            and entry.name != str(os.getpid()) and ours.search(_cmdline(entry))]
 
 
 def _cmdline(entry: Path) -> bytes:

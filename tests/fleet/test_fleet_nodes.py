@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,14 @@ def fleet(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    """The repository (and its snapshot), the manifests of the fleet batches (every PR on both archs
-    and gfx-z, which no node has; the kernel PRs on both archs) and of the sequential one, and the
-    sequential batch's verdict per arch, run once for the module on one host with both GPUs."""
+    """The repository (and its snapshot as supplied), the manifests of the fleet batches (every PR on
+    both archs and gfx-z, which no node has; the kernel PRs on both archs) and of the sequential one,
+    and the sequential batch's verdict per arch, run once for the module on one host with both GPUs."""
     root = tmp_path_factory.mktemp("batch")
     repo = kernel_repo(root / "repo")
     prs = [{"label": label, "patch": str(make_patch(repo, files, root / f"{label}.patch"))}
            for label, files in PRS.items()]
+    supplied = snapshot(repo)
     shared = {"repo": str(repo), "target": "tests/test_scale.py", "no_perf": True, "prs": prs}
     every_pr, fleet_manifest, local_manifest = root / "fleet.json", root / "kernel-prs.json", root / "local.json"
     every_pr.write_text(json.dumps({**shared, "engine": "ray", "archs": [*ARCHS, "gfx-z"]}))
@@ -63,17 +65,20 @@ def batch(tmp_path_factory):
             env.setenv("KVTASKS_GPU_ARCH", arch)
             done = doit(root / f"sequential-{arch}", "batch", f"manifest={local_manifest}")
             assert done.returncode in (0, 1), done.stderr[-2000:]
-            sequential[arch] = {label: verdict_of(root / f"sequential-{arch}", label) for label in PRS}
-    return {"repo": repo, "snapshot": snapshot(repo), "every_pr": every_pr, "manifest": fleet_manifest,
+            reports = {label: report_of(root / f"sequential-{arch}", label) for label in PRS}
+            assert all(report["stages"]["gpu_claim"]["arch"] == arch for report in reports.values())
+            sequential[arch] = {label: report["verdict"] for label, report in reports.items()}
+    assert snapshot(repo) == supplied  # the sequential batches lent the tree and handed it back
+    return {"repo": repo, "snapshot": supplied, "every_pr": every_pr, "manifest": fleet_manifest,
             "sequential": sequential}
 
 
-def verdict_of(home: Path, label: str) -> str:
-    return json.loads((home / "reports" / label / "validation_report.json").read_text())["verdict"]
+def report_of(home: Path, label: str) -> dict:
+    return json.loads((home / "reports" / label / "validation_report.json").read_text())
 
 
 def fleet_reports(home: Path, labels=KERNEL_PRS) -> dict[str, dict]:
-    return {label: json.loads((home / "reports" / label / "validation_report.json").read_text()) for label in labels}
+    return {label: report_of(home, label) for label in labels}
 
 
 class Driver:
@@ -146,7 +151,7 @@ def test_each_arch_runs_on_its_nodes_with_one_base_run_each_and_the_sequential_v
     home = tmp_path / "driver"
     driver = Driver(fleet, home, batch["every_pr"])
     killed = kill_one_worker_running(fleet, "run_side", within_s=120)
-    assert driver.finish() == 1, driver.stderr[-3000:]
+    assert driver.finish(within_s=600) == 1, driver.stderr[-3000:]
     assert killed, "no worker was caught running a base or head task"
     reports = fleet_reports(home, PRS)
     head, worker = fleet.nodes
@@ -164,10 +169,12 @@ def test_each_arch_runs_on_its_nodes_with_one_base_run_each_and_the_sequential_v
         assert missing["verdict"] == "INCONCLUSIVE" and "gfx-z" in missing["findings"][0]["detail"]
         assert missing["node"] is None and report["arch_coverage"]["gfx-z"] == "not-covered"
         assert report["verdict"] != "PASS"
-    # the killed worker's task ran again on its node, which lived on; every other task ran once
-    assert len(retried) == 1, retried
-    arch, attempt, node = retried[0]
-    assert attempt["node"] == node and attempt["task"] in ("base", "head"), attempt
+    # the killed worker's task ran again on its node, which lived on (a kill that lands as the task
+    # returns loses nothing); every other task ran once
+    assert len(retried) <= 1, retried
+    for _arch, attempt, node in retried:
+        assert attempt["node"] == node and attempt["task"] in ("base", "head"), attempt
+    rerun_bases = Counter(arch for arch, attempt, _node in retried if attempt["task"] == "base")
     assert {arch: {label: reports[label]["arch_runs"][arch]["verdict"] for label in PRS} for arch in ARCHS} == \
         batch["sequential"]
     assert reports["arch-bug"]["arch_runs"]["gfx-b"]["verdict"] == "BLOCK" != \
@@ -180,9 +187,8 @@ def test_each_arch_runs_on_its_nodes_with_one_base_run_each_and_the_sequential_v
     assert not [f for arch in ARCHS for f in reports["clean"]["arch_runs"][arch]["findings"]
                 if f["severity"] in ("blocker", "should-fix")]
     assert sorted(base_runs_per_key(home).values()) == [1, 1]  # one base run per arch for all three PRs
-    for each in ARCHS:
-        assert sum(f"[{each}]: base on " in line for line in driver.lines) == \
-            1 + (each == arch and attempt["task"] == "base")
+    for arch in ARCHS:
+        assert sum(f"[{arch}]: base on " in line for line in driver.lines) == 1 + rerun_bases[arch]
     index = (home / "reports" / "fleet" / "index.md").read_text()
     assert "| PR | verdict | gfx-a | gfx-b | gfx-z |" in index and "| arch-bug | BLOCK | " in index
     assert "fleet: arch-bug [gfx-b]: BLOCK" in driver.stderr and "(9/9)" in driver.stderr
@@ -261,6 +267,7 @@ def fleet_workers(fleet: SimulatedFleet, title: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if entry.name.isdigit() and argv[0].startswith(title.encode()) and str(fleet.root).encode() in environ:
+        ours = (str(fleet.root) + os.sep).encode() in environ
+        if entry.name.isdigit() and argv[0].startswith(title.encode()) and ours:
             found.append(int(entry.name))
     return found
