@@ -118,7 +118,7 @@ class Store:
             for folder in _ARTIFACT_FOLDERS:
                 if (scratch / folder).is_dir():
                     shutil.copytree(scratch / folder, kept / folder, dirs_exist_ok=True)
-            document = _moved(document, str(scratch) + os.sep, str(kept) + os.sep)
+            document = artifacts_moved(document, str(scratch), str(kept))
         write_atomic(path, json.dumps(document, indent=1).encode())
         with self._index.transact():
             entry = self._index.get(("evidence", kind, key)) or {"labels": []}
@@ -249,14 +249,15 @@ class Store:
         return removed
 
 
-def _moved(value: Any, source: str, target: str, field: str | None = None) -> Any:
-    """`value` with each artifact field's path under `source` pointed under `target` instead."""
+def artifacts_moved(value: Any, source: str, target: str, field: str | None = None) -> Any:
+    """`value` (results as JSON data) with each artifact field's path (records.ARTIFACT_FIELDS, at any
+    depth) under the folder `source` pointed at the same place under `target`."""
     if isinstance(value, dict):
-        return {name: _moved(item, source, target, name) for name, item in value.items()}
+        return {name: artifacts_moved(item, source, target, name) for name, item in value.items()}
     if isinstance(value, list):
-        return [_moved(item, source, target, field) for item in value]
-    if field in ARTIFACT_FIELDS and isinstance(value, str) and value.startswith(source):
-        return target + value[len(source):]
+        return [artifacts_moved(item, source, target, field) for item in value]
+    if field in ARTIFACT_FIELDS and isinstance(value, str) and value.startswith(source.rstrip(os.sep) + os.sep):
+        return target.rstrip(os.sep) + value[len(source.rstrip(os.sep)):]
     return value
 
 

@@ -4,7 +4,6 @@ It places no task (scheduler.py does).
 """
 from __future__ import annotations
 
-import os
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from kvtasks.fleet.resources import ARCH_RESOURCE, arch_label
 from kvtasks.report import Retry
 from kvtasks.request import Request
 from kvtasks.stages import StageResult
-from kvtasks.evidence.store import Store
+from kvtasks.evidence.store import Store, artifacts_moved
 from kvtasks.evidence.workspace import Workspace
 from kvtasks.worktree import Worktree
 
@@ -41,9 +40,7 @@ def store_run(workspace: Workspace, run: node.GroupRun, request: Request) -> lis
             target = Path(scratch) / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        results = [StageResult.model_validate_json(
-            StageResult.model_validate(r).model_dump_json().replace(run.run_root + os.sep, scratch + os.sep))
-            for r in run.results]
+        results = [StageResult.model_validate(artifacts_moved(r, run.run_root, scratch)) for r in run.results]
         workspace.store.write(run.kind, run.key, results, label=label, base_oid=run.record.get("base_oid"),
                               scratch=Path(scratch))
         if run.kind == "head":

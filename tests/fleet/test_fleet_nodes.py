@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kvtasks.fleet.node import node_name
+from kvtasks.records import ARTIFACT_FIELDS
 from kvtasks.worktree import Worktree
 from tests.batches import PROJECT, base_runs_per_key, doit
 from tests.fleet_cluster import COMMON_ENV, SimulatedFleet, fake_gpus, fakes_path
@@ -135,6 +136,15 @@ def trees_handed_back(fleet: SimulatedFleet, nodes, within_s: float = 60) -> lis
         time.sleep(0.5)
 
 
+def artifact_paths(value, field: str = "") -> list[tuple[str, str]]:
+    """(field, path) of each artifact path stored results hold, at any depth (records.ARTIFACT_FIELDS)."""
+    if isinstance(value, dict):
+        return [found for name, item in value.items() for found in artifact_paths(item, name)]
+    if isinstance(value, list):
+        return [found for item in value for found in artifact_paths(item, field)]
+    return [(field, value)] if field in ARTIFACT_FIELDS and isinstance(value, str) else []
+
+
 def kill_one_worker_running(fleet: SimulatedFleet, task: str, within_s: float) -> int | None:
     """SIGKILL the first of this fleet's Ray workers seen running `task` (Ray titles it
     ray::<task>), as a host losing a worker process mid-task would."""
@@ -194,6 +204,11 @@ def test_each_arch_runs_on_its_nodes_with_one_base_run_each_and_the_sequential_v
     assert "fleet: arch-bug [gfx-b]: BLOCK" in driver.stderr and "(9/9)" in driver.stderr
     assert trees_handed_back(fleet, fleet.nodes, within_s=10) == []
     assert snapshot(batch["repo"]) == batch["snapshot"]
+    # the driver's store holds the nodes' artifacts, and its evidence points at those copies alone
+    stored = [found for document in (home / "cache" / "evidence").rglob("*.json")
+              for found in artifact_paths(json.loads(document.read_text()))]
+    assert stored and all(Path(path).is_relative_to(home / "cache") for _field, path in stored), stored
+    assert all(Path(path).is_file() for field, path in stored if field == "log")
 
     # doit report rebuilds the fleet's reports from the driver's store alone, with no cluster
     shutil.rmtree(home / "reports" / "arch-bug")
