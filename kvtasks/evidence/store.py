@@ -249,16 +249,21 @@ class Store:
         return removed
 
 
-def artifacts_moved(value: Any, source: str, target: str, field: str | None = None) -> Any:
+def artifacts_moved(value: Any, source: str, target: str) -> Any:
     """`value` (results as JSON data) with each artifact field's path (records.ARTIFACT_FIELDS, at any
-    depth) under the folder `source` pointed at the same place under `target`."""
-    if isinstance(value, dict):
-        return {name: artifacts_moved(item, source, target, name) for name, item in value.items()}
-    if isinstance(value, list):
-        return [artifacts_moved(item, source, target, field) for item in value]
-    if field in ARTIFACT_FIELDS and isinstance(value, str) and value.startswith(source.rstrip(os.sep) + os.sep):
-        return target.rstrip(os.sep) + value[len(source.rstrip(os.sep)):]
-    return value
+    depth) under the folder `source` pointed at the same place under `target`; none without a folder."""
+    source, target = source.rstrip(os.sep), target.rstrip(os.sep)
+
+    def moved(item: Any, field: str | None) -> Any:
+        if isinstance(item, dict):
+            return {name: moved(inner, name) for name, inner in item.items()}
+        if isinstance(item, list):
+            return [moved(inner, field) for inner in item]
+        if field in ARTIFACT_FIELDS and isinstance(item, str) and item.startswith(source + os.sep):
+            return target + item[len(source):]
+        return item
+
+    return moved(value, None) if source else value
 
 
 def _size(path: Path) -> int:
