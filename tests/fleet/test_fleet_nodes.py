@@ -142,7 +142,7 @@ def artifact_paths(value, field: str = "") -> list[tuple[str, str]]:
         return [found for name, item in value.items() for found in artifact_paths(item, name)]
     if isinstance(value, list):
         return [found for item in value for found in artifact_paths(item, field)]
-    return [(field, value)] if field in ARTIFACT_FIELDS and isinstance(value, str) else []
+    return [(field, value)] if field in ARTIFACT_FIELDS and isinstance(value, str) and value else []
 
 
 def kill_one_worker_running(fleet: SimulatedFleet, task: str, within_s: float) -> int | None:
