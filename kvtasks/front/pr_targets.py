@@ -151,21 +151,18 @@ def target_options(workspace: Workspace, given: dict) -> list[dict]:
     given = {**(config.defaults if config is not None else {}), **given}
     try:
         inferred, unreached = inferred_targets(workspace, tree, base_oid, changed, base_hunks(patch), given)
-    except MapUnavailable as failed:
-        unmapped = [path for path in changed if not needs_no_validation(path)]
-        if not unmapped:
-            raise NothingToValidate(str(failed), changed=changed, line=(
+    except (MapUnavailable, NoRouteReached) as stopped:
+        # a map that cannot be made reaches nothing either: every changed file but documentation is unreached
+        unreached = stopped.unreached if isinstance(stopped, NoRouteReached) else \
+            [path for path in changed if not needs_no_validation(path)]
+        if not unreached:
+            raise NothingToValidate(str(stopped), changed=changed, line=(
                 f"nothing to validate: the PR changes documentation and CI files only ({_listed(changed)})")) from None
-        raise UnreachedChanges(str(failed), unreached=unmapped, line=(
-            f"not validated: the PR changes {_listed(unmapped)}, and {failed}; give --target, or configure the "
+        why = f"and {stopped}" if isinstance(stopped, MapUnavailable) else \
+            "which no test of base reaches through its impact map"
+        raise UnreachedChanges(str(stopped), unreached=unreached, line=(
+            f"not validated: the PR changes {_listed(unreached)}, {why}; give --target, or configure the "
             "repository's [tool.kvtasks]")) from None
-    except NoRouteReached as none:
-        if none.nothing:
-            raise NothingToValidate(str(none), changed=changed, line=(
-                f"nothing to validate: the PR changes documentation and CI files only ({_listed(changed)})")) from None
-        raise UnreachedChanges(str(none), unreached=none.unreached, line=(
-            f"not validated: the PR changes {_listed(none.unreached)}, which no test of base reaches through its "
-            "impact map; give --target, or configure the repository's [tool.kvtasks]")) from None
     return _each_target(given, {target.name: {**target.options(), "inferred": target} for target in inferred}, unreached)
 
 

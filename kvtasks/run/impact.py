@@ -109,8 +109,9 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     ancestor's map is stored, only the test files whose imports changed since, its items kept for the rest."""
     functions = launchers.functions(tree)
     tests = launchers.test_files(tree)
-    if not any(not function.kernel for function in functions) or not tests:
-        missing = "no pytest files (test_*.py)" if tests == [] and functions else "no module functions"
+    watched = [function.route for function in functions if not function.kernel]  # kernels are not wrapped
+    if not watched or not tests:
+        missing = "no module functions" if not watched else "no pytest files (test_*.py)"
         return ImpactMap(base_oid=base_oid, functions=functions, items={}, tests=tests,
                          note=f"the checkout has {missing}: nothing was run")
     kept, run_tests, kept_note = {}, tests, ""
@@ -125,7 +126,6 @@ def build(workspace: Workspace, tree: Path, base_oid: str, given: dict) -> Impac
     if not run_tests:
         return ImpactMap(base_oid=base_oid, functions=functions, items=kept, tests=tests, ran=[],
                          note=f"nothing was run{kept_note}", cpu_tier=earlier[0].cpu_tier)
-    watched = [function.route for function in functions if not function.kernel]
     request = build_request({**_run_options(given), "repo": str(tree), "target": run_tests[0], "runner": "pytest",
                              "expected_route": ",".join(watched)}, clones_root=workspace.clones)
     print(f"kvtasks: mapping which of base's tests reach which of its {len(watched)} functions "
