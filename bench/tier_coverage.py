@@ -24,7 +24,8 @@ and items that failed one run in two (bf16 inputs inside the test body).
 
 An item is one pytest node. Its classes:
   passed             the test ran and passed
-  not exercised      it passed having launched no kernel and called no route: it tested no kernel
+  not exercised      it passed having launched no kernel and called no route: it tested no kernel. An
+                     outcome the tier reached (a GPU runs no kernel for it either), counted apart too
   failed             the test ran and failed on a value or an assertion (numerics: named)
   tier crash         the tier could not run it (kvtasks' hooks, the interpreter, Triton, an unanswered
                      CUDA query): named with its cause
@@ -32,6 +33,10 @@ An item is one pytest node. Its classes:
   sparse grid        its launches were past --cpu-sparse-grid, so only their first and last programs
                      ran and the tier reported it skipped: bounds-checked, no outcome (named)
   repository skip    skipped by the repository's own guard: counted apart, outside N
+  does not import    the tier could not establish the runtime, and the repository's package fails to
+                     import under this Triton release without the tier too, with the same error: the
+                     repository's pinned commit does not run on that release at all. Counted apart,
+                     outside N
 Last line: `tier coverage: P% of N items reached a test outcome (tier crashes C)`.
 
 With a kvtasks that has no `check` (an older checkout, to measure before), each item is the same
@@ -56,6 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.triton_repos import softmax_repo  # noqa: E402
+from _tier_classes import apart_line, counts  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent.parent
 # --kvtasks DIR measures another kvtasks source tree (main's, for the numbers before): imported first
@@ -75,6 +81,7 @@ except ImportError:  # a kvtasks from before `check`
 
 REPOSITORIES = {
     "attorch": {
+        "package": "attorch",  # what its tests import
         "pin": "67c2772baf33913ef51c2d1064f746ca17b63749",
         "extras": [],
         "items": [
@@ -111,6 +118,7 @@ REPOSITORIES = {
         ],
     },
     "liger": {
+        "package": "liger_kernel",  # what its tests import
         "pin": "ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c",
         "extras": ["transformers"],
         "items": [
@@ -154,6 +162,7 @@ REPOSITORIES = {
         ],
     },
     "fla": {
+        "package": "fla",  # what its tests import
         "pin": "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
         "extras": ["einops", "transformers"],
         "items": [
@@ -195,6 +204,7 @@ REPOSITORIES = {
         ],
     },
     "flaggems": {
+        "package": "flag_gems",  # what its tests import
         "pin": "ed2508bcb5a03000e9774734201d840ba362cd11",
         "extras": ["PyYAML", "SQLAlchemy", "packaging>=26"],
         "items": [
@@ -231,6 +241,7 @@ REPOSITORIES = {
         ],
     },
     "torchao": {
+        "package": "torchao",  # what its tests import
         "pin": "36027d82d1ad9949597ea16002ff4940374b1b94",
         "extras": ["tabulate", "expecttest"],
         "options": {"cpu_device_capability": "10.0"},
@@ -300,11 +311,16 @@ def _request(repo: Path, node: str, options: dict | None = None):
                           "no_perf": True, "label": "tier-coverage", **(options or {})})
 
 
-def run_item(repo: Path, node: str, options: dict | None = None) -> dict:
-    """One item as a base run would run it (with the repository's own options); its class and what said so."""
+def run_item(repo: Path, node: str, options: dict | None = None, package: str | None = None) -> dict:
+    """One item as a base run would run it (with the repository's own options); its class and what said so.
+    `package` is what the repository's tests import, tried without the tier when the runtime is not established."""
     request = _request(repo, node, options)
     if check is not None:
         found = check.check(request)
+        if found["blocked"] and not found["runtime_established"]:
+            failing = plain_import_failure(repo, package)
+            if failing and failing[:80] in (found.get("runtime") or ""):  # the same error (the note may cut it)
+                return {"class": "does not import", "cause": f"without the tier too: {failing[:200]}"}
         run = found["run"] or {}
         outcomes, crashes = run.get("outcomes", []), found["tier_crashes"]
         text = "\n".join([run.get("log_tail", ""), *(case.get("message", "") for case in outcomes)])
@@ -321,6 +337,22 @@ def run_item(repo: Path, node: str, options: dict | None = None) -> dict:
         executed, timed_out, exit_code, blocked, idle = done.stats.executed, done.timed_out, done.exit, None, []
         violations = ((done.receipt or {}).get("cpu_tier") or {}).get("violations") or []
     return classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle, violations)
+
+
+def plain_import_failure(folder: Path, package: str | None) -> str | None:
+    """The last line of the error `import package` raises in the copy under this interpreter with no
+    tier, no interpreter mode and no kvtasks; None when it imports (or no package is named)."""
+    if not package:
+        return None
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith(("TRITON_", "KVTASKS_")) and name != "PYTHONPATH"}
+    environment["PYTHONPATH"] = os.pathsep.join(str(root) for root in (folder, folder / "src") if root.is_dir())
+    done = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=folder, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1].split(": ", 1)[-1] if lines else None
 
 
 def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle=(), violations=()) -> dict:
@@ -373,21 +405,20 @@ def measure(name: str, folder: Path, items: list[str]) -> list[dict]:
     results = []
     for node in items:
         started = time.monotonic()
-        verdict = run_item(folder, node, REPOSITORIES.get(name, {}).get("options"))
+        declared = REPOSITORIES.get(name, {})
+        verdict = run_item(folder, node, declared.get("options"), declared.get("package"))
         verdict.update(repo=name, item=node, seconds=round(time.monotonic() - started, 1))
         results.append(verdict)
         print(f"{verdict['class']:16} {verdict['seconds']:6.1f}s  {node}"
               + (f"\n{'':26}{verdict['cause']}" if verdict["cause"] else ""), flush=True)
+    print(f"{name}: counted apart: {apart_line(results)}", flush=True)
     print(f"{name}: {coverage_line(results)}", flush=True)
     return results
 
 
 def coverage_line(results: list[dict]) -> str:
-    counted = [r for r in results if r["class"] != "repository skip"]
-    reached = [r for r in counted if r["class"] in ("passed", "failed")]
-    crashes = [r for r in counted if r["class"] == "tier crash"]
-    percent = 100.0 * len(reached) / len(counted) if counted else 0.0
-    return f"tier coverage: {percent:.1f}% of {len(counted)} items reached a test outcome (tier crashes {len(crashes)})"
+    percent, counted, crashes = counts(results)
+    return f"tier coverage: {percent:.1f}% of {counted} items reached a test outcome (tier crashes {crashes})"
 
 
 def main() -> int:
@@ -422,14 +453,15 @@ def main() -> int:
         every += measure(name, folder, items)
     crashes: dict[str, list[str]] = {}
     for result in every:
-        if result["class"] in ("tier crash", "timed out", "sparse grid", "not exercised"):
-            crashes.setdefault(result["cause"], []).append(f"{result['repo']}: {result['item']}")
+        if result["class"] not in ("passed", "failed", "repository skip"):
+            crashes.setdefault(f"{result['class']}: {result['cause']}", []).append(f"{result['repo']}: {result['item']}")
     if crashes:
-        print("items that reached no test outcome, by cause:")
+        print("items that reached no test outcome, tested no kernel or cannot import, by class and cause:")
         for cause, items in sorted(crashes.items(), key=lambda entry: -len(entry[1])):
             print(f"  {len(items)} x {cause}\n      first: {items[0]}")
     if options.json:
         options.json.write_text(json.dumps(every, indent=2))
+    print(f"counted apart: {apart_line(every)}")
     print(coverage_line(every))
     return 0
 

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _tier_classes import apart_line, counts
+
 PROJECT = Path(__file__).resolve().parent.parent
 COVERAGE = PROJECT / "bench" / "tier_coverage.py"
 REPOSITORIES = ("attorch", "liger", "fla", "flaggems", "torchao")
@@ -62,11 +64,8 @@ def _environment(python: str) -> dict:
 
 def outcomes(results: list[dict]) -> tuple[str, str]:
     """`P% of N items reached a test outcome`, with the tier crashes, as tier_coverage counts them."""
-    counted = [r for r in results if r["class"] != "repository skip"]
-    reached = [r for r in counted if r["class"] in ("passed", "failed")]
-    crashes = [r for r in counted if r["class"] == "tier crash"]
-    percent = 100.0 * len(reached) / len(counted) if counted else 0.0
-    return f"{percent:.1f}% of {len(counted)} items reached a test outcome", f"(tier crashes {len(crashes)})"
+    percent, counted, crashes = counts(results)
+    return f"{percent:.1f}% of {counted} items reached a test outcome", f"(tier crashes {crashes})"
 
 
 def main() -> int:
@@ -95,8 +94,10 @@ def main() -> int:
         results = release(python, coverage_args)
         every += [{**result, "triton": triton} for result in results]
         reached, crashes = outcomes(results)
+        print(f"triton {triton} (torch {torch}): counted apart: {apart_line(results)}", flush=True)
         print(f"triton {triton} (torch {torch}): {reached} {crashes}", flush=True)
     reached, crashes = outcomes(every)
+    print(f"counted apart: {apart_line(every)}")
     print(f"tier matrix: {reached} over {len(seen)} triton releases {crashes}")
     return 0
 

@@ -36,7 +36,8 @@ RUN_WHOLE = {"installed_package": "tests/test_installed_package.py", "cpu_tier_r
 
 
 def test_every_bench_is_run_here_or_whole_elsewhere():
-    assert sorted(path.stem for path in BENCH.glob("*.py")) == sorted([*LAST_LINES, *RUN_WHOLE])
+    # a module whose name starts with "_" is a piece two benches share, not a bench
+    assert sorted(path.stem for path in BENCH.glob("[!_]*.py")) == sorted([*LAST_LINES, *RUN_WHOLE])
 
 
 @pytest.mark.parametrize("name", sorted(LAST_LINES))

@@ -1,0 +1,25 @@
+"""How `bench/tier_coverage.py` and `bench/tier_matrix.py` count an item's class: one rule for both
+lines."""
+from __future__ import annotations
+
+# outside N: the repository's own skips, and a repository whose package does not import under the
+# release without the tier either (its pinned commit does not run there at all)
+APART = ("repository skip", "does not import")
+# a test outcome the tier reached: "not exercised" is a test that passed having launched no kernel,
+# as it does on a GPU; it is shown apart as well, never as a pass of a kernel
+REACHED = ("passed", "failed", "not exercised")
+
+
+def counts(results: list[dict]) -> tuple[float, int, int]:
+    """(P, N, C): the percentage of the N items outside APART that reached a test outcome, and the tier
+    crashes among them."""
+    counted = [r for r in results if r["class"] not in APART]
+    reached = [r for r in counted if r["class"] in REACHED]
+    crashes = [r for r in counted if r["class"] == "tier crash"]
+    return 100.0 * len(reached) / len(counted) if counted else 0.0, len(counted), len(crashes)
+
+
+def apart_line(results: list[dict]) -> str:
+    """What the lines count apart: the items outside N, and the reached items that tested no kernel."""
+    classes = [r["class"] for r in results]
+    return "; ".join(f"{name} {classes.count(name)}" for name in (*APART, "not exercised"))
