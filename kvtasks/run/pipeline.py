@@ -80,14 +80,29 @@ REPORTED: tuple[Row, ...] = tuple(row for row in ROWS if row.report is not None)
 
 
 def _checked(rows: tuple[Row, ...]) -> tuple[Row, ...]:
-    """Each row's requirements have an earlier provider: a row whose payload or fact record it is."""
+    """Each row's requirements have an earlier provider: a row whose payload or fact record it is.
+    Each Facts and Selection field has one first writer; a later row sets it again only as the
+    amendment of that writer's stage or by naming it in its `updates`, and updates only what an
+    earlier row set: a field never gains a second writer unseen, whose value would then depend on
+    which ran last."""
     provided: set[type] = set()
+    writer: dict[str, str] = {}  # field -> the stage of the row that set it first
     for row in rows:
         missing = [kind.__name__ for kind in row.spec.requires if kind not in provided]
         if missing:
             raise TypeError(f"pipeline row {row.name} requires {', '.join(missing)}, which no earlier row provides")
         if row.amends is not None and row.spec.payload not in (None, row.amends.payload):
             raise TypeError(f"pipeline row {row.name} amends {row.amends.name} with another payload")
+        amended = row.amends.name if row.amends is not None else None
+        again = sorted(name for name in row.spec.written() if name in writer and writer[name] != amended)
+        if again:
+            raise TypeError(f"pipeline row {row.name} sets {', '.join(again)}, which "
+                            f"{', '.join(sorted({writer[name] for name in again}))} set first: amend that stage "
+                            "or declare the fields in its `updates`")
+        unset = sorted(name for name in row.spec.updates if name not in writer)
+        if unset:
+            raise TypeError(f"pipeline row {row.name} updates {', '.join(unset)}, which no earlier row sets")
+        writer.update({name: row.name for name in row.spec.written() if name not in writer})
         provided |= set(row.spec.provides) | ({row.spec.payload} if row.spec.payload else set())
     return rows
 

@@ -82,7 +82,10 @@ class StageSpec:
     requires: tuple[type[BaseModel], ...] = ()  # the payloads and fact records it reads (an earlier row provides each)
     reads_if_present: tuple[type[BaseModel], ...] = ()  # what it reads when an earlier row made it (none may have)
     provides: tuple[type[BaseModel], ...] = ()  # the fact records it sets (FACT_RECORDS)
-    sets: tuple[str, ...] = ()  # the other Facts and Selection fields it sets (a later stage may update one)
+    sets: tuple[str, ...] = ()  # the other Facts and Selection fields it sets, first
+    # fields an earlier row set that this stage answers again from its own runs; nothing else may set a
+    # field twice but a row that amends the earlier stage (kvtasks.run.pipeline checks both)
+    updates: tuple[str, ...] = ()
     passes: Requirement | None = None  # what PASS requires of it (None: nothing beyond passing)
 
     def __post_init__(self):
@@ -94,13 +97,17 @@ class StageSpec:
         if unknown:
             raise TypeError(f"stage {self.name} provides {unknown}, which are no fact records ({sorted(k.__name__ for k in FACT_RECORDS)})")
         fields = set(Facts.model_fields) | set(Selection.model_fields)
-        unknown = [name for name in self.sets if name not in fields]
+        unknown = [name for name in self.sets + self.updates if name not in fields]
         if unknown:
             raise TypeError(f"stage {self.name} sets {unknown}, which are no Facts or Selection fields")
 
+    def written(self) -> set[str]:
+        """The fields this stage sets first: its `sets` and the fields of the records it provides."""
+        return set(self.sets) | {FACT_RECORDS[kind] for kind in self.provides}
+
     def owns(self, produced: StageResult) -> list[str]:
         """The Facts and Selection fields a result of this stage set that its spec does not declare."""
-        declared = set(self.sets) | {FACT_RECORDS[kind] for kind in self.provides}
+        declared = set(self.sets) | set(self.updates) | {FACT_RECORDS[kind] for kind in self.provides}
         written = produced.facts.model_fields_set | produced.selection.model_fields_set
         return sorted(written - declared)
 

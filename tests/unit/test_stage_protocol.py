@@ -102,3 +102,20 @@ def test_no_stage_reads_another_by_name():
                for number, line in enumerate(path.read_text().splitlines(), 1)
                if "earlier[" in line or "earlier.get(" in line]
     assert readers == []
+
+
+def test_a_field_gains_a_second_writer_only_as_an_amendment_or_a_declared_update():
+    first = StageSpec("first", lambda ctx: None, sets=("runner", "runner_reason"))
+    again = StageSpec("again", lambda ctx: None, sets=("runner",))
+    with pytest.raises(TypeError, match=r"pipeline row again sets runner, which first set first: amend that stage"):
+        pipeline._checked((Row(first), Row(again)))
+    answered = StageSpec("answered", lambda ctx: None, updates=("runner",))
+    assert pipeline._checked((Row(first), Row(answered)))
+    amending = StageSpec("amending", lambda ctx: None, sets=("runner_reason",))
+    assert pipeline._checked((Row(first), Row(amending, amends=first)))
+    with pytest.raises(TypeError, match=r"pipeline row answered updates runner, which no earlier row sets"):
+        pipeline._checked((Row(answered),))
+    # the pipeline as declared: the grid stage answers the channel's independence and axes again from its runs
+    updated = {name: row.name for row in ROWS for name in row.spec.updates}
+    assert updated == {name: "correctness_grid" for name in ("grid_independence", "grid_independence_reason", "axes",
+                                                             "axis_state", "axis_state_reason")}

@@ -169,4 +169,4 @@ def _judge(ctx: Context, plan: Plan, run: TargetRun, head_repo: TargetRun, field
 
 
 STAGE = StageSpec(NAME, head, payload=CorrectnessGrid, requires=(BaselineControl, RepoTests, GpuClaim, RuntimeCompat),
-                  sets=("grid_independence", "grid_independence_reason", "axis_state", "axis_state_reason", "axes"))
+                  updates=("grid_independence", "grid_independence_reason", "axis_state", "axis_state_reason", "axes"))
