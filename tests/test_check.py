@@ -77,6 +77,23 @@ def test_check_on_a_src_layout_repository_under_the_tier_and_a_tier_crash_named(
     assert "  - the CPU tier could not run it: NotImplementedError" in said
 
 
+def test_check_names_what_pytest_could_not_collect(tmp_path, capsys, gpu_host):
+    # a release without the module a repository imports fails at collection: check says which, not only "red"
+    gpu_host(amd=[])
+    repo = make_repo(tmp_path / "repo", {"kernel.py": "SCALE = 1\n",
+                                         "tests/test_kernel.py": "from kernel import descriptor\n\n\n"
+                                                                 "def test_kernel():\n    assert descriptor\n"})
+    found = check.check(build_request({"repo": str(repo), "target": "tests/test_kernel.py",
+                                       "runtime_module": "kernel"}))
+    # with no GPU, the run without a device is what shut the gate: what it could not collect says why
+    assert found["run"] is None and "not shown to run without one" in found["blocked"]
+    assert [error.split(" (")[0] for error in found["collection_errors"]] == [
+        "ImportError: cannot import name 'descriptor' from 'kernel'"]
+    assert found["short_of_pass"][-1].startswith(
+        "pytest could not collect the target: ImportError: cannot import name 'descriptor' from 'kernel'")
+    assert any(line.startswith("collection errors: ImportError") for line in check.lines(found))
+
+
 def test_check_k_runs_only_the_items_it_selects(tmp_path, capsys, gpu_host, monkeypatch):
     gpu_host(amd=[])
     monkeypatch.setenv("KVTASKS_HOME", str(tmp_path / "home"))

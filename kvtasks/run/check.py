@@ -97,13 +97,13 @@ def check(request, grid_secret: str = "", keyword: str | None = None) -> dict:
             if keyword and ctx.selection.runner == "script":
                 raise UsageError(f"-k selects pytest items, and {request.target} runs as a script "
                                  f"({ctx.selection.runner_reason or 'chosen'})")
-        blocked = gate(ctx)
-        if blocked:
-            return _found(ctx, None, None, blocked=blocked)
         # with no GPU and no tier, gpu_requirement ran the target without a device on this very tree:
-        # that run is the one a base run would be
+        # that run is the one a base run would be (and, when it failed, says why the gate is shut)
         claim = ctx.result_of(GpuClaim)
         run = next((made for made in (claim.runs if claim is not None else []) if made.label == "head-repo"), None)
+        blocked = gate(ctx)
+        if blocked:
+            return _found(ctx, None, None, blocked=blocked, tried=run)
         probe = None
         with ctx.worktree.lend("base"):
             merged = grid.merged_session(ctx, "base") if run is None and keyword is None else None
@@ -114,7 +114,10 @@ def check(request, grid_secret: str = "", keyword: str | None = None) -> dict:
         return _found(ctx, run, probe)
 
 
-def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked: str = "") -> dict:
+def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked: str = "",
+           tried: TargetRun | None = None) -> dict:
+    """`tried`: a run that was made and is not the base run (the gate shut after it): only what pytest
+    could not collect in it is shown."""
     request, selection = ctx.request, ctx.selection
     claim = ctx.result_of(GpuClaim)
     compat = ctx.result_of(RuntimeCompat)
@@ -132,6 +135,7 @@ def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked
         {"channel": None, "proven": None, "why": "not tried: the target did not run"},
         "tier_crashes": crashes, "violations": (evidence or {}).get("violations", []),
         "not_exercised": cpu_tier.not_exercised(run) if run is not None else [],
+        "collection_errors": collection_errors(run or tried) if (run or tried) is not None else [],
     }
     if run is not None:
         found["run"] = {"exit": run.exit, "timed_out": run.timed_out, "executed": run.stats.executed,
@@ -168,6 +172,13 @@ def _channel(ctx: Context, probe: TargetRun | None) -> dict:
     return {"channel": plan.channel, "proven": proven, "why": why}
 
 
+def collection_errors(run: TargetRun) -> list[str]:
+    """What each of pytest's collection errors in the run's log says (its `E   ` lines: an import's
+    error, a conftest's), first seen first: a module that cannot be collected runs no test."""
+    text = runtime_compat.collection_errors(run.log_text())
+    return list(dict.fromkeys(line[1:].strip() for line in text.splitlines() if line.startswith("E   ")))[:5]
+
+
 def _short_of_pass(found: dict, run: TargetRun | None) -> list[str]:
     """What would keep a PR against this checkout short of PASS, each named."""
     short = []
@@ -187,6 +198,8 @@ def _short_of_pass(found: dict, run: TargetRun | None) -> list[str]:
         short.append(f"the grid channel was not proven ({found['channel']['why']})")
     if found["tier_crashes"]:
         short.append(f"the CPU tier could not run it: {cpu_tier.crash_summary(found['tier_crashes'])}")
+    elif found["collection_errors"]:
+        short.append(f"pytest could not collect the target: {found['collection_errors'][0]}")
     if run is not None and not run.passed and not cpu_tier.tier_failure(run):
         short.append(f"the target is red on the checkout (exit {run.exit}): a PR's failures there are not "
                      "attributed to it")
@@ -219,6 +232,8 @@ def lines(found: dict) -> list[str]:
     said.append(f"channel: {channel['why']}" if channel["channel"] is None else
                 f"channel: {channel['channel']} {'proven' if channel['proven'] else 'not proven'} ({channel['why']})")
     said.append("tier crashes: " + (cpu_tier.crash_summary(found["tier_crashes"]) if found["tier_crashes"] else "none"))
+    if found["collection_errors"]:
+        said.append(f"collection errors: {'; '.join(found['collection_errors'])}")
     idle = found["not_exercised"]
     if idle:
         said.append(f"not exercised: {len(idle)} passed without a kernel launch or a route call (first {idle[0]})")
