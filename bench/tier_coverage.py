@@ -27,16 +27,18 @@ An item is one pytest node. Its classes:
   not exercised      it passed having launched no kernel and called no route: it tested no kernel. An
                      outcome the tier reached (a GPU runs no kernel for it either), counted apart too
   failed             the test ran and failed on a value or an assertion (numerics: named)
+  no test ran        errors only, before the test ran (its module, a conftest or a fixture failed):
+                     named; counted in N, not reached
   tier crash         the tier could not run it (kvtasks' hooks, the interpreter, Triton, an unanswered
                      CUDA query): named with its cause
   timed out          past --timeout: the interpreter was too slow for it (named)
   sparse grid        its launches were past --cpu-sparse-grid, so only their first and last programs
                      ran and the tier reported it skipped: bounds-checked, no outcome (named)
   repository skip    skipped by the repository's own guard: counted apart, outside N
-  does not import    the tier could not establish the runtime, and the repository's package fails to
-                     import under this Triton release without the tier too, with the same error: the
-                     repository's pinned commit does not run on that release at all. Counted apart,
-                     outside N
+  does not import    the repository's pinned commit does not run on this Triton release at all: the tier
+                     could not establish the runtime and its package fails to import without the tier
+                     too, with the same error; or its test module imports a module or name of Triton
+                     this release does not have (a plain interpreter confirms). Counted apart, outside N
 Last line: `tier coverage: P% of N items reached a test outcome (tier crashes C)`.
 
 With a kvtasks that has no `check` (an older checkout, to measure before), each item is the same
@@ -316,27 +318,67 @@ def run_item(repo: Path, node: str, options: dict | None = None, package: str | 
     `package` is what the repository's tests import, tried without the tier when the runtime is not established."""
     request = _request(repo, node, options)
     if check is not None:
-        found = check.check(request)
-        if found["blocked"] and not found["runtime_established"]:
-            failing = plain_import_failure(repo, package)
-            if failing and failing[:80] in (found.get("runtime") or ""):  # the same error (the note may cut it)
-                return {"class": "does not import", "cause": f"without the tier too: {failing[:200]}"}
-        run = found["run"] or {}
-        outcomes, crashes = run.get("outcomes", []), found["tier_crashes"]
-        text = "\n".join([run.get("log_tail", ""), *(case.get("message", "") for case in outcomes)])
-        executed, timed_out, exit_code = run.get("executed", 0), run.get("timed_out", False), run.get("exit")
-        blocked, idle, violations = found["blocked"], found.get("not_exercised", []), found.get("violations", [])
-    else:
-        with tempfile.TemporaryDirectory(prefix="tier-coverage-") as scratch:
-            done = launching.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
-                                 cpu_tier={"sparse_programs": request.cpu_sparse_grid,
-                                           "device_capability": request.cpu_device_capability})
-            outcomes = [case.model_dump() for case in done.cases]
-            text = Path(done.log).read_text(errors="replace")
-        crashes = ((done.receipt or {}).get("cpu_tier") or {}).get("crashes") or []
-        executed, timed_out, exit_code, blocked, idle = done.stats.executed, done.timed_out, done.exit, None, []
-        violations = ((done.receipt or {}).get("cpu_tier") or {}).get("violations") or []
-    return classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle, violations)
+        return _checked(request, repo, package)
+    with tempfile.TemporaryDirectory(prefix="tier-coverage-") as scratch:
+        done = launching.run(request, runner="pytest", run_dir=Path(scratch), label="base-repo",
+                             cpu_tier={"sparse_programs": request.cpu_sparse_grid,
+                                       "device_capability": request.cpu_device_capability})
+        outcomes = [case.model_dump() for case in done.cases]
+        text = Path(done.log).read_text(errors="replace")
+    crashes = ((done.receipt or {}).get("cpu_tier") or {}).get("crashes") or []
+    violations = ((done.receipt or {}).get("cpu_tier") or {}).get("violations") or []
+    return classify(outcomes, crashes, text, done.stats.executed, done.timed_out, done.exit, None, [], violations)
+
+
+def _checked(request, repo: Path, package: str | None) -> dict:
+    """An item run with `check`, which names the tier's crashes and what pytest could not collect."""
+    found = check.check(request)
+    if found["blocked"] and not found["runtime_established"]:
+        failing = plain_import_failure(repo, package)
+        if failing and failing[:80] in (found.get("runtime") or ""):  # the same error (the note may cut it)
+            return {"class": "does not import", "cause": f"without the tier too: {failing[:200]}"}
+    run = found["run"] or {}
+    outcomes = run.get("outcomes", [])
+    text = "\n".join([run.get("log_tail", ""), *(case.get("message", "") for case in outcomes)])
+    verdict = classify(outcomes, found["tier_crashes"], text, run.get("executed", 0), run.get("timed_out", False),
+                       run.get("exit"), found["blocked"], found.get("not_exercised", []), found.get("violations", []))
+    lacking = release_lacks(found.get("collection_errors", [])) if verdict["class"] == "no test ran" else None
+    return {"class": "does not import", "cause": lacking} if lacking else verdict
+
+
+# what an import of a part of Triton the installed release does not have says
+_TRITON_MODULE = re.compile(r"No module named '(triton(?:\.\w+)*)'")
+_TRITON_NAME = re.compile(r"cannot import name '(\w+)' from '(triton(?:\.\w+)*)'")
+_LACKS = """import importlib, importlib.util, sys
+module, name = sys.argv[1], sys.argv[2]
+if importlib.util.find_spec(module) is None:
+    raise SystemExit(0)
+raise SystemExit(0 if name and not hasattr(importlib.import_module(module), name) else 1)
+"""
+
+
+def release_lacks(errors: list[str]) -> str | None:
+    """Why the item cannot run on this Triton release at all: a collection error imports a module or a
+    name of Triton that this release does not have, as a plain interpreter (no tier, no kvtasks)
+    confirms. None for any other error."""
+    for error in errors:
+        named = _TRITON_NAME.search(error)
+        module, name = (named.group(2), named.group(1)) if named else (None, "")
+        found = _TRITON_MODULE.search(error)
+        module = module or (found.group(1) if found else None)
+        if module is None:
+            continue
+        environment = {key: value for key, value in os.environ.items() if not key.startswith(("TRITON_", "KVTASKS_"))}
+        done = subprocess.run([sys.executable, "-c", _LACKS, module, name], env=environment, capture_output=True,
+                              timeout=300)
+        if done.returncode == 0:
+            return f"triton {_triton_version()} has no {module + ('.' + name if name else '')}, which it imports"
+    return None
+
+
+def _triton_version() -> str:
+    from importlib.metadata import version
+    return version("triton")
 
 
 def plain_import_failure(folder: Path, package: str | None) -> str | None:
@@ -373,6 +415,8 @@ def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, i
         cause = _marker_cause(text) if check is None else None
         if cause:
             return {"class": "tier crash", "cause": cause}
+        if failed and not executed:  # errors only, at collection or in fixtures: the test itself never ran
+            return {"class": "no test ran", "cause": failed[0].get("message", "")[:200]}
         if failed:
             return {"class": "failed", "cause": failed[0].get("message", "")[:200]}
         return {"class": "tier crash", "cause": f"exit {exit_code} with no test outcome: {text.strip()[-200:]}"}

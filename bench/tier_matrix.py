@@ -13,6 +13,10 @@ A release the tier does not know is refused there with one note: its items are t
 Each release's coverage line is printed as `triton X.Y.Z (torch T): ...`, then the matrix line:
 `tier matrix: P% of N items reached a test outcome over R triton releases (tier crashes C)`.
 
+`--save FILE` writes every release's items as they are measured; `--merge FILE ...` runs nothing and
+prints the same lines over the releases of saved files, so releases measured side by side (each run
+with its own copies of the repositories: a copy is lent to one run at a time) give one matrix line.
+
 With --smoke, tier_coverage's smoke item under this interpreter only: a check that the bench runs,
 not a measurement.
 """
@@ -24,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from itertools import groupby
 from pathlib import Path
 
 from _tier_classes import apart_line, counts
@@ -77,7 +82,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=180, help="passed to tier_coverage: seconds per item")
     parser.add_argument("--kvtasks", type=Path, help="passed to tier_coverage: the kvtasks source tree measured")
     parser.add_argument("--smoke", action="store_true", help="tier_coverage's smoke item under this interpreter")
+    parser.add_argument("--save", type=Path, help="write every release's items (class, cause, triton, torch) here")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="SAVED",
+                        help="run nothing: the lines over the releases of files --save wrote (runs made side by side)")
     options = parser.parse_args()
+    if options.merge:
+        saved = [item for path in options.merge for item in json.loads(path.read_text())]
+        for (triton, torch), results in groupby(saved, key=lambda item: (item["triton"], item["torch"])):
+            report_release(triton, torch, list(results))
+        return matrix_line(saved)
     if options.smoke:
         pythons, coverage_args = [sys.executable], ["--smoke"]
     else:
@@ -86,16 +99,26 @@ def main() -> int:
                          for arg in (f"--{name}", str(getattr(options, name).resolve()))]
         coverage_args += ["--timeout", str(options.timeout)] + (["--limit", str(options.limit)] if options.limit else [])
         coverage_args += ["--kvtasks", str(options.kvtasks.resolve())] if options.kvtasks else []
-    every, seen = [], set()
+    every = []
     for python in pythons:
         triton, torch = versions(python)
-        seen.add(triton)
         print(f"== triton {triton} (torch {torch}): {python}", flush=True)
-        results = release(python, coverage_args)
-        every += [{**result, "triton": triton} for result in results]
-        reached, crashes = outcomes(results)
-        print(f"triton {triton} (torch {torch}): counted apart: {apart_line(results)}", flush=True)
-        print(f"triton {triton} (torch {torch}): {reached} {crashes}", flush=True)
+        results = [{**result, "triton": triton, "torch": torch} for result in release(python, coverage_args)]
+        every += results
+        report_release(triton, torch, results)
+        if options.save:
+            options.save.write_text(json.dumps(every, indent=1))
+    return matrix_line(every)
+
+
+def report_release(triton: str, torch: str, results: list[dict]) -> None:
+    reached, crashes = outcomes(results)
+    print(f"triton {triton} (torch {torch}): counted apart: {apart_line(results)}", flush=True)
+    print(f"triton {triton} (torch {torch}): {reached} {crashes}", flush=True)
+
+
+def matrix_line(every: list[dict]) -> int:
+    seen = {item["triton"] for item in every}
     reached, crashes = outcomes(every)
     print(f"counted apart: {apart_line(every)}")
     print(f"tier matrix: {reached} over {len(seen)} triton releases {crashes}")
