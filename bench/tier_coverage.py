@@ -35,9 +35,10 @@ An item is one pytest node. Its classes:
   sparse grid        its launches were past --cpu-sparse-grid, so only their first and last programs
                      ran and the tier reported it skipped: bounds-checked, no outcome (named)
   repository skip    skipped by the repository's own guard: counted apart, outside N
-  does not import    the repository's pinned commit does not run on this Triton release at all: the tier
-                     could not establish the runtime and its package fails to import without the tier
-                     too, with the same error; or its test module imports a module or name of Triton
+  does not import    the repository's pinned commit does not run on this Triton release at all: with the
+                     tier's hooks installed the runtime could not be established, and its package fails
+                     to import in Triton's interpreter mode without the tier too, with the same error,
+                     raised by Triton's own code; or its test module imports a module or name of Triton
                      this release does not have (a plain interpreter confirms). Counted apart, outside N
 Last line: `tier coverage: P% of N items reached a test outcome (tier crashes C)`.
 
@@ -63,7 +64,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.triton_repos import softmax_repo  # noqa: E402
-from _tier_classes import apart_line, counts  # noqa: E402
+from _tier_classes import apart_line, counts, strictly  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent.parent
 # --kvtasks DIR measures another kvtasks source tree (main's, for the numbers before): imported first
@@ -333,10 +334,10 @@ def run_item(repo: Path, node: str, options: dict | None = None, package: str | 
 def _checked(request, repo: Path, package: str | None) -> dict:
     """An item run with `check`, which names the tier's crashes and what pytest could not collect."""
     found = check.check(request)
-    if found["blocked"] and not found["runtime_established"]:
-        failing = plain_import_failure(repo, package)
-        if failing and failing[:80] in (found.get("runtime") or ""):  # the same error (the note may cut it)
-            return {"class": "does not import", "cause": f"without the tier too: {failing[:200]}"}
+    if found["blocked"] and not found["runtime_established"] and found.get("cpu_tier_hooks") == "installed":
+        failing = triton_refuses_import(repo, package)
+        if failing and failing in (found.get("runtime") or ""):
+            return {"class": "does not import", "cause": f"Triton refuses it without the tier too: {failing[:200]}"}
     run = found["run"] or {}
     outcomes = run.get("outcomes", [])
     text = "\n".join([run.get("log_tail", ""), *(case.get("message", "") for case in outcomes)])
@@ -349,11 +350,13 @@ def _checked(request, repo: Path, package: str | None) -> dict:
 # what an import of a part of Triton the installed release does not have says
 _TRITON_MODULE = re.compile(r"No module named '(triton(?:\.\w+)*)'")
 _TRITON_NAME = re.compile(r"cannot import name '(\w+)' from '(triton(?:\.\w+)*)'")
+# exit 0 when this release lacks the module, or the name (neither an attribute nor a submodule of it)
 _LACKS = """import importlib, importlib.util, sys
 module, name = sys.argv[1], sys.argv[2]
 if importlib.util.find_spec(module) is None:
     raise SystemExit(0)
-raise SystemExit(0 if name and not hasattr(importlib.import_module(module), name) else 1)
+lacks = name and not hasattr(importlib.import_module(module), name) and importlib.util.find_spec(module + "." + name) is None
+raise SystemExit(0 if lacks else 1)
 """
 
 
@@ -381,20 +384,30 @@ def _triton_version() -> str:
     return version("triton")
 
 
-def plain_import_failure(folder: Path, package: str | None) -> str | None:
-    """The last line of the error `import package` raises in the copy under this interpreter with no
-    tier, no interpreter mode and no kvtasks; None when it imports (or no package is named)."""
+_RAISED_IN = re.compile(r'^  File "([^"]+)"', re.MULTILINE)
+
+
+def triton_refuses_import(folder: Path, package: str | None) -> str | None:
+    """The error (`Type: message`) that `import package` raises in the copy under this interpreter in
+    Triton's interpreter mode with no tier and no kvtasks, when Triton's own code raises it (its
+    autotuner refusing the repository's kernels, say): the repository does not run on this release, on
+    any device. None when it imports, or when anything but Triton raised (a CUDA query, a missing
+    library: the tier's matter, or the environment's)."""
     if not package:
         return None
     environment = {name: value for name, value in os.environ.items()
                    if not name.startswith(("TRITON_", "KVTASKS_")) and name != "PYTHONPATH"}
-    environment["PYTHONPATH"] = os.pathsep.join(str(root) for root in (folder, folder / "src") if root.is_dir())
+    environment.update(TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
+        str(root) for root in (folder, folder / "src") if root.is_dir()))
     done = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=folder, env=environment,
                           capture_output=True, text=True, timeout=600)
-    if done.returncode == 0:
-        return None
+    frames = _RAISED_IN.findall(done.stderr)
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    return lines[-1].split(": ", 1)[-1] if lines else None
+    if done.returncode == 0 or not frames or not lines or len(lines[-1]) < 20:
+        return None
+    triton = subprocess.run([sys.executable, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"],
+                            env=environment, capture_output=True, text=True).stdout.strip()
+    return lines[-1] if triton and frames[-1].startswith(triton + os.sep) else None
 
 
 def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle=(), violations=()) -> dict:
@@ -505,7 +518,7 @@ def main() -> int:
             print(f"  {len(items)} x {cause}\n      first: {items[0]}")
     if options.json:
         options.json.write_text(json.dumps(every, indent=2))
-    print(f"counted apart: {apart_line(every)}")
+    print(f"counted apart: {apart_line(every)}; {strictly(every)}")
     print(coverage_line(every))
     return 0
 

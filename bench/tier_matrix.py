@@ -31,7 +31,7 @@ import tempfile
 from itertools import groupby
 from pathlib import Path
 
-from _tier_classes import apart_line, counts
+from _tier_classes import apart_line, counts, strictly
 
 PROJECT = Path(__file__).resolve().parent.parent
 COVERAGE = PROJECT / "bench" / "tier_coverage.py"
@@ -87,10 +87,17 @@ def main() -> int:
                         help="run nothing: the lines over the releases of files --save wrote (runs made side by side)")
     options = parser.parse_args()
     if options.merge:
-        saved = [item for path in options.merge for item in json.loads(path.read_text())]
-        for (triton, torch), results in groupby(saved, key=lambda item: (item["triton"], item["torch"])):
+        saved = {}
+        for path in options.merge:
+            for item in json.loads(path.read_text()):
+                measured = (item["triton"], item["torch"], item["repo"], item["item"])
+                if measured in saved:
+                    sys.exit(f"{path}: {' '.join(measured)} is measured twice in the files given")
+                saved[measured] = item
+        every = sorted(saved.values(), key=lambda item: (item["triton"], item["torch"]))
+        for (triton, torch), results in groupby(every, key=lambda item: (item["triton"], item["torch"])):
             report_release(triton, torch, list(results))
-        return matrix_line(saved)
+        return matrix_line(every)
     if options.smoke:
         pythons, coverage_args = [sys.executable], ["--smoke"]
     else:
@@ -120,7 +127,7 @@ def report_release(triton: str, torch: str, results: list[dict]) -> None:
 def matrix_line(every: list[dict]) -> int:
     seen = {item["triton"] for item in every}
     reached, crashes = outcomes(every)
-    print(f"counted apart: {apart_line(every)}")
+    print(f"counted apart: {apart_line(every)}; {strictly(every)}")
     print(f"tier matrix: {reached} over {len(seen)} triton releases {crashes}")
     return 0
 

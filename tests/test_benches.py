@@ -1,6 +1,7 @@
 """Every bench still runs: `python bench/NAME.py --smoke` runs its measured loop once on its smallest
 input and prints its documented last line (docs/benchmarks.md), which is matched here. A refactor
 that breaks a bench fails this test, not the next person who measures."""
+import json
 import os
 import re
 import subprocess
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests import triton_repos
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 NUMBER = r"\d+\.\d+"
@@ -47,3 +50,37 @@ def test_a_bench_s_smoke_run_prints_its_last_line(name, tmp_path):
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines, f"exit {done.returncode}: {(done.stdout + done.stderr)[-2000:]}"
     assert re.fullmatch(LAST_LINES[name], lines[-1].strip()), lines[-1]
+
+
+def test_the_tier_benches_count_reached_outcomes_apart_from_what_cannot_run_at_all(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _tier_classes as classes
+        import tier_coverage
+    finally:
+        sys.path.remove(str(BENCH))
+    classify = tier_coverage.classify
+    error = [{"outcome": "error", "message": "collection failure"}]
+    assert classify(error, [], "", 0, False, 2, None)["class"] == "no test ran"  # it had counted as failed
+    assert classify([{"outcome": "failed", "message": "assert"}], [], "", 1, False, 1, None)["class"] == "failed"
+    assert classify([{"outcome": "passed"}], [], "", 1, False, 0, None, idle=["t"])["class"] == "not exercised"
+    items = [{"class": name} for name in ("passed", "not exercised", "no test ran", "tier crash", "does not import",
+                                          "repository skip")]
+    assert classes.counts(items) == (50.0, 4, 1)
+    assert classes.strictly(items).startswith("25.0% of 4 items")
+    # a part of Triton the installed release lacks, never one it has (a submodule not yet imported included)
+    triton_repos.require_triton_cpu()
+    assert "has no triton.tools.no_such_part" in tier_coverage.release_lacks(
+        ["ModuleNotFoundError: No module named 'triton.tools.no_such_part'"])
+    assert tier_coverage.release_lacks(["ImportError: cannot import name 'experimental' from 'triton' (/x.py)",
+                                        "ImportError: cannot import name 'jit' from 'triton' (/x.py)",
+                                        "ModuleNotFoundError: No module named 'einops'"]) is None
+    saved = tmp_path / "release.json"
+    saved.write_text(json.dumps([{"class": "passed", "triton": "3.5.0", "torch": "2.13.0", "repo": "r", "item": "t"}]))
+    merged = subprocess.run([sys.executable, str(BENCH / "tier_matrix.py"), "--merge", str(saved)], capture_output=True,
+                            text=True)
+    assert merged.stdout.splitlines()[-1] == ("tier matrix: 100.0% of 1 items reached a test outcome over 1 triton "
+                                              "releases (tier crashes 0)")
+    twice = subprocess.run([sys.executable, str(BENCH / "tier_matrix.py"), "--merge", str(saved), str(saved)],
+                           capture_output=True, text=True)
+    assert twice.returncode == 1 and "is measured twice" in twice.stderr

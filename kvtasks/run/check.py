@@ -131,6 +131,8 @@ def _found(ctx: Context, run: TargetRun | None, probe: TargetRun | None, blocked
         "gpu_claimed": claim is not None and claim.stage.status == "pass",
         "runtime": compat.stage.note if compat is not None and compat.stage is not None else "not checked",
         "runtime_established": runtime_compat.established(ctx), "blocked": blocked or None,
+        # the tier's hooks in the runtime probe: "installed", or why not (None without the tier)
+        "cpu_tier_hooks": getattr(compat.stage, "cpu_tier_hooks", None) if compat is not None else None,
         "run": None, "route": _route(request, run), "channel": _channel(ctx, probe) if run is not None else
         {"channel": None, "proven": None, "why": "not tried: the target did not run"},
         "tier_crashes": crashes, "violations": (evidence or {}).get("violations", []),

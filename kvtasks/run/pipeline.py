@@ -86,7 +86,7 @@ def _checked(rows: tuple[Row, ...]) -> tuple[Row, ...]:
     earlier row set: a field never gains a second writer unseen, whose value would then depend on
     which ran last."""
     provided: set[type] = set()
-    writer: dict[str, str] = {}  # field -> the stage of the row that set it first
+    writer: dict[str, str] = {}  # field -> the stage that set it first (an amending row's: the amended one)
     for row in rows:
         missing = [kind.__name__ for kind in row.spec.requires if kind not in provided]
         if missing:
@@ -102,7 +102,7 @@ def _checked(rows: tuple[Row, ...]) -> tuple[Row, ...]:
         unset = sorted(name for name in row.spec.updates if name not in writer)
         if unset:
             raise TypeError(f"pipeline row {row.name} updates {', '.join(unset)}, which no earlier row sets")
-        writer.update({name: row.name for name in row.spec.written() if name not in writer})
+        writer.update({name: amended or row.name for name in row.spec.written() if name not in writer})
         provided |= set(row.spec.provides) | ({row.spec.payload} if row.spec.payload else set())
     return rows
 
