@@ -25,7 +25,8 @@ and items that failed one run in two (bf16 inputs inside the test body).
 An item is one pytest node. Its classes:
   passed             the test ran and passed
   not exercised      it passed having launched no kernel and called no route: it tested no kernel. An
-                     outcome the tier reached (a GPU runs no kernel for it either), counted apart too
+                     outcome the tier reached; whether a GPU would have launched one is not checked
+                     here, so the lines also give the share with these counted as not reached
   failed             the test ran and failed on a value or an assertion (numerics: named)
   no test ran        errors only, before the test ran (its module, a conftest or a fixture failed):
                      named; counted in N, not reached
@@ -375,7 +376,7 @@ def release_lacks(errors: list[str]) -> str | None:
         done = subprocess.run([sys.executable, "-c", _LACKS, module, name], env=environment, capture_output=True,
                               timeout=300)
         if done.returncode == 0:
-            return f"triton {_triton_version()} has no {module + ('.' + name if name else '')}, which it imports"
+            return f"triton {_triton_version()} has no {module + ('.' + name if name else '')}, which the test imports"
     return None
 
 
