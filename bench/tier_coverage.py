@@ -53,6 +53,7 @@ fetched, not a measurement.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -372,8 +373,7 @@ def release_lacks(errors: list[str]) -> str | None:
         module = module or (found.group(1) if found else None)
         if module is None:
             continue
-        environment = {key: value for key, value in os.environ.items() if not key.startswith(("TRITON_", "KVTASKS_"))}
-        done = subprocess.run([sys.executable, "-c", _LACKS, module, name], env=environment, capture_output=True,
+        done = subprocess.run([sys.executable, "-c", _LACKS, module, name], env=_without_tier(), capture_output=True,
                               timeout=300)
         if done.returncode == 0:
             return f"triton {_triton_version()} has no {module + ('.' + name if name else '')}, which the test imports"
@@ -396,19 +396,23 @@ def triton_refuses_import(folder: Path, package: str | None) -> str | None:
     library: the tier's matter, or the environment's)."""
     if not package:
         return None
-    environment = {name: value for name, value in os.environ.items()
-                   if not name.startswith(("TRITON_", "KVTASKS_")) and name != "PYTHONPATH"}
-    environment.update(TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
-        str(root) for root in (folder, folder / "src") if root.is_dir()))
+    environment = {**_without_tier(), "TRITON_INTERPRET": "1",
+                   "PYTHONPATH": os.pathsep.join(str(root) for root in (folder, folder / "src") if root.is_dir())}
     done = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=folder, env=environment,
                           capture_output=True, text=True, timeout=600)
     frames = _RAISED_IN.findall(done.stderr)
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
     if done.returncode == 0 or not frames or not lines or len(lines[-1]) < 20:
         return None
-    triton = subprocess.run([sys.executable, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"],
-                            env=environment, capture_output=True, text=True).stdout.strip()
-    return lines[-1] if triton and frames[-1].startswith(triton + os.sep) else None
+    found = importlib.util.find_spec("triton")  # this interpreter's, found without importing it
+    folders = list(found.submodule_search_locations or []) if found is not None else []
+    return lines[-1] if any(frames[-1].startswith(folder + os.sep) for folder in folders) else None
+
+
+def _without_tier() -> dict:
+    """This process's environment with no Triton, kvtasks or module-path setting: a plain interpreter's."""
+    return {name: value for name, value in os.environ.items()
+            if not name.startswith(("TRITON_", "KVTASKS_")) and name != "PYTHONPATH"}
 
 
 def classify(outcomes, crashes, text, executed, timed_out, exit_code, blocked, idle=(), violations=()) -> dict:

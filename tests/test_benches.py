@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import triton_repos
+from tests.kernel_repos import make_repo
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 NUMBER = r"\d+\.\d+"
@@ -75,6 +76,11 @@ def test_the_tier_benches_count_reached_outcomes_apart_from_what_cannot_run_at_a
     assert tier_coverage.release_lacks(["ImportError: cannot import name 'experimental' from 'triton' (/x.py)",
                                         "ImportError: cannot import name 'jit' from 'triton' (/x.py)",
                                         "ModuleNotFoundError: No module named 'einops'"]) is None
+    # a package Triton's own code refuses at import, on any device; never one that refuses itself
+    refused = make_repo(tmp_path / "refused", {"pkg/__init__.py": "import triton.language as tl\ntl.arange(0, 4)\n"})
+    assert tier_coverage.triton_refuses_import(refused, "pkg").startswith("ValueError: Did you forget to add @triton.jit")
+    itself = make_repo(tmp_path / "itself", {"pkg/__init__.py": "raise RuntimeError('this package refuses to import')\n"})
+    assert tier_coverage.triton_refuses_import(itself, "pkg") is None
     saved = tmp_path / "release.json"
     saved.write_text(json.dumps([{"class": "passed", "triton": "3.5.0", "torch": "2.13.0", "repo": "r", "item": "t"}]))
     merged = subprocess.run([sys.executable, str(BENCH / "tier_matrix.py"), "--merge", str(saved)], capture_output=True,

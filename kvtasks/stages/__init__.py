@@ -107,7 +107,7 @@ class StageSpec:
 
     def owns(self, produced: StageResult) -> list[str]:
         """The Facts and Selection fields a result of this stage set that its spec does not declare."""
-        declared = set(self.sets) | set(self.updates) | {FACT_RECORDS[kind] for kind in self.provides}
+        declared = self.written() | set(self.updates)
         written = produced.facts.model_fields_set | produced.selection.model_fields_set
         return sorted(written - declared)
 
