@@ -9,7 +9,10 @@ import jsonschema
 import pytest
 
 from kvtasks.front import cli
-from tests.kernel_repos import git, make_patch, snapshot
+from kvtasks.request import validate_request
+from kvtasks.stages import selection
+from tests.kernel_repos import TESTS, git, make_patch, snapshot
+from tests.kit import stage_context
 from tests.processes import alive
 
 
@@ -84,11 +87,14 @@ def test_empty_and_non_patch_files_are_usage_errors(repo, home, tmp_path, capsys
         assert code == 64 and message in err[0]
 
 
-def test_dash_led_values_are_accepted_both_ways(repo, home, tmp_path):
+def test_dash_led_values_are_accepted_both_ways(tmp_path):
     for flags in (["--shape-arg", "--shapes"], ["--shape-arg=--shapes"]):
-        out = tmp_path / "r.json"
-        cli.main(["--repo", str(repo), "--target", "tests/test_scale.py", "--out", str(out), "--quiet", *flags])
-        assert json.loads(out.read_text())["test_selection"]["shape_arg"] == "--shapes"
+        given, _ = cli.parse_validation(["--repo", str(tmp_path), "--target", "tests/test_scale.py", "--quiet", *flags])
+        request = validate_request(given)
+        # the report's test_selection is the selection stage's, which copies the request's value
+        chosen = selection.run(stage_context({"tests/test_scale.py": TESTS}, target=request.target,
+                                             shape_arg=request.shape_arg))
+        assert request.shape_arg == chosen.selection.shape_arg == "--shapes"
 
 
 def test_schema_subcommand_prints_the_report_schema(capsys):

@@ -9,11 +9,13 @@ import sys
 import pytest
 
 from kvtasks.evidence.workspace import Workspace
-from kvtasks.front import cli
-from kvtasks.run import check
-from kvtasks.request import repo_config, validate_request
+from kvtasks.front import cli, front_doors, graph
+from kvtasks.run import check, session
+from kvtasks.request import Request, repo_config, validate_request
+from kvtasks.stages import Context, selection
 from kvtasks.stages.policy.criteria import parse_tol_table
 from kvtasks.errors import UsageError
+from kvtasks.worktree import Worktree
 from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_repo, write_files
 from tests.kit import stage_context
 
@@ -76,13 +78,22 @@ def report(home, label: str) -> dict:
     return json.loads((home / "reports" / label / "validation_report.json").read_text())
 
 
-def test_the_target_comes_from_the_changed_files(configured, home, idle_gpu, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    code = by_refs(configured, "tail-bug")
-    chosen = report(home, "tail-bug")
-    assert chosen["test_selection"]["target"] == "tests/test_scale.py"
-    assert chosen["stages"]["perf"]["status"] == "skip"  # the configuration's default (no_perf) applied
-    assert chosen["verdict"] == "BLOCK" and code == 1
+def requests_by_refs(repo, head_ref: str, tmp_path, monkeypatch, **flags) -> list[Request]:
+    """The requests the front door resolves for a PR given by refs, as `by_refs` asks: what the
+    configuration decides is decided here, before the graph is built, so nothing is held or run."""
+    monkeypatch.setattr(session, "hold_worktrees", lambda requests: None)
+    monkeypatch.setattr(graph, "loader_namespace", lambda requests, *args, **kwargs: {graph.REQUESTS: requests})
+    given = {"repo": str(repo), "base_ref": "main", "head_ref": head_ref, "label": head_ref, **flags}
+    return front_doors.validation(Workspace(tmp_path / "home"), given)[graph.REQUESTS]
+
+
+# what such a request makes of a run end to end (the tail bug blocks, --no-perf skips the timing):
+# test_two_targets_give_two_reports_and_the_worst_verdict, tests/stages/perf/test_stage.py
+def test_the_target_comes_from_the_changed_files(configured, tmp_path, monkeypatch):
+    [chosen] = requests_by_refs(configured, "tail-bug", tmp_path, monkeypatch)
+    assert (chosen.target, chosen.label) == ("tests/test_scale.py", "tail-bug")
+    assert chosen.no_perf  # the configuration's default applied
+    assert chosen.unvalidated_changes == ()  # a PR of mapped files alone carries none
 
 
 def test_two_targets_give_two_reports_and_the_worst_verdict(configured, home, idle_gpu, tmp_path, monkeypatch):
@@ -90,6 +101,7 @@ def test_two_targets_give_two_reports_and_the_worst_verdict(configured, home, id
     code = by_refs(configured, "common", "--format", "json")
     scale, double = report(home, "common.scale"), report(home, "common.double")
     assert scale["test_selection"]["target"] == "tests/test_scale.py" and scale["verdict"] == "BLOCK"
+    assert "unvalidated_changes" not in scale["test_selection"]  # the PR changes mapped files alone
     assert double["test_selection"]["target"] == "tests/test_double.py"
     pr = json.loads((home / "reports" / "common" / "pr_report.json").read_text())
     assert pr["verdict"] == "BLOCK" and set(pr["targets"]) == {"scale", "double"} and code == 1
@@ -134,15 +146,10 @@ def test_what_a_pr_changes_beside_its_mapped_files_is_named_and_keeps_the_report
     [said] = [f for f in chosen["findings"] if f["rule"] == "config.not-validated"]
     assert said["severity"] == "note" and "csrc/scale.cu, which no target of base's map validates" in said["detail"]
     assert chosen["verdict"] == "BLOCK"  # the tail bug the mapped target caught still blocks
-    # a PR of mapped files alone carries none
-    by_refs(configured, "tail-bug")
-    assert "unvalidated_changes" not in report(home, "tail-bug")["test_selection"]
 
 
 def test_no_pass_while_a_changed_file_is_validated_by_no_target():
     from types import SimpleNamespace
-
-    from kvtasks.stages import selection
 
     ctx = stage_context({"tests/test_x.py": "def test_x():\n    pass\n"}, target="tests/test_x.py",
                         unvalidated_changes=("csrc/scale.cu",))
@@ -168,18 +175,24 @@ def test_what_no_target_validates_is_any_file_but_documentation_ci_and_what_base
                                          "kernels/README.md", "kernels/prompts/template.rst"]
 
 
-def test_base_configuration_is_used_and_a_pr_changing_it_is_told_so(configured, home, idle_gpu, tmp_path):
+def test_base_configuration_is_used_and_a_pr_changing_it_is_told_so(configured, tmp_path, monkeypatch):
     # head's own map would send README.md nowhere and scale.py to no target: base's is the one read
-    code = by_refs(configured, "own-config", "--target", "scale")
-    chosen = report(home, "own-config")
-    assert chosen["test_selection"]["target"] == "tests/test_scale.py" and code in (0, 1, 2)
-    told = [f for f in chosen["findings"] if f["rule"] == "config.changed-by-pr"]
-    assert told and "pyproject.toml" in told[0]["detail"]
+    [chosen] = requests_by_refs(configured, "own-config", tmp_path, monkeypatch, target="scale")
+    assert chosen.target == "tests/test_scale.py"
+    # the selection stage, on the PR's own head view, says so (a stage's findings reach the report:
+    # test_what_a_pr_changes_beside_its_mapped_files_is_named_and_keeps_the_report_from_pass)
+    ctx = Context(request=chosen, worktree=Worktree(chosen.repo, chosen.patch), run_dir=tmp_path / "run")
+    told = [finding for finding in selection.run(ctx).findings if finding.rule == "config.changed-by-pr"]
+    assert told and "pyproject.toml" in told[0].detail
 
 
-def test_flags_win_over_the_configuration(configured, home, idle_gpu, tmp_path):
-    by_refs(configured, "tail-bug", "--target", "tests/test_double.py")
-    assert report(home, "tail-bug")["test_selection"]["target"] == "tests/test_double.py"
+def test_flags_win_over_the_configuration(configured, tmp_path, monkeypatch):
+    [over_the_map] = requests_by_refs(configured, "tail-bug", tmp_path, monkeypatch, target="tests/test_double.py")
+    assert over_the_map.target == "tests/test_double.py"
+    # and over a named target's own options
+    [over_the_name] = requests_by_refs(configured, "tail-bug", tmp_path, monkeypatch, target="double",
+                                       runner="script")
+    assert (over_the_name.target, over_the_name.runner) == ("tests/test_double.py", "script")
 
 
 @pytest.mark.parametrize("text,said", [

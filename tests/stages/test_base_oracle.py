@@ -1,68 +1,117 @@
 """correctness_base_oracle, with test_policy: a PR cannot weaken the oracle that judges it."""
+from pathlib import Path
+
 import pytest
 
+from kvtasks.harness.junit import CaseResult
+from kvtasks.stages import StageResult, base_oracle, baseline_control, repo_tests, test_policy
 from tests.kernel_repos import (ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, TILED, TILED_TAIL_BUG, git, make_patch,
                                 tiled_repo)
+from tests.kit import RecordingLauncher, stage_context, target_run
+from tests.recorded import ready
 
 ARGNAMES = ["--target", "tests/test_argnames.py", "--expected-route", "kernels.tiled:tiled_scale",
             "--shape-vars", "M,N,dtype_str"]
 # the last output column 20% wrong: a tolerance of 0.5 relative hides it
 LAST_COLUMN_WRONG = TILED.replace("    return out\n", "    out[:, -1] *= 1.2\n    return out\n")
 
+TARGET = "tests/test_argnames.py"
+# tiled_repo's files, for the stage kit (tests/kit.py)
+TILED_FILES = {"kernels/__init__.py": "", "kernels/tiled.py": TILED, "tests/test_env.py": ENV_TEST,
+               TARGET: ARGNAMES_TEST, "bench/check_tiled.py": CLI_SCRIPT}
+ROWS = ("test_tiled[4-64-f32]", "test_tiled[8-128-f16]")
+# ARGNAMES' request options
+ROUTE = {"expected_route": "kernels.tiled:tiled_scale", "shape_vars": "M,N,dtype_str"}
+# what base's test says of LAST_COLUMN_WRONG in a real run
+WRONG = ("AssertionError: \nNot equal to tolerance rtol=1e-07, atol=0.001\n\nMismatched elements: 3 / 256 (1.17%)\n"
+         "Max absolute difference among violations: 1.8000002")
 
-def test_a_tolerance_added_with_a_kernel_defect_blocks(tmp_path, validate):
-    repo = tiled_repo(tmp_path / "tiled")
-    patch = make_patch(repo, {"kernels/tiled.py": LAST_COLUMN_WRONG,
-                              "tests/test_argnames.py": ARGNAMES_TEST.replace("atol=1e-3)", "atol=1e-3, rtol=0.5)")},
-                       tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), *ARGNAMES)
-    assert result.stage("correctness_repo_tests")["status"] == "pass"  # its own loosened test is green
-    policy = result.stage("test_policy")
-    assert policy["loosened"] == [{"where": "tests/test_argnames.py::test_tiled:assert_allclose.rtol#1",
-                                   "base": 1e-7,
-                                   "head": 0.5, "basis": "added where base passed none; the callee's default: "
-                                                         "numpy.testing.assert_allclose: rtol=1e-07, atol=0"}]
-    oracle = result.stage("correctness_base_oracle")
-    assert oracle["status"] == "fail" and oracle["kept_at_base"] == ["tests/test_argnames.py"]
-    blockers = [f["detail"] for f in result.findings("blocker")]
+
+def ran(folder: Path, label: str, *outcomes: str, rows: tuple[str, ...] = ROWS) -> object:
+    """A pytest run of the target's rows with these outcomes, each failure a wrong value."""
+    cases = [CaseResult(classname="tests.test_argnames", name=name, outcome=outcome,
+                        message=WRONG if outcome == "failed" else "") for name, outcome in zip(rows, outcomes)]
+    failed = outcomes.count("failed")
+    return target_run(folder, label, exit=1 if failed else 0, executed=len(cases), failures=failed,
+                      log=WRONG if failed else "", cases=cases)
+
+
+def judged(tmp_path: Path, head: dict, runs: dict, **options) -> tuple[dict[str, StageResult], RecordingLauncher]:
+    """test_policy, base's and head's runs of the target and the base oracle over an in-memory PR to the
+    tiled repository, the runs recorded (tests/kit.py)."""
+    launcher = RecordingLauncher(runs)
+    ctx = stage_context(TILED_FILES, head, target=TARGET, earlier=ready(), launcher=launcher, **options)
+    for stage in (test_policy, baseline_control, repo_tests, base_oracle):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    return ctx.earlier, launcher
+
+
+def findings(stages: dict[str, StageResult], severity: str) -> list:
+    """What the stages found at `severity`: a blocker makes the verdict BLOCK, else a should-fix NEEDS_WORK
+    (tests/test_report.py)."""
+    return [finding for stage in stages.values() for finding in stage.findings if finding.severity == severity]
+
+
+def test_a_tolerance_added_with_a_kernel_defect_blocks(tmp_path):
+    loosened = ARGNAMES_TEST.replace("atol=1e-3)", "atol=1e-3, rtol=0.5)")
+    stages, _ = judged(tmp_path, {"kernels/tiled.py": LAST_COLUMN_WRONG, TARGET: loosened},
+                       {"base-repo": ran(tmp_path, "base-repo", "passed", "passed"),
+                        "head-repo": ran(tmp_path, "head-repo", "passed", "passed"),
+                        "head-baseoracle": ran(tmp_path, "head-baseoracle", "failed", "failed")}, **ROUTE)
+    assert stages[repo_tests.NAME].stage.status == "pass"  # its own loosened test is green
+    assert stages[test_policy.NAME].stage.loosened == [
+        {"where": "tests/test_argnames.py::test_tiled:assert_allclose.rtol#1", "base": 1e-7, "head": 0.5,
+         "basis": "added where base passed none; the callee's default: numpy.testing.assert_allclose: rtol=1e-07, "
+                  "atol=0"}]
+    oracle = stages[base_oracle.NAME].stage
+    assert oracle.status == "fail" and oracle.kept_at_base == [TARGET]
+    blockers = [finding.detail for finding in findings(stages, "blocker")]
     assert any("head fails the tests base had, and the PR weakened those tests" in d for d in blockers)
-    assert any("needs numerical justification" in f["detail"] for f in result.findings("should-fix"))
-    assert result.verdict == "BLOCK"
+    assert any("needs numerical justification" in finding.detail for finding in findings(stages, "should-fix"))
     # the control: the same kernel change under the unchanged test is what it was, a head-only failure
-    control = validate(repo, "--patch", str(make_patch(repo, {"kernels/tiled.py": LAST_COLUMN_WRONG},
-                                                          tmp_path / "control.patch")), *ARGNAMES)
-    assert control.stage("correctness_base_oracle")["status"] == "skip"  # the target is not modified
-    assert [f["stage"] for f in control.findings("blocker")] == ["correctness_repo_tests"]
-    assert control.verdict == "BLOCK"
+    folder = tmp_path / "control"
+    control, _ = judged(folder, {"kernels/tiled.py": LAST_COLUMN_WRONG},
+                        {"base-repo": ran(folder, "base-repo", "passed", "passed"),
+                         "head-repo": ran(folder, "head-repo", "failed", "failed")}, **ROUTE)
+    assert control[base_oracle.NAME].stage.status == "skip"  # the target is not modified
+    assert [finding.stage for finding in findings(control, "blocker")] == ["correctness_repo_tests"]
+
+
+def test_a_target_tightened_with_a_new_row_is_not_blamed_and_base_s_tree_is_not_run_again(tmp_path):
+    tightened = ARGNAMES_TEST.replace("atol=1e-3)", "atol=1e-5)")
+    with_a_row = tightened.replace('    (8, 128, "f16"),\n', '    (8, 128, "f16"),\n    (3, 100, "f32"),\n')
+    stages, launcher = judged(tmp_path, {TARGET: with_a_row},
+                              {"base-repo": ran(tmp_path, "base-repo", "passed", "passed"),
+                               "head-repo": ran(tmp_path, "head-repo", "passed", "passed", "passed",
+                                                rows=(*ROWS, "test_tiled[3-100-f32]"))})
+    policy = stages[test_policy.NAME].stage
+    assert policy.status == "pass" and policy.weakened == []
+    oracle = stages[base_oracle.NAME].stage
+    # every change held at base is base's tree, which the baseline ran: nothing runs again
+    assert oracle.status == "pass" and "base's tree" in oracle.note and not oracle.runs
+    assert launcher.labels == ["base-repo", "head-repo"]
+    assert stages[repo_tests.NAME].stage.status == "pass"
+    assert findings(stages, "blocker") == [] and findings(stages, "should-fix") == []
 
 
 def _renamed(text: str) -> str:
     return text.replace("tiled_scale", "scale_tiles")
 
 
-def test_legitimate_changes_to_the_target_are_not_blamed(tmp_path, validate):
+def test_an_api_renamed_in_kernel_and_tests_together_needs_work_and_is_not_blocked(tmp_path, validate):
     repo = tiled_repo(tmp_path / "tiled")
-    tightened = ARGNAMES_TEST.replace("atol=1e-3)", "atol=1e-5)")
-    with_a_row = tightened.replace('    (8, 128, "f16"),\n', '    (8, 128, "f16"),\n    (3, 100, "f32"),\n')
-    tightened_with_a_row = make_patch(repo, {"tests/test_argnames.py": with_a_row}, tmp_path / "tighten.patch")
     renamed_api = make_patch(repo, {"kernels/tiled.py": _renamed(TILED), "tests/test_env.py": _renamed(ENV_TEST),
                                     "tests/test_argnames.py": _renamed(ARGNAMES_TEST),
                                     "bench/check_tiled.py": _renamed(CLI_SCRIPT)}, tmp_path / "rename.patch")
-    tightened = validate(repo, "--patch", str(tightened_with_a_row), "--target", "tests/test_argnames.py")
-    assert tightened.stage("test_policy")["weakened"] == []
-    oracle = tightened.stage("correctness_base_oracle")
-    # every change held at base is base's tree, which the baseline ran: nothing runs again
-    assert oracle["status"] == "pass" and "base's tree" in oracle["note"] and not oracle.get("runs")
     renamed = validate(repo, "--patch", str(renamed_api), "--target", "tests/test_argnames.py")
     oracle = renamed.stage("correctness_base_oracle")
     # an API changed in kernel and tests together: base's tests cannot judge head, and PASS needs them to
     assert oracle["status"] == "fail" and "do not import, collect or run against head's code" in oracle["note"]
     assert [f["stage"] for f in renamed.findings("should-fix")] == ["correctness_base_oracle"]
     assert renamed.findings("blocker") == [] and renamed.verdict == "NEEDS_WORK"
-    for result in (tightened, renamed):
-        assert result.stage("correctness_repo_tests")["status"] == "pass"
-        assert result.stage("test_policy")["status"] == "pass"
-    assert tightened.findings("blocker") == [] and tightened.findings("should-fix") == []
+    assert renamed.stage("correctness_repo_tests")["status"] == "pass"
+    assert renamed.stage("test_policy")["status"] == "pass"
 
 
 # a conftest.py the PR adds that turns the failures of one test into passes

@@ -1,4 +1,17 @@
-from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, git, make_patch
+from pathlib import Path
+
+from kvtasks.request import Request
+from kvtasks.stages import Context, StageResult, baseline_control, merge_sim, repo_tests
+from kvtasks.worktree import Worktree
+from tests.kernel_repos import KERNEL, KERNEL_TAIL_BUG, TESTS, git, make_patch
+from tests.kit import RecordingLauncher, stage_context, target_run
+from tests.recorded import ready
+
+
+def merged(repo: Path, patch: Path | None = None) -> StageResult:
+    """merge_sim's decision on the checkout itself: git reads and checks it, no target runs."""
+    request = Request(repo=str(repo), target="tests/test_scale.py", patch=str(patch) if patch else None)
+    return merge_sim.run(Context(request=request, worktree=Worktree(repo, request.patch), run_dir=repo.parent / "run"))
 
 
 def test_clean_patch_applies_and_records_identity(repo, validate, tmp_path):
@@ -19,11 +32,11 @@ def test_clean_patch_applies_and_records_identity(repo, validate, tmp_path):
     assert result.verdict == "INCONCLUSIVE" and result.code == 2
 
 
-def test_without_head_sha_the_report_is_not_bound_to_a_remote_head(repo, validate, tmp_path):
-    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
-    assert result.report["repo"]["head"] is None
-    assert "cannot be matched" in result.stage("merge_sim")["identity_note"]
+def test_without_head_sha_the_report_is_not_bound_to_a_remote_head(repo, tmp_path):
+    merge = merged(repo, make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch"))
+    # the report's repo is this record (test_clean_patch_applies_and_records_identity)
+    assert merge.facts.repo.head is None
+    assert "cannot be matched" in merge.stage.identity_note
 
 
 def test_conflicting_patch_blocks_and_leaves_the_tree_identical(repo, validate, tmp_path):
@@ -51,10 +64,17 @@ def test_dirty_tree_with_only_an_ignored_file_is_inconclusive_and_untouched(repo
     assert (repo / "kernels/scale.py").read_text() == KERNEL  # nothing applied
 
 
-def test_no_patch_validates_the_checkout_directly(repo, validate):
-    result = validate(repo, "--target", "tests/test_scale.py")
-    assert result.stage("merge_sim")["status"] == "skip"
-    assert result.report["repo"]["head"] == result.report["repo"]["base"]
-    assert result.stage("baseline_control")["status"] == "skip"
-    assert result.stage("correctness_repo_tests")["status"] == "pass"
-    assert result.verdict == "INCONCLUSIVE"
+def test_no_patch_validates_the_checkout_directly(repo, tmp_path):
+    merge = merged(repo)
+    assert merge.stage.status == "skip"
+    assert merge.facts.repo.head == merge.facts.repo.base == git(repo, "rev-parse", "HEAD").strip()
+    launcher = RecordingLauncher({"head-repo": target_run(tmp_path, "head-repo")})
+    ctx = stage_context({"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_scale.py": TESTS},
+                        target="tests/test_scale.py", earlier=ready(), launcher=launcher)
+    base = baseline_control.run(ctx)
+    assert base.stage.status == "skip"
+    ctx.earlier[base.name] = base
+    assert repo_tests.run(ctx).stage.status == "pass"
+    # the checkout as supplied is head, and nothing runs on base; with no base to attribute against the
+    # verdict is INCONCLUSIVE (tests/test_cli.py's summary test, end to end)
+    assert [(side, asked.label) for side, asked in launcher.asked] == [("head", "head-repo")]

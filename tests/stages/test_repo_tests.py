@@ -3,10 +3,12 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from kvtasks.stages import repo_tests
-from kvtasks.harness.junit import ExecutionStats
+from kvtasks.stages import baseline_control, repo_tests, selection
+from kvtasks.harness.junit import ExecutionStats, script_stats
 from kvtasks.harness.target_run import TargetRun
-from tests.kernel_repos import KERNEL_TAIL_BUG, TESTS, git, make_patch
+from tests.kernel_repos import KERNEL_TAIL_BUG, git, make_patch
+from tests.kit import stage_context, target_run
+from tests.recorded import BASE, HEAD, after_both_sides, failing, passing, ready
 
 FAILING_TEST = '''import numpy as np
 
@@ -19,38 +21,34 @@ def test_tail_columns_scaled():
 '''
 
 
-def test_head_fails_where_base_passes_is_a_blocker(repo, validate, tmp_path):
-    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
-    base = result.stage("baseline_control")["repo_tests"]
+def test_head_fails_where_base_passes_is_a_blocker(tmp_path):
+    ctx, _ = after_both_sides(tmp_path, {"base-repo": passing(tmp_path / "base", "base-repo"),
+                                         "head-repo": failing(tmp_path / "head", "head-repo")})
+    base = ctx.earlier[baseline_control.NAME].stage.repo_tests
     assert base["state"] == "ran" and base["exit"] == 0 and base["stats"]["executed"] == 2
-    head = result.stage("correctness_repo_tests")
-    assert head["status"] == "fail" and head["stats"]["failures"] == 1 and head["stats"]["executed"] == 2
-    assert any("passes on base and fails on head" in f["detail"] for f in result.findings("blocker"))
-    assert result.verdict == "BLOCK" and result.code == 1
+    head = ctx.earlier[repo_tests.NAME]
+    assert head.stage.status == "fail" and head.stage.stats.failures == 1 and head.stage.stats.executed == 2
+    assert any("passes on base and fails on head" in f.detail for f in head.findings if f.severity == "blocker")
 
 
-def test_pr_added_failing_test_is_target_not_present_on_base(repo, validate, tmp_path):
-    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "tests/test_tail.py": FAILING_TEST},
-                       tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_tail.py")
-    assert result.stage("baseline_control")["repo_tests"]["state"] == "target-not-present"
-    assert result.report["test_selection"]["test_provenance"] == "pr-added"
-    assert any("the PR adds this target" in f["detail"] for f in result.findings("blocker"))
-    assert result.verdict == "BLOCK"
-    assert not (repo / "tests/test_tail.py").exists()
+def test_pr_added_failing_test_is_target_not_present_on_base(tmp_path):
+    added = {**HEAD, "tests/test_tail.py": FAILING_TEST}
+    ctx, launcher = after_both_sides(tmp_path, {"head-repo": failing(tmp_path, "head-repo")}, head=added,
+                                     target="tests/test_tail.py")
+    assert selection.run(ctx).selection.test_provenance == "pr-added"
+    assert ctx.earlier[baseline_control.NAME].stage.repo_tests["state"] == "target-not-present"
+    assert launcher.labels == ["head-repo"]  # base has no such file to run
+    head = ctx.earlier[repo_tests.NAME]
+    assert any("the PR adds this target" in f.detail for f in head.findings if f.severity == "blocker")
 
 
-def test_zero_executed_is_skip_never_pass(repo, validate, tmp_path):
-    skipped = TESTS.replace("@pytest.mark.parametrize", '@pytest.mark.skip(reason="no device")\n@pytest.mark.parametrize')
-    (repo / "tests/test_scale.py").write_text(skipped)
-    git(repo, "commit", "-qam", "all skipped")
-    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_scale.py")
-    head = result.stage("correctness_repo_tests")
-    assert head["status"] == "skip" and head["stats"]["executed"] == 0 and head["stats"]["skipped"] == 2
-    assert result.stage("baseline_control")["repo_tests"]["state"] == "all-skipped"
-    assert result.verdict == "INCONCLUSIVE"
+def test_zero_executed_is_skip_never_pass(tmp_path):
+    runs = {label: target_run(tmp_path / label, label, executed=0, skipped=2) for label in ("base-repo", "head-repo")}
+    ctx, _ = after_both_sides(tmp_path, runs)
+    head = ctx.earlier[repo_tests.NAME]
+    assert head.stage.status == "skip" and head.stage.stats.executed == 0 and head.stage.stats.skipped == 2
+    assert [(f.rule, f.severity) for f in head.findings] == [("tests.executed-nothing", "note")]
+    assert ctx.earlier[baseline_control.NAME].stage.repo_tests["state"] == "all-skipped"
 
 
 def test_nothing_collected_is_skip(repo, validate, tmp_path):
@@ -72,19 +70,21 @@ def test_crash_without_junit_is_recorded_as_such(repo, validate, tmp_path):
     assert any("executed nothing" in f["detail"] for f in result.findings("note"))
 
 
-def test_script_target_runs_as_a_script(repo, validate, tmp_path):
+def test_script_target_runs_as_a_script(tmp_path):
     script = ("import numpy as np\nfrom kernels.scale import scale_rows\n\n"
               "if __name__ == '__main__':\n    x = np.ones((2, 13), dtype=np.float32)\n"
               "    assert (scale_rows(x, 2.0) == 2.0).all(), 'tail not scaled'\n    print('ok')\n")
-    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "bench/check_scale.py": script},
-                       tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "bench/check_scale.py")
-    selection = result.report["test_selection"]
-    assert selection["runner"] == "script" and selection["runner_basis"] == "structural"
-    head = result.stage("correctness_repo_tests")
-    assert head["status"] == "fail" and head["stats"]["executed"] == 1
-    assert "liveness" in head["stats"]["basis"]
-    assert result.verdict == "BLOCK"
+    head = {**HEAD, "bench/check_scale.py": script}
+    chosen = selection.run(stage_context(BASE, head, target="bench/check_scale.py"))
+    assert chosen.selection.runner == "script" and chosen.selection.runner_basis == "structural"
+    # the harness counts a script's run by its exit status (tests/harness/test_launch.py)
+    failed = target_run(tmp_path, "head-repo", exit=1, runner="script", log="AssertionError: tail not scaled")
+    failed.stats = script_stats(failed.exit)
+    ctx, _ = after_both_sides(tmp_path, {"head-repo": failed}, head=head, target="bench/check_scale.py",
+                              earlier={**ready(), "selection": chosen})
+    stage = ctx.earlier[repo_tests.NAME]
+    assert stage.stage.status == "fail" and stage.stage.stats.executed == 1 and "liveness" in stage.stage.stats.basis
+    assert [f.severity for f in stage.findings] == ["blocker"]
 
 
 def test_a_pytest_usage_error_on_head_is_a_skip_never_a_failure():

@@ -3,9 +3,16 @@ import subprocess
 
 import pytest
 
+from kvtasks.request import Request
+from kvtasks.stages import Context, baseline_control, repo_tests, runtime_compat
 from tests.kernel_repos import make_patch, make_repo
+from tests.kit import MemoryWorktree, RecordingLauncher, stage_context
+from tests.recorded import BASE, SEEN, TARGET, ready
 
 CHECK = "from {module} import VALUE\n\n\ndef test_value():\n    assert VALUE == 1\n"
+FLYDSL = {"python/flydsl/__init__.py": '__version__ = "0.3.2"\nVALUE = 1\n',
+          "lib/bindings.cpp": "int answer() { return 42; }\n", "tests/test_flydsl.py": CHECK.format(module="flydsl")}
+README = {"README.md": "docs\n"}
 
 
 def flydsl_repo(tmp_path, version="0.3.2"):
@@ -40,16 +47,6 @@ def test_aiter_imports_from_the_checkout(tmp_path, validate):
     assert identity["native_artifacts"] == [] and "only means this import loaded none" in identity["native_artifacts_basis"]
 
 
-def test_aiter_failing_to_import_is_an_environment_fact(tmp_path, validate):
-    repo = make_repo(tmp_path / "aiter", {"aiter/__init__.py": "from aiter import _compiled_ops\n",
-                                          "op_tests/test_op.py": CHECK.format(module="aiter")})
-    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "op_tests/test_op.py")
-    compat = result.stage("runtime_compat")
-    assert compat["status"] == "skip" and compat["reason"] == "runtime_mismatch" and "ImportError" in compat["note"]
-    assert result.stage("correctness_repo_tests")["note"] == "runtime compatibility was not established"
-    assert result.findings("blocker") == [] and result.verdict == "INCONCLUSIVE"
-
-
 def test_flydsl_from_pylib_with_the_same_version_passes(tmp_path, validate, monkeypatch):
     repo = flydsl_repo(tmp_path)
     monkeypatch.setenv("PYLIB", str(pylib(tmp_path, "0.3.2")))
@@ -58,41 +55,6 @@ def test_flydsl_from_pylib_with_the_same_version_passes(tmp_path, validate, monk
     assert compat["status"] == "pass" and compat["profile"] == "flydsl"
     assert result.report["runtime_identity"]["module_path"] == str(tmp_path / "pylib" / "flydsl" / "__init__.py")
     assert result.report["runtime_identity"]["module_version"] == "0.3.2"
-
-
-def test_flydsl_pylib_version_drift_is_inconclusive_and_skips_correctness(tmp_path, validate, monkeypatch):
-    repo = flydsl_repo(tmp_path)
-    monkeypatch.setenv("PYLIB", str(pylib(tmp_path, "0.3.1")))
-    result = validate(repo, "--patch", str(readme(repo, tmp_path)), "--target", "tests/test_flydsl.py")
-    compat = result.stage("runtime_compat")
-    assert compat["status"] == "skip" and compat["reason"] == "runtime_mismatch"
-    assert "0.3.1 is installed but the checkout is 0.3.2" in compat["note"]
-    for stage in ("baseline_control", "correctness_repo_tests"):
-        assert result.stage(stage)["note"] == "runtime compatibility was not established"
-    assert result.verdict == "INCONCLUSIVE" and result.report["runtime_identity"] is None
-
-
-def test_pylib_with_a_patch_touching_cpp_bindings_is_refused(tmp_path, validate, monkeypatch):
-    repo = flydsl_repo(tmp_path)
-    monkeypatch.setenv("PYLIB", str(pylib(tmp_path, "0.3.2")))
-    patch = make_patch(repo, {"lib/bindings.cpp": "int answer() { return 43; }\n"}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_flydsl.py")
-    compat = result.stage("runtime_compat")
-    assert compat["status"] == "skip" and "provenance cannot be proved" in compat["note"]
-    assert compat["runtime_sources_changed"] == ["lib/bindings.cpp"]
-    assert result.verdict == "INCONCLUSIVE"
-
-
-def test_generic_module_is_inferred_from_the_target(repo, validate):
-    result = validate(repo, "--target", "tests/test_scale.py")
-    compat = result.stage("runtime_compat")
-    assert compat["status"] == "pass" and compat["module"] == "kernels" and compat["profile"].startswith("generic")
-
-
-def test_generic_module_named_by_the_caller(repo, validate):
-    result = validate(repo, "--target", "tests/test_scale.py", "--runtime-module", "not_a_module_here")
-    compat = result.stage("runtime_compat")
-    assert compat["status"] == "skip" and "ModuleNotFoundError" in compat["note"]
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a native library")
@@ -143,3 +105,75 @@ def test_the_keys_name_a_module_inside_the_tree_relative_to_it_and_one_outside_a
     assert named == {"node-1": "<worktree>/kernels/__init__.py", "node-2": "<worktree>/kernels/__init__.py"}
     outside = str(tmp_path / "site-packages" / "kernels" / "__init__.py")
     assert keyed_module_path(ctx, outside) == outside  # another package than the tree's: its own key
+
+
+# -- the stage's decisions over recorded import probes (tests/kit.py): no git, no process ----------------
+
+def probed(base: dict, head: dict | None, probes: list[dict], *, target: str, kind: str = "unknown",
+           **options) -> tuple[Context, RecordingLauncher]:
+    """A context once runtime_compat ran over the recorded probes (head's, then base's) on a worktree
+    the layout says is of `kind` (Worktree.kind reads it off the checkout: the end-to-end tests above)."""
+    launcher = RecordingLauncher(probes=[(seen, "probe log") for seen in probes])
+    earlier = {name: made for name, made in ready().items() if name != runtime_compat.NAME}
+    ctx = stage_context(base, head, target=target, earlier=earlier, launcher=launcher, **options)
+    ctx.worktree.kind = lambda: kind
+    compat = runtime_compat.run(ctx)
+    ctx.earlier[compat.name] = compat
+    return ctx, launcher
+
+
+def test_aiter_failing_to_import_is_an_environment_fact():
+    broken = {**SEEN, "error": "ImportError: cannot import name '_compiled_ops' from partially initialized module "
+                               "'aiter' (most likely due to a circular import)"}
+    base = {"aiter/__init__.py": "from aiter import _compiled_ops\n",
+            "op_tests/test_op.py": CHECK.format(module="aiter")}
+    ctx, _ = probed(base, README, [broken, broken], target="op_tests/test_op.py", kind="aiter")
+    compat = ctx.earlier[runtime_compat.NAME]
+    assert compat.stage.status == "skip" and compat.stage.reason == "runtime_mismatch"
+    assert "ImportError" in compat.stage.note and compat.stage.profile == "aiter"
+    head = repo_tests.run(ctx)
+    assert head.stage.note == "runtime compatibility was not established"
+    assert [f for f in compat.findings + head.findings if f.severity == "blocker"] == []
+
+
+def test_flydsl_pylib_version_drift_is_inconclusive_and_skips_correctness(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYLIB", str(tmp_path))
+    drifted = {**SEEN, "module_path": str(tmp_path / "flydsl" / "__init__.py"), "module_version": "0.3.1"}
+    ctx, _ = probed(FLYDSL, README, [drifted], target="tests/test_flydsl.py", kind="flydsl")
+    compat = ctx.earlier[runtime_compat.NAME]
+    assert compat.stage.status == "skip" and compat.stage.reason == "runtime_mismatch"
+    assert "0.3.1 is installed but the checkout is 0.3.2" in compat.stage.note
+    for stage in (baseline_control, repo_tests):
+        assert stage.run(ctx).stage.note == "runtime compatibility was not established"
+    assert ctx.facts.runtime_identity is None
+
+
+def test_pylib_with_a_patch_touching_cpp_bindings_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYLIB", str(tmp_path))
+    ctx, launcher = probed(FLYDSL, {"lib/bindings.cpp": "int answer() { return 43; }\n"}, [],
+                           target="tests/test_flydsl.py", kind="flydsl")
+    compat = ctx.earlier[runtime_compat.NAME]
+    assert compat.stage.status == "skip" and "provenance cannot be proved" in compat.stage.note
+    assert compat.stage.runtime_sources_changed == ["lib/bindings.cpp"]
+    assert [f.severity for f in compat.findings] == ["note"] and launcher.asked == []  # nothing was imported
+
+
+def test_generic_module_is_inferred_from_the_target(tmp_path):
+    for path, text in BASE.items():  # the layout the inference reads is the checkout's on disk
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    launcher = RecordingLauncher(probes=[(SEEN, "probe log")])
+    ctx = Context(request=Request(repo=str(tmp_path), target=TARGET), worktree=MemoryWorktree(BASE, root=tmp_path),
+                  run_dir=tmp_path / "run", earlier={"gpu_claim": ready()["gpu_claim"]}, launcher=launcher)
+    compat = runtime_compat.run(ctx)
+    assert compat.stage.status == "pass" and compat.stage.module == "kernels"
+    assert compat.stage.profile.startswith("generic")
+    assert [launched.module for _, launched in launcher.asked] == ["kernels"]
+
+
+def test_generic_module_named_by_the_caller():
+    missing = {**SEEN, "error": "ModuleNotFoundError: No module named 'not_a_module_here'"}
+    ctx, launcher = probed(BASE, None, [missing], target=TARGET, runtime_module="not_a_module_here")
+    compat = ctx.earlier[runtime_compat.NAME]
+    assert compat.stage.status == "skip" and "ModuleNotFoundError" in compat.stage.note
+    assert [launched.module for _, launched in launcher.asked] == ["not_a_module_here"]

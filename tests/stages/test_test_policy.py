@@ -1,9 +1,10 @@
 import pytest
 
 from kvtasks.sources import compare, read_policy
-from kvtasks.stages import test_policy
-from tests.kernel_repos import KERNEL, make_patch, make_repo
-from tests.kit import stage_context
+from kvtasks.stages import baseline_control, repo_tests, test_policy
+from tests.kernel_repos import KERNEL
+from tests.kit import RecordingLauncher, stage_context, target_run
+from tests.recorded import ready
 
 POLICY_TEST = '''import numpy as np
 import pytest
@@ -60,33 +61,6 @@ def test_unparseable_files_fall_back_to_text():
     assert not policy.parsed and list(policy.tolerances.values()) == [1e-3]
 
 
-# the suite end to end without its torch test: importing torch in every target run would cost the
-# test seconds and change nothing it checks
-NUMPY_POLICY_TEST = POLICY_TEST.replace("import torch\n", "").split("\n\n\ndef test_torch_path")[0] + "\n"
-
-
-@pytest.fixture
-def policy_repo(tmp_path):
-    return make_repo(tmp_path / "policy-repo", {
-        "kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_policy.py": NUMPY_POLICY_TEST,
-    })
-
-
-def validate_change(validate, repo, tmp_path, changes, *flags):
-    patch = make_patch(repo, changes, tmp_path / "pr.patch")
-    return validate(repo, "--patch", str(patch), "--target", "tests/test_policy.py", *flags)
-
-
-def test_test_only_widening_blocks(policy_repo, validate, tmp_path):
-    result = validate_change(validate, policy_repo, tmp_path,
-                             {"tests/test_policy.py": NUMPY_POLICY_TEST.replace("ATOL = 1e-5", "ATOL = 1e-2")})
-    stage = result.stage("test_policy")
-    assert stage["status"] == "fail" and not stage["kernel_files_changed"]
-    assert stage["loosened"] == [{"where": "tests/test_policy.py::ATOL", "base": 1e-5, "head": 1e-2}]
-    assert any("test-only change widens" in f["detail"] for f in result.findings("blocker"))
-    assert result.verdict == "BLOCK"
-
-
 POLICY_BASE = {"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_policy.py": POLICY_TEST}
 
 
@@ -97,6 +71,14 @@ def policy(head: dict | None, base: dict = POLICY_BASE, target: str = "tests/tes
 
 def details(stage, severity: str) -> list[str]:
     return [f.detail for f in stage.findings if f.severity == severity]
+
+
+def test_test_only_widening_blocks():
+    stage = policy({"tests/test_policy.py": POLICY_TEST.replace("ATOL = 1e-5", "ATOL = 1e-2")})
+    assert stage.stage.status == "fail" and not stage.stage.kernel_files_changed
+    assert stage.stage.loosened == [{"where": "tests/test_policy.py::ATOL", "base": 1e-5, "head": 1e-2}]
+    # a blocker is what makes the verdict BLOCK (tests/test_report.py)
+    assert any("test-only change widens" in d for d in details(stage, "blocker"))
 
 
 def test_widening_with_a_kernel_change_needs_work():
@@ -207,14 +189,24 @@ def test_b():
 '''
 
 
-def test_a_pr_deleting_the_target_test_is_told_so(tmp_path, validate):
-    repo = make_repo(tmp_path / "two", {"kernels/__init__.py": "", "kernels/scale.py": KERNEL,
-                                        "tests/test_two.py": TWO_TESTS})
-    patch = make_patch(repo, {"tests/test_two.py": TWO_TESTS.split("\n\ndef test_b")[0] + "\n"}, tmp_path / "pr.patch")
-    result = validate(repo, "--patch", str(patch), "--target", "tests/test_two.py::test_b")
-    assert result.stage("test_policy")["target_deleted"] == "tests/test_two.py::test_b is deleted from the file"
-    assert any(f["detail"].startswith("the PR deletes the target test: tests/test_two.py::test_b")
-               for f in result.findings("should-fix"))
-    head = result.stage("correctness_repo_tests")
-    assert head["status"] == "skip" and "not found" in head["note"]  # a usage error, never a failure
-    assert result.verdict == "NEEDS_WORK"
+def test_a_pr_deleting_the_target_test_is_told_so(tmp_path):
+    target = "tests/test_two.py::test_b"
+    # pytest refusing the node the file no longer has, as the harness reads it (tests/harness/test_launch.py)
+    refused = target_run(tmp_path, "head-repo", exit=4, executed=0, log=f"ERROR: not found: {target}")
+    refused.stats.note = f"pytest usage error (exit 4), no test ran: ERROR: not found: /checkout/{target}"
+    launcher = RecordingLauncher({"base-repo": target_run(tmp_path, "base-repo", executed=1), "head-repo": refused})
+    ctx = stage_context({"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_two.py": TWO_TESTS},
+                        {"tests/test_two.py": TWO_TESTS.split("\n\ndef test_b")[0] + "\n"}, target=target,
+                        earlier=ready(), launcher=launcher)
+    for stage in (test_policy, baseline_control, repo_tests):
+        produced = stage.run(ctx)
+        ctx.earlier[produced.name] = produced
+    deleted = ctx.earlier[test_policy.NAME]
+    assert deleted.stage.target_deleted == "tests/test_two.py::test_b is deleted from the file"
+    assert any(detail.startswith("the PR deletes the target test: tests/test_two.py::test_b")
+               for detail in details(deleted, "should-fix"))
+    head = ctx.earlier[repo_tests.NAME].stage
+    assert head.status == "skip" and "not found" in head.note  # a usage error, never a failure
+    # should-fix and no blocker: the verdict is NEEDS_WORK (tests/test_report.py)
+    assert not [finding for stage in ctx.earlier.values() for finding in stage.findings
+                if finding.severity == "blocker"]

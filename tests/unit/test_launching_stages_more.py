@@ -15,7 +15,7 @@ from kvtasks.stages.sensitivity import stage as sensitivity
 from tests.kit import RecordingLauncher, stage_context, target_run
 from tests.receipts import receipt
 from tests.kernel_repos import TESTS
-from tests.unit.test_launching_stages import BASE, HEAD, TARGET, after_both_sides, failing, passing, ready
+from tests.recorded import BASE, HEAD, TARGET, after_both_sides, failing, passing, ready
 
 SEEN = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed": [], "tests_failed_count": 0, "tests_green": [],
         "tests_green_count": 0, "corrupted_outside_tests": 0}

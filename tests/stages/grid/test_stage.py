@@ -1,17 +1,26 @@
 import ast
+from pathlib import Path
 
 import pytest
 
+from kvtasks.harness.junit import CaseResult
+from kvtasks.harness.target_run import TargetRun
+from kvtasks.records import Facts, Plan, Selection
 from kvtasks.request import UsageError, build_request, grid_rows
 from kvtasks.sources import parametrize_marks
-from kvtasks.stages import Context, StageResult, selection
+from kvtasks.stages import Context, StageResult, base_oracle, selection, test_policy
+from kvtasks.stages import receipt as receipt_stage
 from kvtasks.stages.grid import channel, default_grid
+from kvtasks.stages.grid import stage as grid_stage
 from kvtasks.stages.grid.plan import grid_seed
+from kvtasks.stages.grid.proof import SENTINEL
 from kvtasks.worktree import Worktree
 from tests.batches import launches
 from tests.kernel_repos import (ARGNAMES_TEST, CLI_SCRIPT, ENV_TEST, PYTEST_HEADER, TILED, TILED_HEADS_ASSERT,
                                 TILED_TAIL_BUG, check, git, make_patch, make_repo, tiled_repo)
-from tests.kit import stage_context
+from tests.kit import stage_context, target_run
+from tests.receipts import receipt
+from tests.recorded import after_both_sides, ready
 
 ROUTE = ["--expected-route", "kernels.tiled:tiled_scale", "--shape-vars", "M,N,dtype_str"]
 
@@ -227,23 +236,58 @@ def test_parametrize_reads_unpacked_constants_and_tuple_cells(tmp_path):
         build_request({"repo": str(repo), "target": "t.py", "shape_argnames": "shape", "grid": "(3,100;(5,29)"})
 
 
-def test_a_cell_the_pr_skips_on_head_is_named_and_blocks(tiled, validate, tmp_path):
+CELLS = ["64,2000,f32", "4,128,f32"]
+ITEMS = ["test_tiled[64-2000-f32]", "test_tiled[4-128-f32]"]
+MISMATCH = "E       AssertionError: \nNot equal to tolerance rtol=1e-07, atol=0.001\nMismatched elements: 10"
+# base's run of the target loaded the kernel while importing the route: the kernel is the code under test
+LOADED = {"modules": [{"path": "kernels/tiled.py", "during": "route-import"}]}
+
+
+def cells_run(folder: Path, label: str, *outcomes: str, shapes: list[str] = CELLS) -> TargetRun:
+    """A recorded pytest-channel grid run: one JUnit item per cell with its outcome, the probe's
+    receipt naming each item's cell and the shapes the route ran."""
+    cases = [CaseResult(classname="tests.test_argnames", name=item, outcome=outcome,
+                        message=MISMATCH if outcome == "failed" else "") for item, outcome in zip(ITEMS, outcomes)]
+    failures, skipped = outcomes.count("failed"), outcomes.count("skipped")
+    seen = receipt(route="kernels.tiled:tiled_scale", kernel_symbols=["kernels.tiled:tiled_scale"],
+                   route_calls={"kernels.tiled:tiled_scale": len(shapes)}, executed_shapes=shapes, loaded=LOADED,
+                   cells={f"tests/test_argnames.py::{item}": index for index, item in enumerate(ITEMS)})
+    return target_run(folder, label, exit=1 if failures else 0, executed=len(cases) - skipped, failures=failures,
+                      skipped=skipped, cases=cases, log=MISMATCH if failures else "", receipt=seen)
+
+
+# a real session's skipped cell read back per cell: tests/harness/test_session.py; a cell hidden on head
+# by a real conftest: test_runs.py's test_a_head_conftest_that_drops_or_stops_the_grid_cannot_turn_a_block_into_a_skip
+def test_a_cell_the_pr_skips_on_head_is_named_and_blocks(tmp_path):
     skipping = ARGNAMES_TEST.replace("def test_tiled(M, N, dtype_str):\n",
                                      "def test_tiled(M, N, dtype_str):\n    if N % 64:\n        pytest.skip()\n")
-    patch = make_patch(tiled, {"kernels/tiled.py": TILED_TAIL_BUG, "tests/test_argnames.py": skipping},
-                       tmp_path / "skip.patch")
-    result = validate(tiled, "--patch", str(patch), "--target", "tests/test_argnames.py",
-                      "--shape-argnames", "M,N,dtype_str", "--grid", "64,2000,f32;4,128,f32", *ROUTE)
-    grid = result.stage("correctness_grid")
-    assert grid["cells"] == {"64,2000,f32": "skipped", "4,128,f32": "executed"}
-    assert grid["status"] == "fail" and grid["cells_skipped"] == ["64,2000,f32"]
-    assert result.stage("baseline_control")["s1_grid"]["cells"] == {"64,2000,f32": "executed",
+    plan = Plan(channel="pytest", rows=[cell.split(",") for cell in CELLS])
+    earlier = {**ready(), "grid_channel": StageResult(name="grid_channel", facts=Facts(grid_plan=plan),
+                                                      selection=Selection(grid_channel="pytest", grid_cells=CELLS))}
+    poisoned = f"E   ValueError: could not convert string to float: '{SENTINEL}'"
+    runs = {"base-grid-probe": target_run(tmp_path, "base-grid-probe", exit=1, log=poisoned),
+            "base-grid": cells_run(tmp_path, "base-grid", "passed", "passed"),
+            "head-grid-probe": target_run(tmp_path, "head-grid-probe", exit=1, log=poisoned),
+            "head-grid": cells_run(tmp_path, "head-grid", "skipped", "passed", shapes=CELLS[1:]),
+            # base's target, head's kernel: the cells fail where base's own run passed
+            "head-baseoracle": target_run(tmp_path, "head-baseoracle"),
+            "head-baseoracle-grid": cells_run(tmp_path, "head-baseoracle-grid", "failed", "passed")}
+    ctx, _ = after_both_sides(tmp_path, runs, base=TILED_FILES, earlier=earlier, target="tests/test_argnames.py",
+                              head={"kernels/tiled.py": TILED_TAIL_BUG, "tests/test_argnames.py": skipping},
+                              shape_argnames="M,N,dtype_str", grid=";".join(CELLS), **ROUTE_OPTIONS)
+    for stage in (grid_stage.head, test_policy.run, base_oracle.run, receipt_stage.run):
+        produced = stage(ctx)
+        ctx.earlier[produced.name] = produced
+    grid = ctx.earlier["correctness_grid"]
+    assert grid.stage.cells == {"64,2000,f32": "skipped", "4,128,f32": "executed"}
+    assert grid.stage.status == "fail" and grid.stage.cells_skipped == ["64,2000,f32"]
+    assert ctx.earlier["baseline_control"].stage.s1_grid["cells"] == {"64,2000,f32": "executed",
                                                                       "4,128,f32": "executed"}
-    assert any("ran on base are skipped or deselected on head" in f["detail"] and "64,2000,f32" in f["detail"]
-               for f in result.findings("blocker"))
-    assert any("a new skip/xfail call (pytest.skip)" in f["detail"] for f in result.findings("should-fix"))
-    # base's target, head's kernel: the cells fail where base's own run passed
-    oracle = result.stage("correctness_base_oracle")
-    assert oracle["status"] == "fail" and oracle["runs"]["head-baseoracle-grid"]["outcome"] == "fail"
-    assert "missing required shapes" in result.stage("execution_receipt")["note"]
-    assert result.verdict == "BLOCK"
+    # a blocker: the report's verdict is BLOCK (tests/test_report.py::test_findings_decide_before_completeness)
+    assert any(finding.severity == "blocker" and "ran on base are skipped or deselected on head" in finding.detail
+               and "64,2000,f32" in finding.detail for finding in grid.findings)
+    assert any(finding.severity == "should-fix" and "a new skip/xfail call (pytest.skip)" in finding.detail
+               for finding in ctx.earlier["test_policy"].findings)
+    oracle = ctx.earlier["correctness_base_oracle"].stage
+    assert oracle.status == "fail" and oracle.runs["head-baseoracle-grid"]["outcome"] == "fail"
+    assert "missing required shapes" in ctx.earlier["execution_receipt"].stage.note

@@ -1,16 +1,20 @@
 import json
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from kvtasks.run import pipeline
 from kvtasks.stages import StageResult, cpu_tier, result
+from kvtasks.stages.perf import stage as perf_stage
 from kvtasks.stages.perf.stage import Perf
 from kvtasks.stages.perf.stats import compare
 from tests.kernel_repos import make_patch
-from tests.stages.perf.benches import BENCH, KERNEL, PERF, perf_repo, pr_added_bench
+from tests.kit import target_run
+from tests.stages.perf.benches import BENCH, KERNEL, PERF, TEST, perf_repo, pr_added_bench
 from tests.test_report import results
+from tests.recorded import after_both_sides
 
 
 def test_head_25_percent_slower_needs_work_with_the_rows(tmp_path, validate, monkeypatch):
@@ -45,12 +49,6 @@ def test_a_bench_writing_into_the_tree_is_cleaned_and_changes_nothing(tmp_path, 
     assert result.findings("should-fix") == []
 
 
-def test_a_pr_added_bench_without_a_control_column_is_not_timed(tmp_path, validate):
-    repo, patch = pr_added_bench(tmp_path, "1.0")
-    perf = validate(repo, "--patch", str(patch), *PERF).stage("perf")
-    assert perf["status"] == "skip" and "needs --perf-control-column" in perf["note"]
-
-
 def test_a_transplant_whose_control_reproduces_is_believed(tmp_path, validate):
     repo, patch = pr_added_bench(tmp_path, "1.0")
     perf = validate(repo, "--patch", str(patch), *PERF, "--perf-control-column", "ref").stage("perf")
@@ -58,21 +56,55 @@ def test_a_transplant_whose_control_reproduces_is_believed(tmp_path, validate):
     assert "reproduced" in perf["control_note"]
 
 
-def test_a_transplant_whose_control_drifts_is_not_believed(tmp_path, validate):
+# perf's decisions over recorded rounds (tests/kit.py); the tests above time real benches, a PR's bench on a
+# transplanted baseline included
+PERF_FILES = {"kernels/__init__.py": "", "kernels/op.py": KERNEL, "tests/test_op.py": TEST}
+BENCH_FILE = "bench/bench_op.py"
+BENCH_SOURCE = BENCH.format(rows=6, extra="pass", control="1.0")  # as perf_repo and pr_added_bench write it
+
+
+def printed(cost: float, control: float) -> str:
+    """What BENCH prints, without its jitter: a time following the kernel's COST, a control following
+    neither side's kernel (scaled by `control`)."""
+    rows = "\n".join(f"| {m} | 128 | {10.0 * (m + 1) * cost:.3f} | {10.0 * (m + 1) * control:.3f} |" for m in range(6))
+    return f"| M | N | time (us) | ref (us) |\n|---|---|---|---|\n{rows}\n"
+
+
+def rounds(folder: Path, head_cost: float = 1.0, head_control: float = 1.0) -> dict:
+    """Three interleaved rounds a side (PERF_REPEAT's default), base's bench printing cost and control 1.0."""
+    return {f"{side}-perf-{number}": target_run(folder, f"{side}-perf-{number}", runner="script",
+                                                log=printed(*((head_cost, head_control) if side == "head" else (1, 1))))
+            for number in (1, 2, 3) for side in ("base", "head")}
+
+
+def timed(tmp_path: Path, runs: dict, head: dict, base: dict = PERF_FILES, **options) -> tuple[StageResult, list]:
+    """perf over the recorded rounds once both sides' repository tests passed: its result, and what the
+    rounds wrote into the tree (side lent, path, text)."""
+    ctx, _ = after_both_sides(tmp_path, runs, base=base, head=head, target="tests/test_op.py", expected_route="",
+                              perf_args=BENCH_FILE, **options)
+    written = []
+    ctx.worktree.write_file = lambda path, text: written.append((ctx.worktree.lent[0], path, text))
+    return perf_stage.run(ctx), written
+
+
+def test_a_pr_added_bench_without_a_control_column_is_not_timed(tmp_path):
+    stage, written = timed(tmp_path, {}, {BENCH_FILE: BENCH_SOURCE})  # a round launched would fail: none was made
+    assert stage.stage.status == "skip" and "needs --perf-control-column" in stage.stage.note and written == []
+
+
+def test_a_transplant_whose_control_drifts_is_not_believed(tmp_path):
     # the bench's control column follows a file only head has, so it differs across the two trees
-    repo, _ = pr_added_bench(tmp_path, "1.0")
     drifting = BENCH.format(rows=6, extra="pass", control="(1.3 if os.path.exists('bench/marker_head') else 1.0)")
-    patch = make_patch(repo, {"bench/bench_op.py": drifting, "bench/marker_head": "head\n"}, tmp_path / "bench.patch")
-    perf = validate(repo, "--patch", str(patch), *PERF, "--perf-control-column", "ref").stage("perf")
-    assert perf["status"] == "skip" and "is not believed" in perf["note"]
-    assert "median_ratio" not in perf and "regressed_rows" not in perf
+    stage, written = timed(tmp_path, rounds(tmp_path, head_control=1.3),
+                           {BENCH_FILE: drifting, "bench/marker_head": "head\n"}, perf_control_column="ref")
+    assert written == [("base", BENCH_FILE, drifting)] * 3  # head's bench, timed in base's tree each round
+    assert stage.stage.status == "skip" and "is not believed" in stage.stage.note
+    assert stage.stage.median_ratio is None and stage.stage.regressed_rows is None
 
 
-def test_no_perf_says_so(tmp_path, validate):
-    repo = perf_repo(tmp_path)
-    patch = make_patch(repo, {"README.md": "docs\n"}, tmp_path / "docs.patch")
-    perf = validate(repo, "--patch", str(patch), *PERF, "--no-perf").stage("perf")
-    assert perf["status"] == "skip" and "disabled with --no-perf" in perf["note"]
+def test_no_perf_says_so(tmp_path):
+    stage, _ = timed(tmp_path, {}, {"README.md": "docs\n"}, base={**PERF_FILES, BENCH_FILE: BENCH_SOURCE}, no_perf=True)
+    assert stage.stage.status == "skip" and "disabled with --no-perf" in stage.stage.note
 
 
 def test_perf_evidence_is_typed_reads_back_as_written_and_refuses_unknown_fields():
