@@ -1,6 +1,6 @@
-"""sensitivity: whole validations of a suite that can fail, four that cannot, a PR that makes one
-insensitive, a batch whose PRs share base's corrupted run, an out-argument kernel and a route
-returning integers."""
+"""sensitivity: whole validations of a suite that can fail, four that cannot, a batch of PRs that make
+one insensitive and share base's corrupted run, an out-argument kernel and a route returning
+integers; on recorded runs, how a corrupted run is judged and whom such a PR's blame falls on."""
 import json
 from types import SimpleNamespace
 
@@ -10,14 +10,16 @@ from kvtasks.evidence import keys
 from kvtasks.front import cli
 from kvtasks.run import pipeline
 from kvtasks.request import build_request
-from kvtasks.stages import sensitivity
+from kvtasks.stages import sensitivity, test_policy
 from kvtasks.harness.junit import ExecutionStats
 from kvtasks.harness.target_run import TargetRun
 from kvtasks.evidence.store import Store
 from tests.batches import doit, reports
 from tests.kernel_repos import make_patch
 from tests.receipts import receipt
-from tests.sensitivity_repos import HELPERS_SELF_REFERENCE, OPS_REFACTORED, sensitivity_repo
+from tests.recorded import after_both_sides
+from tests.sensitivity_repos import HEADER, HELPERS, HELPERS_SELF_REFERENCE, OPS, OPS_REFACTORED, TESTS, \
+    sensitivity_repo
 
 ROUTE = ["--expected-route", "kernels.ops:scale", "--shape-vars", "M,N"]
 GRID = ["--shape-env", "SENS_SHAPES", "--grid", "3,5;16,33"]
@@ -59,24 +61,6 @@ def test_a_suite_that_cannot_fail_is_sensitivity_fail_and_never_pass(sens, valid
     assert notes and notes[0].startswith(CANNOT_FAIL) and "about the repository, not the PR" in notes[0]
 
 
-# the same blame without a kernel change is a blocker: tests/unit/test_launching_stages_more.py
-@pytest.mark.parametrize("kernel_change,severity,verdict", [(True, "should-fix", "NEEDS_WORK")])
-def test_a_pr_that_makes_a_sensitive_suite_insensitive_is_blamed(sens, validate, tmp_path, kernel_change, severity,
-                                                                 verdict):
-    changes = {"tests/helpers.py": HELPERS_SELF_REFERENCE, **({"kernels/ops.py": OPS_REFACTORED} if kernel_change
-                                                               else {})}
-    patch = make_patch(sens, changes, tmp_path / "helper.patch")
-    result = validate(sens, "--patch", str(patch), "--target", "tests/test_good.py", *ROUTE)
-    stage = result.stage("sensitivity")
-    assert stage["status"] == "fail" and stage["test_changes"] == ["tests/helpers.py"]
-    assert stage["base"]["status"] == "pass" and stage["base"]["modes"]["tail"]["tests_failed_count"] == 1
-    assert result.stage("test_policy")["status"] == "pass"  # no tolerance or comparison count moved
-    blamed = [f["detail"] for f in result.findings(severity) if f["stage"] == "sensitivity"]
-    assert blamed and blamed[0].startswith("the suite detects a corrupted kernels.ops:scale on base and not on head")
-    assert ("changes no kernel code" in blamed[0]) is not kernel_change
-    assert result.verdict == verdict
-
-
 @pytest.mark.parametrize("name,route,flags,status,reason", [
     ("into", "scale_into", [], "skip", "the route returns nothing it produced (returned nothing (None) x1); name "
                                        "the argument it writes its output into with --sensitivity-output NAME"),
@@ -114,10 +98,10 @@ def test_how_the_output_is_corrupted_is_part_of_the_head_key(sens):
 
 # -- judging, on recorded runs ---------------------------------------------------------------------
 
-def _recorded(exit_code=0, timed_out=False, **seen):
+def _recorded(exit_code=0, timed_out=False, label="head-sensitivity-tail", **seen):
     sensitivity = {"corrupted_calls": 2, "max_relative_error": 1.5, "tests_failed": [], "tests_failed_count": 0,
                    "tests_green": [], "tests_green_count": 0, "corrupted_outside_tests": 0, **seen}
-    return TargetRun(label="head-sensitivity-tail", runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
+    return TargetRun(label=label, runner="pytest", command=[], exit=exit_code, timed_out=timed_out,
                      duration_s=1.0, log="", stats=ExecutionStats(),
                      receipt=receipt(route_calls={"kernels.ops:scale": 2}, sensitivity=sensitivity))
 
@@ -135,6 +119,31 @@ def test_a_corrupted_run_counts_only_when_the_corruption_explains_it(sens, run, 
                                                  "sensitivity_error": "1e-9"}))
     judged, why, _ = sensitivity.judge_run(ctx, "tail", run)
     assert (judged, reason in why) == (status, True), why
+
+
+# the repository of sensitivity_repo, held in memory: the helper PR's runs are recorded; that this helper
+# really leaves head's suite green and base's red when corrupted is shown by the batch test below
+SENS_BASE = {"kernels/__init__.py": "", "kernels/ops.py": OPS, "tests/helpers.py": HELPERS,
+             "tests/test_good.py": HEADER + TESTS["good"]}
+
+
+# the same blame without a kernel change is a blocker: tests/unit/test_launching_stages_more.py
+def test_a_pr_that_makes_a_sensitive_suite_insensitive_and_changes_the_kernel_is_should_fix(tmp_path):
+    runs = {"head-sensitivity-tail": _recorded(0, tests_green_count=2),
+            "base-sensitivity-tail": _recorded(1, label="base-sensitivity-tail", tests_failed_count=1)}
+    ctx, _ = after_both_sides(tmp_path, runs, head={"tests/helpers.py": HELPERS_SELF_REFERENCE, "kernels/ops.py":
+                                                    OPS_REFACTORED}, base=SENS_BASE, target="tests/test_good.py",
+                              expected_route="kernels.ops:scale")
+    stage = sensitivity.run(ctx)
+    # the helper the target imports is the suite's change; the route's own module is not
+    assert stage.stage.status == "fail" and stage.stage.test_changes == ["tests/helpers.py"]
+    assert stage.stage.base["status"] == "pass" and stage.stage.base["modes"]["tail"]["tests_failed_count"] == 1
+    assert test_policy.run(ctx).stage.status == "pass"  # no tolerance or comparison count moved
+    assert [(finding.rule, finding.severity) for finding in stage.findings] == [("sensitivity.lost-on-head",
+                                                                                 "should-fix")]
+    blamed = stage.findings[0].detail
+    assert blamed.startswith("the suite detects a corrupted kernels.ops:scale on base and not on head")
+    assert "changes no kernel code" not in blamed
 
 
 def test_base_corrupted_run_is_base_evidence_shared_by_a_batch(sens, home, tmp_path, idle_gpu):
