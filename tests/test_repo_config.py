@@ -87,8 +87,8 @@ def requests_by_refs(repo, head_ref: str, tmp_path, monkeypatch, **flags) -> lis
     return front_doors.validation(Workspace(tmp_path / "home"), given)[graph.REQUESTS]
 
 
-# what such a request makes of a run end to end (the tail bug blocks, --no-perf skips the timing):
-# test_two_targets_give_two_reports_and_the_worst_verdict, tests/stages/perf/test_stage.py
+# what such a request makes of a run end to end (the tail bug blocks, the configuration's no_perf skips
+# the timing): test_two_targets_give_two_reports_and_the_worst_verdict
 def test_the_target_comes_from_the_changed_files(configured, tmp_path, monkeypatch):
     [chosen] = requests_by_refs(configured, "tail-bug", tmp_path, monkeypatch)
     assert (chosen.target, chosen.label) == ("tests/test_scale.py", "tail-bug")
@@ -102,6 +102,8 @@ def test_two_targets_give_two_reports_and_the_worst_verdict(configured, home, id
     scale, double = report(home, "common.scale"), report(home, "common.double")
     assert scale["test_selection"]["target"] == "tests/test_scale.py" and scale["verdict"] == "BLOCK"
     assert "unvalidated_changes" not in scale["test_selection"]  # the PR changes mapped files alone
+    # the configuration's defaults reach the run: no_perf skips the timing
+    assert scale["stages"]["perf"]["status"] == "skip" and "--no-perf" in scale["stages"]["perf"]["note"]
     assert double["test_selection"]["target"] == "tests/test_double.py"
     pr = json.loads((home / "reports" / "common" / "pr_report.json").read_text())
     assert pr["verdict"] == "BLOCK" and set(pr["targets"]) == {"scale", "double"} and code == 1

@@ -55,7 +55,7 @@ def findings(stages: dict[str, StageResult], severity: str) -> list:
 
 def test_a_tolerance_added_with_a_kernel_defect_blocks(tmp_path):
     loosened = ARGNAMES_TEST.replace("atol=1e-3)", "atol=1e-3, rtol=0.5)")
-    stages, _ = judged(tmp_path, {"kernels/tiled.py": LAST_COLUMN_WRONG, TARGET: loosened},
+    stages, launcher = judged(tmp_path, {"kernels/tiled.py": LAST_COLUMN_WRONG, TARGET: loosened},
                        {"base-repo": ran(tmp_path, "base-repo", "passed", "passed"),
                         "head-repo": ran(tmp_path, "head-repo", "passed", "passed"),
                         "head-baseoracle": ran(tmp_path, "head-baseoracle", "failed", "failed")}, **ROUTE)
@@ -66,6 +66,8 @@ def test_a_tolerance_added_with_a_kernel_defect_blocks(tmp_path):
                   "atol=0"}]
     oracle = stages[base_oracle.NAME].stage
     assert oracle.status == "fail" and oracle.kept_at_base == [TARGET]
+    # the oracle's run is head's kernel under base's target: the tree lent on head, the target held at base
+    assert launcher.launched("head-baseoracle")[0] == "head" and launcher.kept_at_base["head-baseoracle"] == (TARGET,)
     blockers = [finding.detail for finding in findings(stages, "blocker")]
     assert any("head fails the tests base had, and the PR weakened those tests" in d for d in blockers)
     assert any("needs numerical justification" in finding.detail for finding in findings(stages, "should-fix"))

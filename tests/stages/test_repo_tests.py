@@ -3,12 +3,12 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from kvtasks.stages import baseline_control, repo_tests, selection
-from kvtasks.harness.junit import ExecutionStats, script_stats
+from kvtasks.stages import baseline_control, repo_tests
+from kvtasks.harness.junit import ExecutionStats
 from kvtasks.harness.target_run import TargetRun
 from tests.kernel_repos import KERNEL_TAIL_BUG, git, make_patch
-from tests.kit import stage_context, target_run
-from tests.recorded import BASE, HEAD, after_both_sides, failing, passing, ready
+from tests.kit import target_run
+from tests.recorded import after_both_sides, failing, passing
 
 FAILING_TEST = '''import numpy as np
 
@@ -31,15 +31,15 @@ def test_head_fails_where_base_passes_is_a_blocker(tmp_path):
     assert any("passes on base and fails on head" in f.detail for f in head.findings if f.severity == "blocker")
 
 
-def test_pr_added_failing_test_is_target_not_present_on_base(tmp_path):
-    added = {**HEAD, "tests/test_tail.py": FAILING_TEST}
-    ctx, launcher = after_both_sides(tmp_path, {"head-repo": failing(tmp_path, "head-repo")}, head=added,
-                                     target="tests/test_tail.py")
-    assert selection.run(ctx).selection.test_provenance == "pr-added"
-    assert ctx.earlier[baseline_control.NAME].stage.repo_tests["state"] == "target-not-present"
-    assert launcher.labels == ["head-repo"]  # base has no such file to run
-    head = ctx.earlier[repo_tests.NAME]
-    assert any("the PR adds this target" in f.detail for f in head.findings if f.severity == "blocker")
+def test_pr_added_failing_test_is_target_not_present_on_base(repo, validate, tmp_path):
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "tests/test_tail.py": FAILING_TEST},
+                       tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_tail.py")
+    assert result.stage("baseline_control")["repo_tests"]["state"] == "target-not-present"
+    assert result.report["test_selection"]["test_provenance"] == "pr-added"
+    assert any("the PR adds this target" in f["detail"] for f in result.findings("blocker"))
+    assert result.verdict == "BLOCK"
+    assert not (repo / "tests/test_tail.py").exists()
 
 
 def test_zero_executed_is_skip_never_pass(tmp_path):
@@ -70,21 +70,19 @@ def test_crash_without_junit_is_recorded_as_such(repo, validate, tmp_path):
     assert any("executed nothing" in f["detail"] for f in result.findings("note"))
 
 
-def test_script_target_runs_as_a_script(tmp_path):
+def test_script_target_runs_as_a_script(repo, validate, tmp_path):
     script = ("import numpy as np\nfrom kernels.scale import scale_rows\n\n"
               "if __name__ == '__main__':\n    x = np.ones((2, 13), dtype=np.float32)\n"
               "    assert (scale_rows(x, 2.0) == 2.0).all(), 'tail not scaled'\n    print('ok')\n")
-    head = {**HEAD, "bench/check_scale.py": script}
-    chosen = selection.run(stage_context(BASE, head, target="bench/check_scale.py"))
-    assert chosen.selection.runner == "script" and chosen.selection.runner_basis == "structural"
-    # the harness counts a script's run by its exit status (tests/harness/test_launch.py)
-    failed = target_run(tmp_path, "head-repo", exit=1, runner="script", log="AssertionError: tail not scaled")
-    failed.stats = script_stats(failed.exit)
-    ctx, _ = after_both_sides(tmp_path, {"head-repo": failed}, head=head, target="bench/check_scale.py",
-                              earlier={**ready(), "selection": chosen})
-    stage = ctx.earlier[repo_tests.NAME]
-    assert stage.stage.status == "fail" and stage.stage.stats.executed == 1 and "liveness" in stage.stage.stats.basis
-    assert [f.severity for f in stage.findings] == ["blocker"]
+    patch = make_patch(repo, {"kernels/scale.py": KERNEL_TAIL_BUG, "bench/check_scale.py": script},
+                       tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "bench/check_scale.py")
+    selection = result.report["test_selection"]
+    assert selection["runner"] == "script" and selection["runner_basis"] == "structural"
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "fail" and head["stats"]["executed"] == 1
+    assert "liveness" in head["stats"]["basis"]
+    assert result.verdict == "BLOCK"
 
 
 def test_a_pytest_usage_error_on_head_is_a_skip_never_a_failure():

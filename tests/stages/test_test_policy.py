@@ -1,10 +1,9 @@
 import pytest
 
 from kvtasks.sources import compare, read_policy
-from kvtasks.stages import baseline_control, repo_tests, test_policy
-from tests.kernel_repos import KERNEL
-from tests.kit import RecordingLauncher, stage_context, target_run
-from tests.recorded import ready
+from kvtasks.stages import test_policy
+from tests.kernel_repos import KERNEL, make_patch, make_repo
+from tests.kit import stage_context
 
 POLICY_TEST = '''import numpy as np
 import pytest
@@ -189,24 +188,14 @@ def test_b():
 '''
 
 
-def test_a_pr_deleting_the_target_test_is_told_so(tmp_path):
-    target = "tests/test_two.py::test_b"
-    # pytest refusing the node the file no longer has, as the harness reads it (tests/harness/test_launch.py)
-    refused = target_run(tmp_path, "head-repo", exit=4, executed=0, log=f"ERROR: not found: {target}")
-    refused.stats.note = f"pytest usage error (exit 4), no test ran: ERROR: not found: /checkout/{target}"
-    launcher = RecordingLauncher({"base-repo": target_run(tmp_path, "base-repo", executed=1), "head-repo": refused})
-    ctx = stage_context({"kernels/__init__.py": "", "kernels/scale.py": KERNEL, "tests/test_two.py": TWO_TESTS},
-                        {"tests/test_two.py": TWO_TESTS.split("\n\ndef test_b")[0] + "\n"}, target=target,
-                        earlier=ready(), launcher=launcher)
-    for stage in (test_policy, baseline_control, repo_tests):
-        produced = stage.run(ctx)
-        ctx.earlier[produced.name] = produced
-    deleted = ctx.earlier[test_policy.NAME]
-    assert deleted.stage.target_deleted == "tests/test_two.py::test_b is deleted from the file"
-    assert any(detail.startswith("the PR deletes the target test: tests/test_two.py::test_b")
-               for detail in details(deleted, "should-fix"))
-    head = ctx.earlier[repo_tests.NAME].stage
-    assert head.status == "skip" and "not found" in head.note  # a usage error, never a failure
-    # should-fix and no blocker: the verdict is NEEDS_WORK (tests/test_report.py)
-    assert not [finding for stage in ctx.earlier.values() for finding in stage.findings
-                if finding.severity == "blocker"]
+def test_a_pr_deleting_the_target_test_is_told_so(tmp_path, validate):
+    repo = make_repo(tmp_path / "two", {"kernels/__init__.py": "", "kernels/scale.py": KERNEL,
+                                        "tests/test_two.py": TWO_TESTS})
+    patch = make_patch(repo, {"tests/test_two.py": TWO_TESTS.split("\n\ndef test_b")[0] + "\n"}, tmp_path / "pr.patch")
+    result = validate(repo, "--patch", str(patch), "--target", "tests/test_two.py::test_b")
+    assert result.stage("test_policy")["target_deleted"] == "tests/test_two.py::test_b is deleted from the file"
+    assert any(f["detail"].startswith("the PR deletes the target test: tests/test_two.py::test_b")
+               for f in result.findings("should-fix"))
+    head = result.stage("correctness_repo_tests")
+    assert head["status"] == "skip" and "not found" in head["note"]  # a usage error, never a failure
+    assert result.verdict == "NEEDS_WORK"

@@ -123,6 +123,10 @@ def test_a_failed_channel_guess_is_explained():
     assert "--shape-env WRONG_NAME: neither the target" in reason
     assert ("--shape-argnames M,N: the parametrize mark binds more names (M,N,dtype_str) and its rows are "
             "computed") in reason
+    # a command-line channel on a pytest target: pytest's argv is not the test's
+    reason = prepared_selection({"README.md": "docs\n"}, target="tests/test_env.py", shape_arg="--shapes",
+                                grid="64,2000").grid_channel_reason
+    assert "--shape-arg --shapes: argv reaches script targets only (runner is pytest)" in reason
 
 
 def test_a_mark_binding_more_names_than_the_grid_keeps_its_first_row_s_cells_for_them(tiled, validate, tmp_path):
