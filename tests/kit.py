@@ -33,13 +33,16 @@ class MemoryWorktree:
     side lent (`lent`: the side, and the paths held at base) for the launcher to see; `left` is what
     the lend's runs left in the tree so far (`status()`), which the recording launcher adds to."""
 
-    def __init__(self, base: dict[str, str], head: dict[str, str | None] | None = None, root: Path | None = None):
+    def __init__(self, base: dict[str, str], head: dict[str, str | None] | None = None, root: Path | None = None,
+                 kind: str = "unknown"):
         self.base = dict(base)
         self.head = dict(head or {})
         self.path = root or Path("/nonexistent/memory-worktree")
         self.patch = MEMORY_PATCH if self.head else None
+        self.layout = kind
         self.lent: tuple[str, tuple[str, ...]] | None = None
         self.left: list[str] = []
+        self.written: list[tuple[str | None, str, str]] = []  # (the side lent, path, text) of each write_file
 
     def read_base(self, path: str) -> str | None:
         return self.base.get(path)
@@ -67,7 +70,10 @@ class MemoryWorktree:
         return []  # never lent, so no run ever changed its repository's files
 
     def kind(self) -> str:
-        return "unknown"
+        return self.layout
+
+    def write_file(self, path: str, text: str) -> None:
+        self.written.append((self.lent[0] if self.lent else None, path, text))
 
     @contextmanager
     def lend(self, side: str, keep_base: tuple[str, ...] | list[str] = ()) -> Iterator["MemoryWorktree"]:
@@ -147,9 +153,10 @@ def target_run(folder: Path, label: str, *, exit: int | None = 0, executed: int 
 
 def stage_context(base: dict[str, str], head: dict[str, str | None] | None = None, *, target: str,
                   earlier: dict[str, StageResult] | None = None, run_dir: Path | None = None,
-                  launcher: RecordingLauncher | None = None, **options: Any) -> Context:
-    """A Context for one stage: the request's options as keywords (the flags' field names)."""
-    worktree = MemoryWorktree(base, head)
+                  launcher: RecordingLauncher | None = None, kind: str = "unknown", **options: Any) -> Context:
+    """A Context for one stage over a worktree whose layout is of `kind` (Worktree.kind): the request's
+    options as keywords (the flags' field names)."""
+    worktree = MemoryWorktree(base, head, kind=kind)
     request = Request(repo=str(worktree.path), target=target, patch=worktree.patch, **options)
     return Context(request=request, worktree=worktree, run_dir=run_dir or worktree.path / "run",
                    earlier=dict(earlier or {}), launcher=launcher)

@@ -115,8 +115,7 @@ def probed(base: dict, head: dict | None, probes: list[dict], *, target: str, ki
     the layout says is of `kind` (Worktree.kind reads it off the checkout: the end-to-end tests above)."""
     launcher = RecordingLauncher(probes=[(seen, "probe log") for seen in probes])
     earlier = {name: made for name, made in ready().items() if name != runtime_compat.NAME}
-    ctx = stage_context(base, head, target=target, earlier=earlier, launcher=launcher, **options)
-    ctx.worktree.kind = lambda: kind
+    ctx = stage_context(base, head, target=target, earlier=earlier, launcher=launcher, kind=kind, **options)
     compat = runtime_compat.run(ctx)
     ctx.earlier[compat.name] = compat
     return ctx, launcher

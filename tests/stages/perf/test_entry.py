@@ -4,8 +4,7 @@ from kvtasks.stages.perf import stage as perf_stage
 from kvtasks.stages.perf.entry import _imported_names, choose_entry
 from kvtasks.worktree import Worktree
 from tests.kernel_repos import make_patch, make_repo
-from tests.stages.perf.benches import BENCH, KERNEL, TEST
-from tests.stages.perf.test_stage import rounds
+from tests.stages.perf.benches import BENCH, KERNEL, TEST, rounds
 from tests.recorded import after_both_sides
 
 HARNESSED = BENCH.replace("import random\n", "import random  # a perftest-style harness\n")

@@ -11,8 +11,7 @@ from kvtasks.stages.perf import stage as perf_stage
 from kvtasks.stages.perf.stage import Perf
 from kvtasks.stages.perf.stats import compare
 from tests.kernel_repos import make_patch
-from tests.kit import target_run
-from tests.stages.perf.benches import BENCH, KERNEL, PERF, TEST, perf_repo, pr_added_bench
+from tests.stages.perf.benches import BENCH, KERNEL, PERF, TEST, perf_repo, pr_added_bench, rounds
 from tests.test_report import results
 from tests.recorded import after_both_sides
 
@@ -63,28 +62,12 @@ BENCH_FILE = "bench/bench_op.py"
 BENCH_SOURCE = BENCH.format(rows=6, extra="pass", control="1.0")  # as perf_repo and pr_added_bench write it
 
 
-def printed(cost: float, control: float) -> str:
-    """What BENCH prints, without its jitter: a time following the kernel's COST, a control following
-    neither side's kernel (scaled by `control`)."""
-    rows = "\n".join(f"| {m} | 128 | {10.0 * (m + 1) * cost:.3f} | {10.0 * (m + 1) * control:.3f} |" for m in range(6))
-    return f"| M | N | time (us) | ref (us) |\n|---|---|---|---|\n{rows}\n"
-
-
-def rounds(folder: Path, head_cost: float = 1.0, head_control: float = 1.0) -> dict:
-    """Three interleaved rounds a side (PERF_REPEAT's default), base's bench printing cost and control 1.0."""
-    return {f"{side}-perf-{number}": target_run(folder, f"{side}-perf-{number}", runner="script",
-                                                log=printed(*((head_cost, head_control) if side == "head" else (1, 1))))
-            for number in (1, 2, 3) for side in ("base", "head")}
-
-
 def timed(tmp_path: Path, runs: dict, head: dict, base: dict = PERF_FILES, **options) -> tuple[StageResult, list]:
     """perf over the recorded rounds once both sides' repository tests passed: its result, and what the
     rounds wrote into the tree (side lent, path, text)."""
     ctx, _ = after_both_sides(tmp_path, runs, base=base, head=head, target="tests/test_op.py", expected_route="",
                               perf_args=BENCH_FILE, **options)
-    written = []
-    ctx.worktree.write_file = lambda path, text: written.append((ctx.worktree.lent[0], path, text))
-    return perf_stage.run(ctx), written
+    return perf_stage.run(ctx), ctx.worktree.written
 
 
 def test_a_pr_added_bench_without_a_control_column_is_not_timed(tmp_path):
